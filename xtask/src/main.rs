@@ -1,0 +1,1 @@
+fn main() { eprintln!("no tasks yet"); }
