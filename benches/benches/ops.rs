@@ -1,1 +1,475 @@
-fn main() {}
+//! Every op of one ANDREA-120M training step at batch 4 x 256 tokens, per backend.
+//!
+//! Groups are ops at a shape; inside a group each backend (and each peer library) is one
+//! function, so a CUDA column is one more `bench_backend` call. GEMMs report elements as
+//! FLOPs (criterion prints them as `elem/s`: read Gelem/s as GFLOP/s); memory-bound ops
+//! report bytes moved (reads + writes). `peak/*` measures this machine's FMA peak and
+//! copy bandwidth in the same run, so ratios can be quoted.
+//!
+//! `cargo bench -p andrea-benches --bench ops` (all), or a filter such as
+//! `cargo bench -p andrea-benches --bench ops -- gemm/`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use andrea_core::{AdamWStep, Backend, Heads, Matrix, View};
+use andrea_cpu::CpuBackend;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+const BT: usize = 1024; // batch 4 x 256 tokens
+const B: usize = 4;
+const T: usize = 256;
+const C: usize = 768;
+const H: usize = 12;
+const V: usize = 8449;
+
+/// The products of one training step: (name, m, k, n, a transposed, b transposed).
+/// Weights are stored [in, out]; wte is [V, C], so the output layer uses wteᵀ.
+const GEMMS: &[(&str, usize, usize, usize, bool, bool)] = &[
+    ("fwd_qkv", BT, C, 3 * C, false, false),
+    ("fwd_attn_proj", BT, C, C, false, false),
+    ("fwd_fc", BT, C, 4 * C, false, false),
+    ("fwd_fc_proj", BT, 4 * C, C, false, false),
+    ("fwd_lm_head", BT, C, V, false, true),
+    ("bwd_dx_qkv", BT, 3 * C, C, false, true),
+    ("bwd_dw_qkv", C, BT, 3 * C, true, false),
+    ("bwd_dx_fc_proj", BT, C, 4 * C, false, true),
+    ("bwd_dw_fc_proj", 4 * C, BT, C, true, false),
+    ("bwd_dx_lm_head", BT, V, C, false, false),
+    ("bwd_dwte_lm_head", V, BT, C, true, false),
+];
+
+fn randn(n: usize, seed: u64) -> Vec<f32> {
+    // xorshift + Box-Muller-free uniform in [-1, 1): enough for timing.
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn config(c: &mut Criterion) -> &mut Criterion {
+    c
+}
+
+fn group_settings(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+}
+
+fn upload<B: Backend>(be: &B, data: &[f32]) -> B::Buffer {
+    let buf = be.alloc(data.len()).unwrap();
+    be.upload(data, View::whole(&buf)).unwrap();
+    buf
+}
+
+fn mat<M: andrea_core::DeviceMemory>(buf: &M, rows: usize, cols: usize, t: bool) -> Matrix<'_, M> {
+    // A stored [rows, cols] (or [cols, rows] when transposed) row-major matrix.
+    if t {
+        View::new(buf, 0, [cols, rows]).mat().t()
+    } else {
+        View::new(buf, 0, [rows, cols]).mat()
+    }
+}
+
+/// Benchmarks every op on `be`, labelled `label` inside each group.
+pub fn bench_backend<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
+    bench_gemms(c, be, label);
+    bench_rest(c, be, label);
+}
+
+fn bench_gemms<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
+    let sync = |be: &B| be.synchronize().unwrap();
+    let mut g = c.benchmark_group("gemm");
+    group_settings(&mut g);
+    for &(name, m, k, n, ta, tb) in GEMMS {
+        let a = upload(be, &randn(m * k, 1));
+        let b = upload(be, &randn(k * n, 2));
+        let out = be.alloc(m * n).unwrap();
+        g.throughput(Throughput::Elements((2 * m * k * n) as u64));
+        g.bench_function(
+            BenchmarkId::new(label, format!("{name}_{m}x{k}x{n}")),
+            |bch| {
+                bch.iter(|| {
+                    be.matmul(
+                        mat(&a, m, k, ta),
+                        mat(&b, k, n, tb),
+                        None,
+                        View::new(&out, 0, [m, n]).mat(),
+                        false,
+                    )
+                    .unwrap();
+                    sync(be);
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
+    let sync = |be: &B| be.synchronize().unwrap();
+    let mut g = c.benchmark_group("memory_bound");
+    group_settings(&mut g);
+    let n = BT * 4 * C;
+    let x = upload(be, &randn(n, 3));
+    let dy = upload(be, &randn(n, 4));
+    let y = be.alloc(n).unwrap();
+    let (xv, dyv, yv) = (View::whole(&x), View::whole(&dy), View::whole(&y));
+    g.throughput(Throughput::Bytes((8 * n) as u64));
+    g.bench_function(
+        BenchmarkId::new(label, format!("gelu_{BT}x{}", 4 * C)),
+        |bch| {
+            bch.iter(|| {
+                be.gelu(xv, yv).unwrap();
+                sync(be)
+            })
+        },
+    );
+    g.throughput(Throughput::Bytes((12 * n) as u64));
+    g.bench_function(
+        BenchmarkId::new(label, format!("gelu_backward_{BT}x{}", 4 * C)),
+        |bch| {
+            bch.iter(|| {
+                be.gelu_backward(xv, dyv, yv).unwrap();
+                sync(be)
+            })
+        },
+    );
+    let r = BT * C;
+    let (a, bb) = (upload(be, &randn(r, 5)), upload(be, &randn(r, 6)));
+    let out = be.alloc(r).unwrap();
+    g.throughput(Throughput::Bytes((12 * r) as u64));
+    g.bench_function(
+        BenchmarkId::new(label, format!("residual_add_{BT}x{C}")),
+        |bch| {
+            bch.iter(|| {
+                be.add(View::whole(&a), View::whole(&bb), View::whole(&out))
+                    .unwrap();
+                sync(be)
+            })
+        },
+    );
+    let gamma = upload(be, &randn(C, 7));
+    let beta = upload(be, &randn(C, 8));
+    let (mean, rstd) = (be.alloc(BT).unwrap(), be.alloc(BT).unwrap());
+    let xs = View::new(&a, 0, [BT, C]);
+    let os = View::new(&out, 0, [BT, C]);
+    g.throughput(Throughput::Bytes((8 * r) as u64));
+    g.bench_function(
+        BenchmarkId::new(label, format!("layernorm_{BT}x{C}")),
+        |bch| {
+            bch.iter(|| {
+                be.layernorm(
+                    xs,
+                    View::whole(&gamma),
+                    View::whole(&beta),
+                    os,
+                    View::whole(&mean),
+                    View::whole(&rstd),
+                    1e-5,
+                )
+                .unwrap();
+                sync(be)
+            })
+        },
+    );
+    be.layernorm(
+        xs,
+        View::whole(&gamma),
+        View::whole(&beta),
+        os,
+        View::whole(&mean),
+        View::whole(&rstd),
+        1e-5,
+    )
+    .unwrap();
+    let dx = be.alloc(r).unwrap();
+    let (dg, db) = (be.alloc(C).unwrap(), be.alloc(C).unwrap());
+    g.throughput(Throughput::Bytes((16 * r) as u64));
+    g.bench_function(
+        BenchmarkId::new(label, format!("layernorm_backward_{BT}x{C}")),
+        |bch| {
+            bch.iter(|| {
+                be.layernorm_backward(
+                    xs,
+                    View::whole(&gamma),
+                    View::whole(&mean),
+                    View::whole(&rstd),
+                    View::new(&bb, 0, [BT, C]),
+                    View::new(&dx, 0, [BT, C]),
+                    View::whole(&dg),
+                    View::whole(&db),
+                )
+                .unwrap();
+                sync(be)
+            })
+        },
+    );
+    let sm = B * H * T * T;
+    let s = upload(be, &randn(sm, 9));
+    let p = be.alloc(sm).unwrap();
+    g.throughput(Throughput::Bytes((8 * sm) as u64));
+    g.bench_function(
+        BenchmarkId::new(label, format!("softmax_causal_{B}x{H}x{T}x{T}")),
+        |bch| {
+            bch.iter(|| {
+                be.softmax(
+                    View::new(&s, 0, [B * H, T, T]),
+                    View::new(&p, 0, [B * H, T, T]),
+                    0.125,
+                    Some(0),
+                )
+                .unwrap();
+                sync(be)
+            })
+        },
+    );
+    let logits = upload(be, &randn(BT * V, 10));
+    let dlogits = be.alloc(BT * V).unwrap();
+    let targets = be.alloc_ids(BT).unwrap();
+    be.upload_ids(
+        &(0..BT as u32).map(|i| i * 7 % V as u32).collect::<Vec<_>>(),
+        View::whole(&targets),
+    )
+    .unwrap();
+    let losses = be.alloc(BT).unwrap();
+    g.throughput(Throughput::Bytes((8 * BT * V) as u64));
+    g.bench_function(
+        BenchmarkId::new(label, format!("softmax_cross_entropy_{BT}x{V}")),
+        |bch| {
+            bch.iter(|| {
+                be.softmax_cross_entropy(
+                    View::new(&logits, 0, [BT, V]),
+                    View::whole(&targets),
+                    V,
+                    View::whole(&losses),
+                    Some(View::new(&dlogits, 0, [BT, V])),
+                    1.0 / BT as f32,
+                )
+                .unwrap();
+                sync(be)
+            })
+        },
+    );
+    // AdamW over a 7M-parameter slice (one block's weights): reads p, g, m, v, writes p, m, v.
+    let np = 7 * 1024 * 1024;
+    let (pp, gg) = (upload(be, &randn(np, 11)), upload(be, &randn(np, 12)));
+    let (mm, vv) = (be.alloc(np).unwrap(), be.alloc(np).unwrap());
+    let step = AdamWStep {
+        lr: 1e-4,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step: 1,
+        grad_scale: 1.0,
+    };
+    g.throughput(Throughput::Bytes((28 * np) as u64));
+    g.bench_function(BenchmarkId::new(label, format!("adamw_{np}")), |bch| {
+        bch.iter(|| {
+            be.adamw(
+                View::whole(&pp),
+                View::whole(&gg),
+                View::whole(&mm),
+                View::whole(&vv),
+                &step,
+            )
+            .unwrap();
+            sync(be)
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("attention");
+    group_settings(&mut g);
+    let qkv = upload(be, &randn(BT * 3 * C, 13));
+    let att = be.alloc(BT * C).unwrap();
+    let shape = andrea_core::AttentionShape {
+        batch: B,
+        heads: H,
+        q_len: T,
+        k_len: T,
+    };
+    let ws = be.alloc(be.attention_workspace_len(shape).max(1)).unwrap();
+    let scratch = be
+        .alloc(be.attention_backward_scratch_len(shape).max(1))
+        .unwrap();
+    let dqkv = be.alloc(BT * 3 * C).unwrap();
+    let datt = upload(be, &randn(BT * C, 14));
+    let [q, k, v] = Heads::split_qkv(View::new(&qkv, 0, [B, T, 3 * C]), H).unwrap();
+    let [dq, dk, dv] = Heads::split_qkv(View::new(&dqkv, 0, [B, T, 3 * C]), H).unwrap();
+    let o = Heads::from_tensor(View::new(&att, 0, [B, T, C]), H).unwrap();
+    let dout = Heads::from_tensor(View::new(&datt, 0, [B, T, C]), H).unwrap();
+    // Causal attention FLOPs: QKᵀ and PV, full T×T (what the kernels compute).
+    let flops = (4 * B * H * T * T * (C / H)) as u64;
+    g.throughput(Throughput::Elements(flops));
+    g.bench_function(
+        BenchmarkId::new(label, format!("forward_{B}x{T}x{H}x{}", C / H)),
+        |bch| {
+            bch.iter(|| {
+                be.attention_forward(q, k, v, o, View::whole(&ws), 0)
+                    .unwrap();
+                sync(be)
+            })
+        },
+    );
+    be.attention_forward(q, k, v, o, View::whole(&ws), 0)
+        .unwrap();
+    g.throughput(Throughput::Elements(2 * flops + flops / 2));
+    g.bench_function(
+        BenchmarkId::new(label, format!("backward_{B}x{T}x{H}x{}", C / H)),
+        |bch| {
+            bch.iter(|| {
+                be.attention_backward(
+                    q,
+                    k,
+                    v,
+                    o,
+                    dout,
+                    dq,
+                    dk,
+                    dv,
+                    View::whole(&ws),
+                    View::whole(&scratch),
+                )
+                .unwrap();
+                sync(be)
+            })
+        },
+    );
+    g.finish();
+    black_box(());
+}
+
+/// Peer GEMM: the `gemm` crate on the same shapes, all threads.
+fn bench_gemm_crate(c: &mut Criterion) {
+    let threads = rayon::current_num_threads();
+    let mut g = c.benchmark_group("gemm");
+    group_settings(&mut g);
+    for &(name, m, k, n, ta, tb) in GEMMS {
+        let a = randn(m * k, 1);
+        let b = randn(k * n, 2);
+        let mut out = vec![0.0f32; m * n];
+        // Row-major strides (row, col) of the stored operands; transposed = swapped.
+        let (ars, acs) = if ta { (1, m as isize) } else { (k as isize, 1) };
+        let (brs, bcs) = if tb { (1, k as isize) } else { (n as isize, 1) };
+        g.throughput(Throughput::Elements((2 * m * k * n) as u64));
+        g.bench_function(
+            BenchmarkId::new(
+                format!("gemm-crate-{threads}t"),
+                format!("{name}_{m}x{k}x{n}"),
+            ),
+            |bch| {
+                bch.iter(|| unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        k,
+                        out.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        a.as_ptr(),
+                        acs,
+                        ars,
+                        b.as_ptr(),
+                        bcs,
+                        brs,
+                        0.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::Rayon(threads),
+                    )
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+/// This machine's peaks, measured in the same run: f32 FMA throughput on all threads
+/// and copy bandwidth at the memory-bound ops' size.
+fn bench_peak(c: &mut Criterion) {
+    let mut g = c.benchmark_group("peak");
+    group_settings(&mut g);
+    let threads = rayon::current_num_threads();
+    let iters = 1u64 << 22;
+    // 12 independent 8-wide FMA chains per thread: 2 FLOPs x 8 lanes x 12 x iters.
+    g.throughput(Throughput::Elements(threads as u64 * iters * 12 * 16));
+    g.bench_function(format!("fma_f32_{threads}t"), |bch| {
+        bch.iter(|| {
+            use rayon::prelude::*;
+            (0..threads)
+                .into_par_iter()
+                .map(|_| fma_chain(iters))
+                .sum::<f32>()
+        })
+    });
+    for n in [BT * C, BT * 4 * C] {
+        let src = randn(n, 1);
+        let mut dst = vec![0.0f32; n];
+        g.throughput(Throughput::Bytes((8 * n) as u64));
+        g.bench_function(format!("copy_{threads}t_{}MB", 4 * n >> 20), |bch| {
+            bch.iter(|| {
+                use rayon::prelude::*;
+                dst.par_chunks_mut(1 << 16)
+                    .zip(src.par_chunks(1 << 16))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            })
+        });
+    }
+    g.finish();
+}
+
+#[cfg(target_arch = "x86_64")]
+fn fma_chain(iters: u64) -> f32 {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run(iters: u64) -> f32 {
+        use std::arch::x86_64::*;
+        // SAFETY: only reached after checking the CPU has AVX2 and FMA.
+        unsafe {
+            let m = _mm256_set1_ps(0.999_999);
+            let a0 = _mm256_set1_ps(1e-7);
+            let mut acc = [_mm256_set1_ps(1.0); 12];
+            for _ in 0..iters {
+                for a in acc.iter_mut() {
+                    *a = _mm256_fmadd_ps(*a, m, a0);
+                }
+            }
+            let mut s = _mm256_setzero_ps();
+            for a in acc {
+                s = _mm256_add_ps(s, a);
+            }
+            let mut out = [0.0f32; 8];
+            _mm256_storeu_ps(out.as_mut_ptr(), s);
+            out.iter().sum()
+        }
+    }
+    assert!(
+        std::is_x86_feature_detected!("fma"),
+        "peak bench needs AVX2 + FMA"
+    );
+    unsafe { run(iters) }
+}
+
+fn benches(c: &mut Criterion) {
+    let c = config(c);
+    bench_peak(c);
+    let cpu = CpuBackend::new();
+    bench_backend(c, &cpu, &format!("cpu-{}t", cpu.threads()));
+    andrea_cpu::set_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply);
+    bench_gemms(c, &cpu, &format!("cpu-{}t-matrixmultiply", cpu.threads()));
+    andrea_cpu::set_gemm_kernel(andrea_cpu::GemmKernel::default());
+    bench_gemm_crate(c);
+}
+
+criterion_group!(ops, benches);
+criterion_main!(ops);

@@ -120,8 +120,7 @@ pub trait Backend: Sized {
     // ---- elementwise --------------------------------------------------------------
 
     /// `out = a + b` (the residual connection). `out` may be exactly `a` or `b`.
-    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>)
-        -> Result<()>;
+    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()>;
 
     /// `x *= alpha`, in place.
     fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()>;

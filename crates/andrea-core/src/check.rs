@@ -319,11 +319,7 @@ pub fn token_ids(op: &'static str, arg: &'static str, ids: &[u32], vocab: usize)
 // ---- one function per op ------------------------------------------------------------
 
 /// [`crate::Backend::upload`] / [`crate::Backend::download`]: `host_len == t.numel()`.
-pub fn transfer<M: DeviceMemory>(
-    op: &'static str,
-    t: &View<'_, M>,
-    host_len: usize,
-) -> Result<()> {
+pub fn transfer<M: DeviceMemory>(op: &'static str, t: &View<'_, M>, host_len: usize) -> Result<()> {
     view(op, "device", t)?;
     if host_len != t.numel() {
         return Err(Error::SizeMismatch {
@@ -490,7 +486,10 @@ pub fn layernorm<M: DeviceMemory>(
     numel(OP, "mean", mean, n)?;
     numel(OP, "rstd", rstd, n)?;
     if !(eps > 0.0 && eps.is_finite()) {
-        return Err(Error::invalid(OP, format!("eps must be a positive finite number, got {eps}")));
+        return Err(Error::invalid(
+            OP,
+            format!("eps must be a positive finite number, got {eps}"),
+        ));
     }
     disjoint(
         OP,
@@ -568,7 +567,10 @@ pub fn softmax<M: DeviceMemory>(
     const OP: &str = "softmax";
     elementwise(OP, &[("x", x)], ("out", out), true)?;
     if !scale.is_finite() {
-        return Err(Error::invalid(OP, format!("scale must be finite, got {scale}")));
+        return Err(Error::invalid(
+            OP,
+            format!("scale must be finite, got {scale}"),
+        ));
     }
     let d = x.shape.dims();
     let k_len = x.shape.last();
@@ -601,8 +603,18 @@ pub fn softmax_backward<M: DeviceMemory>(
     view(OP, "probs", probs)?;
     same_shape(OP, "dprobs", dprobs, probs)?;
     same_shape(OP, "dx", dx, probs)?;
-    disjoint(OP, &[Region::of("dx", dx)], &[Region::of("probs", probs)], false)?;
-    disjoint(OP, &[Region::of("dx", dx)], &[Region::of("dprobs", dprobs)], true)?;
+    disjoint(
+        OP,
+        &[Region::of("dx", dx)],
+        &[Region::of("probs", probs)],
+        false,
+    )?;
+    disjoint(
+        OP,
+        &[Region::of("dx", dx)],
+        &[Region::of("dprobs", dprobs)],
+        true,
+    )?;
     Ok((probs.shape.rows(), probs.shape.last()))
 }
 
@@ -767,11 +779,21 @@ pub fn softmax_cross_entropy<M: DeviceMemory, I: DeviceMemory>(
     let mut outputs = vec![Region::of("losses", losses)];
     if let Some(d) = dlogits {
         same_shape(OP, "dlogits", d, logits)?;
-        disjoint(OP, &[Region::of("dlogits", d)], &[Region::of("logits", logits)], true)?;
+        disjoint(
+            OP,
+            &[Region::of("dlogits", d)],
+            &[Region::of("logits", logits)],
+            true,
+        )?;
         outputs.push(Region::of("dlogits", d));
     }
     disjoint(OP, &outputs, &[], false)?;
-    disjoint(OP, &[Region::of("losses", losses)], &[Region::of("logits", logits)], false)?;
+    disjoint(
+        OP,
+        &[Region::of("losses", losses)],
+        &[Region::of("logits", logits)],
+        false,
+    )?;
     Ok((n, vp))
 }
 
@@ -790,11 +812,17 @@ pub fn adamw<M: DeviceMemory>(
     numel(OP, "m", m, n)?;
     numel(OP, "v", v, n)?;
     if step.step == 0 {
-        return Err(Error::invalid(OP, "step is 1-based (bias correction divides by 1 - β^step)"));
+        return Err(Error::invalid(
+            OP,
+            "step is 1-based (bias correction divides by 1 - β^step)",
+        ));
     }
     for (name, b) in [("beta1", step.beta1), ("beta2", step.beta2)] {
         if !(0.0..1.0).contains(&b) {
-            return Err(Error::invalid(OP, format!("{name} must be in [0, 1), got {b}")));
+            return Err(Error::invalid(
+                OP,
+                format!("{name} must be in [0, 1), got {b}"),
+            ));
         }
     }
     if !(step.eps > 0.0) || !step.lr.is_finite() || !step.weight_decay.is_finite() {
@@ -890,7 +918,12 @@ fn attention_dims<M: DeviceMemory>(
     })
 }
 
-fn same_heads<M>(op: &'static str, arg: &'static str, h: &Heads<'_, M>, like: &Heads<'_, M>) -> Result<()> {
+fn same_heads<M>(
+    op: &'static str,
+    arg: &'static str,
+    h: &Heads<'_, M>,
+    like: &Heads<'_, M>,
+) -> Result<()> {
     let got = Shape::new(&[h.batch, h.seq, h.heads, h.head_dim]);
     let expected = Shape::new(&[like.batch, like.seq, like.heads, like.head_dim]);
     if got != expected {
@@ -932,7 +965,10 @@ pub fn attention_forward<M: DeviceMemory>(
     }
     disjoint(
         OP,
-        &[Region::of_heads("out", out), Region::of("workspace", workspace)],
+        &[
+            Region::of_heads("out", out),
+            Region::of("workspace", workspace),
+        ],
         &[
             Region::of_heads("q", q),
             Region::of_heads("k", k),

@@ -123,7 +123,18 @@ pub fn attention_backward<B: Backend>(
     let ws_len = q.batch * q.heads * t * t;
     let scratch_len = q.heads * t * t;
     let d = check::attention_backward(
-        &q, &k, &v, &out, &dout, &dq, &dk, &dv, &workspace, &scratch, ws_len, scratch_len,
+        &q,
+        &k,
+        &v,
+        &out,
+        &dout,
+        &dq,
+        &dk,
+        &dv,
+        &workspace,
+        &scratch,
+        ws_len,
+        scratch_len,
     )?;
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let per_batch = d.heads * t * t;

@@ -130,7 +130,11 @@ impl<M> Copy for View<'_, M> {}
 
 impl<M> fmt::Debug for View<'_, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "View {{ offset: {}, shape: {} }}", self.offset, self.shape)
+        write!(
+            f,
+            "View {{ offset: {}, shape: {} }}",
+            self.offset, self.shape
+        )
     }
 }
 

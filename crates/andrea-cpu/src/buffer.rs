@@ -1,0 +1,106 @@
+//! Host memory as backend memory.
+//!
+//! A [`CpuBuffer`] behaves like a device allocation: ops read and write it through
+//! `Copy` views, so it lives in an `UnsafeCell`. It is `Send` but not `Sync`: a buffer,
+//! and every view into it, is used by one thread at a time, and within an op
+//! [`andrea_core::check`] has already proved that outputs do not overlap inputs. That is
+//! what makes handing out a `&mut [f32]` for an output and `&[f32]` for the inputs sound.
+
+use std::cell::UnsafeCell;
+
+use andrea_core::{DeviceMemory, Matrix, View};
+
+/// `f32` elements in host memory.
+pub struct CpuBuffer<T = f32> {
+    data: UnsafeCell<Box<[T]>>,
+}
+
+/// `u32` token ids in host memory.
+pub type CpuIds = CpuBuffer<u32>;
+
+// SAFETY: the buffer owns its elements; moving it to another thread moves them.
+unsafe impl<T: Send> Send for CpuBuffer<T> {}
+
+impl<T: Copy + Default> CpuBuffer<T> {
+    /// `len` zeros.
+    pub fn zeros(len: usize) -> Self {
+        CpuBuffer {
+            data: UnsafeCell::new(vec![T::default(); len].into_boxed_slice()),
+        }
+    }
+
+    /// A buffer holding a copy of `host`.
+    pub fn from_slice(host: &[T]) -> Self {
+        CpuBuffer {
+            data: UnsafeCell::new(host.to_vec().into_boxed_slice()),
+        }
+    }
+}
+
+impl<T> DeviceMemory for CpuBuffer<T> {
+    fn len(&self) -> usize {
+        // SAFETY: reading the length of the box never races with element writes.
+        unsafe { (&*self.data.get()).len() }
+    }
+}
+
+impl<T> CpuBuffer<T> {
+    /// Base pointer of the elements.
+    pub(crate) fn ptr(&self) -> *mut T {
+        // SAFETY: the box is never reallocated after construction.
+        unsafe { (&mut *self.data.get()).as_mut_ptr() }
+    }
+}
+
+/// The elements of a validated input view.
+///
+/// # Safety
+/// `t` must have passed its op's check (in bounds), and no `&mut` to these elements may
+/// be live while the returned slice is.
+pub(crate) unsafe fn read<'a, T>(t: &View<'a, CpuBuffer<T>>) -> &'a [T] {
+    // SAFETY: in bounds by the caller's check; no aliasing writer by the caller's contract.
+    unsafe { std::slice::from_raw_parts(t.buf.ptr().add(t.offset), t.numel()) }
+}
+
+/// The elements of a validated output view.
+///
+/// # Safety
+/// `t` must have passed its op's check (in bounds, disjoint from every other argument),
+/// and no other reference to these elements may be live while the returned slice is.
+#[allow(clippy::mut_from_ref)]
+pub(crate) unsafe fn write<'a, T>(t: &View<'a, CpuBuffer<T>>) -> &'a mut [T] {
+    // SAFETY: in bounds and exclusive by the caller's check and contract.
+    unsafe { std::slice::from_raw_parts_mut(t.buf.ptr().add(t.offset), t.numel()) }
+}
+
+/// A raw pointer that may cross threads: the op that makes one has proved that the
+/// elements each thread touches through it are disjoint.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub *mut f32);
+// SAFETY: see the type's docs; disjointness is the creating op's obligation.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// Pointer to element `(0, 0, 0)` of a validated matrix.
+    pub(crate) fn of(m: &Matrix<'_, CpuBuffer>) -> Self {
+        // SAFETY: the matrix was checked to lie inside its buffer.
+        SendPtr(unsafe { m.buf.ptr().add(m.offset) })
+    }
+
+    /// The raw pointer (a method, so closures capture the `Send` wrapper, not the field).
+    #[inline]
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+
+    /// `self + n` elements.
+    ///
+    /// # Safety
+    /// The result must stay inside the allocation.
+    #[inline]
+    pub(crate) unsafe fn add(self, n: usize) -> Self {
+        // SAFETY: the caller keeps the offset inside the allocation.
+        SendPtr(unsafe { self.0.add(n) })
+    }
+}

@@ -1,0 +1,117 @@
+//! Elementwise kernels: GELU and its backward, the residual add, scaling.
+//! Memory-bound: each is one pass over its operands, cut into fixed-size chunks.
+
+use rayon::prelude::*;
+
+use crate::par::MIN_TASK_ELEMS;
+use crate::simd::{self, multiversion};
+
+multiversion! {
+    fn gelu_chunk(x: &[f32], y: &mut [f32]) {
+        for (o, &v) in y.iter_mut().zip(x) {
+            *o = simd::gelu(v);
+        }
+    }
+}
+
+multiversion! {
+    fn gelu_chunk_in_place(y: &mut [f32]) {
+        for o in y.iter_mut() {
+            *o = simd::gelu(*o);
+        }
+    }
+}
+
+multiversion! {
+    fn gelu_backward_chunk(x: &[f32], dy: &[f32], dx: &mut [f32]) {
+        for ((o, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
+            *o = g * simd::gelu_grad(v);
+        }
+    }
+}
+
+multiversion! {
+    fn gelu_backward_chunk_in_place(x: &[f32], dydx: &mut [f32]) {
+        for (o, &v) in dydx.iter_mut().zip(x) {
+            *o *= simd::gelu_grad(v);
+        }
+    }
+}
+
+multiversion! {
+    fn add_chunk(a: &[f32], b: &[f32], y: &mut [f32]) {
+        for ((o, &p), &q) in y.iter_mut().zip(a).zip(b) {
+            *o = p + q;
+        }
+    }
+}
+
+multiversion! {
+    fn add_chunk_in_place(y: &mut [f32], b: &[f32]) {
+        for (o, &q) in y.iter_mut().zip(b) {
+            *o += q;
+        }
+    }
+}
+
+multiversion! {
+    fn scale_chunk(y: &mut [f32], alpha: f32) {
+        for o in y.iter_mut() {
+            *o *= alpha;
+        }
+    }
+}
+
+/// `y = GELU(x)`.
+pub(crate) fn gelu(x: &[f32], y: &mut [f32]) {
+    y.par_chunks_mut(MIN_TASK_ELEMS)
+        .zip(x.par_chunks(MIN_TASK_ELEMS))
+        .for_each(|(y, x)| gelu_chunk(x, y));
+}
+
+/// `y = GELU(y)`.
+pub(crate) fn gelu_in_place(y: &mut [f32]) {
+    y.par_chunks_mut(MIN_TASK_ELEMS)
+        .for_each(gelu_chunk_in_place);
+}
+
+/// `dx = dy · GELU'(x)`.
+pub(crate) fn gelu_backward(x: &[f32], dy: &[f32], dx: &mut [f32]) {
+    dx.par_chunks_mut(MIN_TASK_ELEMS)
+        .zip(x.par_chunks(MIN_TASK_ELEMS))
+        .zip(dy.par_chunks(MIN_TASK_ELEMS))
+        .for_each(|((dx, x), dy)| gelu_backward_chunk(x, dy, dx));
+}
+
+/// `dydx = dydx · GELU'(x)`.
+pub(crate) fn gelu_backward_in_place(x: &[f32], dydx: &mut [f32]) {
+    dydx.par_chunks_mut(MIN_TASK_ELEMS)
+        .zip(x.par_chunks(MIN_TASK_ELEMS))
+        .for_each(|(d, x)| gelu_backward_chunk_in_place(x, d));
+}
+
+/// `y = a + b`.
+pub(crate) fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
+    y.par_chunks_mut(MIN_TASK_ELEMS)
+        .zip(a.par_chunks(MIN_TASK_ELEMS))
+        .zip(b.par_chunks(MIN_TASK_ELEMS))
+        .for_each(|((y, a), b)| add_chunk(a, b, y));
+}
+
+/// `y += b`.
+pub(crate) fn add_in_place(y: &mut [f32], b: &[f32]) {
+    y.par_chunks_mut(MIN_TASK_ELEMS)
+        .zip(b.par_chunks(MIN_TASK_ELEMS))
+        .for_each(|(y, b)| add_chunk_in_place(y, b));
+}
+
+/// `y *= alpha`.
+pub(crate) fn scale(y: &mut [f32], alpha: f32) {
+    y.par_chunks_mut(MIN_TASK_ELEMS)
+        .for_each(|y| scale_chunk(y, alpha));
+}
+
+/// `y = value`.
+pub(crate) fn fill(y: &mut [f32], value: f32) {
+    y.par_chunks_mut(MIN_TASK_ELEMS).for_each(|y| y.fill(value));
+}

@@ -1,0 +1,347 @@
+//! Matrix multiplication: matrixmultiply's single-threaded `sgemm` on blocks of C that
+//! rayon spreads over the threads.
+//!
+//! Every product of the model goes through [`sgemm_strided`], one strided function, so
+//! transposes cost nothing (they are strides) and the kernel behind it can be swapped
+//! by measurement (see benches/README.md for the numbers that chose this one).
+//!
+//! Parallel split: C is cut into row blocks (or, when there are too few rows, as in
+//! generation, column blocks), one `sgemm` per block. Each element of C is computed by
+//! the same sequence of floating-point operations whatever the block it falls in, so
+//! the result is bit-identical for any thread count.
+
+use andrea_core::check::MatmulDims;
+use andrea_core::Matrix;
+use rayon::prelude::*;
+
+use crate::buffer::{CpuBuffer, SendPtr};
+
+/// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
+/// height matrixmultiply uses, so blocks do not end in ragged micro-tiles.
+const BLOCK_ALIGN: usize = 16;
+
+/// A strided operand: pointer to element (0, 0) and (row, column) strides.
+#[derive(Clone, Copy)]
+pub(crate) struct Operand {
+    pub ptr: SendPtr,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// The single-threaded f32 GEMM kernel behind [`sgemm_strided`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GemmKernel {
+    /// The `gemm` crate (faster on this project's build machine: see benches/README.md).
+    #[default]
+    GemmCrate,
+    /// `matrixmultiply::sgemm`.
+    MatrixMultiply,
+}
+
+static KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Selects the GEMM kernel for the whole process (the default is measured fastest).
+pub fn set_gemm_kernel(k: GemmKernel) {
+    KERNEL.store(k as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The GEMM kernel in use.
+pub fn gemm_kernel() -> GemmKernel {
+    match KERNEL.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => GemmKernel::GemmCrate,
+        _ => GemmKernel::MatrixMultiply,
+    }
+}
+
+/// `C = A·B + beta·C` on one thread, `A: [m, k]`, `B: [k, n]`, `C: [m, n]`, any strides;
+/// `beta` is 0 (overwrite; C is not read) or 1 (accumulate).
+///
+/// # Safety
+/// The three operands must lie inside their allocations for the given sizes, and `c`
+/// must not overlap `a`, `b` or any memory another thread touches meanwhile.
+pub(crate) unsafe fn sgemm_strided(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Operand,
+    b: Operand,
+    beta: f32,
+    c: Operand,
+) {
+    if gemm_kernel() == GemmKernel::GemmCrate {
+        // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and
+        // reads dst only when asked to.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.ptr.get(),
+                c.cs as isize,
+                c.rs as isize,
+                beta != 0.0,
+                a.ptr.get(),
+                a.cs as isize,
+                a.rs as isize,
+                b.ptr.get(),
+                b.cs as isize,
+                b.rs as isize,
+                beta,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        };
+        return;
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.ptr.0,
+            a.rs as isize,
+            a.cs as isize,
+            b.ptr.0,
+            b.rs as isize,
+            b.cs as isize,
+            beta,
+            c.ptr.0,
+            c.rs as isize,
+            c.cs as isize,
+        )
+    }
+}
+
+/// One block of work: rows `r0..r1` and columns `c0..c1` of batch entry `batch`.
+#[derive(Clone, Copy)]
+struct Block {
+    batch: usize,
+    r0: usize,
+    r1: usize,
+    c0: usize,
+    c1: usize,
+}
+
+fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
+    let parts = parts.max(1);
+    let step = len.div_ceil(parts).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+    (0..len)
+        .step_by(step.max(1))
+        .map(|s| (s, (s + step).min(len)))
+        .collect()
+}
+
+/// Cuts the product into blocks for `threads` threads.
+fn blocks(d: &MatmulDims, threads: usize) -> Vec<Block> {
+    let mut out = Vec::new();
+    if d.batch >= threads || threads == 1 {
+        for batch in 0..d.batch {
+            out.push(Block {
+                batch,
+                r0: 0,
+                r1: d.m,
+                c0: 0,
+                c1: d.n,
+            });
+        }
+        return out;
+    }
+    let per_batch = threads.div_ceil(d.batch);
+    for batch in 0..d.batch {
+        if d.m >= per_batch * 2 * BLOCK_ALIGN {
+            for (r0, r1) in split(d.m, per_batch) {
+                out.push(Block {
+                    batch,
+                    r0,
+                    r1,
+                    c0: 0,
+                    c1: d.n,
+                });
+            }
+        } else {
+            for (c0, c1) in split(d.n, per_batch) {
+                out.push(Block {
+                    batch,
+                    r0: 0,
+                    r1: d.m,
+                    c0,
+                    c1,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The strides of a matrix, without the buffer reference (which is not `Sync`).
+#[derive(Clone, Copy)]
+pub(crate) struct Layout {
+    batch: usize,
+    batch_stride: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl Layout {
+    fn of(m: &Matrix<'_, CpuBuffer>) -> Self {
+        Layout {
+            batch: m.batch,
+            batch_stride: m.batch_stride,
+            row_stride: m.row_stride,
+            col_stride: m.col_stride,
+        }
+    }
+}
+
+/// A validated product as plain data, ready to run on any thread.
+pub(crate) struct Gemm<'a> {
+    pa: SendPtr,
+    pb: SendPtr,
+    pc: SendPtr,
+    a: Layout,
+    b: Layout,
+    c: Layout,
+    bias: Option<&'a [f32]>,
+    accumulate: bool,
+    d: MatmulDims,
+}
+
+impl<'a> Gemm<'a> {
+    /// `c (+)= a·b (+ bias)` for operands that passed `check::matmul` (which gave `d`).
+    pub(crate) fn new(
+        a: &Matrix<'_, CpuBuffer>,
+        b: &Matrix<'_, CpuBuffer>,
+        bias: Option<&'a [f32]>,
+        c: &Matrix<'_, CpuBuffer>,
+        accumulate: bool,
+        d: MatmulDims,
+    ) -> Self {
+        Gemm {
+            pa: SendPtr::of(a),
+            pb: SendPtr::of(b),
+            pc: SendPtr::of(c),
+            a: Layout::of(a),
+            b: Layout::of(b),
+            c: Layout::of(c),
+            bias,
+            accumulate,
+            d,
+        }
+    }
+
+    /// Runs the product on the current rayon pool.
+    pub(crate) fn run(&self) {
+        matmul(self)
+    }
+}
+
+fn matmul(g: &Gemm<'_>) {
+    let Gemm {
+        pa,
+        pb,
+        pc,
+        a,
+        b,
+        c,
+        bias,
+        accumulate,
+        d,
+    } = *g;
+    let blocks = blocks(&d, rayon::current_num_threads());
+    let run = |blk: &Block| {
+        let ab = if a.batch == 1 {
+            0
+        } else {
+            blk.batch * a.batch_stride
+        };
+        let bb = if b.batch == 1 {
+            0
+        } else {
+            blk.batch * b.batch_stride
+        };
+        let cb = blk.batch * c.batch_stride;
+        // SAFETY: the check proved every operand in bounds and `c` injective and
+        // disjoint from `a`, `b` and `bias`; blocks cover disjoint parts of `c`.
+        unsafe {
+            let c_blk = pc.add(cb + blk.r0 * c.row_stride + blk.c0 * c.col_stride);
+            let (m, n) = (blk.r1 - blk.r0, blk.c1 - blk.c0);
+            let mut beta = if accumulate { 1.0 } else { 0.0 };
+            if let Some(bias) = bias {
+                for i in 0..m {
+                    for j in 0..n {
+                        let p = c_blk.get().add(i * c.row_stride + j * c.col_stride);
+                        let bj = bias[blk.c0 + j];
+                        *p = if accumulate { *p + bj } else { bj };
+                    }
+                }
+                beta = 1.0;
+            }
+            sgemm_strided(
+                m,
+                d.k,
+                n,
+                Operand {
+                    ptr: pa.add(ab + blk.r0 * a.row_stride),
+                    rs: a.row_stride,
+                    cs: a.col_stride,
+                },
+                Operand {
+                    ptr: pb.add(bb + blk.c0 * b.col_stride),
+                    rs: b.row_stride,
+                    cs: b.col_stride,
+                },
+                beta,
+                Operand {
+                    ptr: c_blk,
+                    rs: c.row_stride,
+                    cs: c.col_stride,
+                },
+            );
+        }
+    };
+    if blocks.len() == 1 {
+        run(&blocks[0]);
+    } else {
+        blocks.par_iter().for_each(run);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_covers_everything_in_aligned_blocks() {
+        for len in [1, 15, 16, 17, 100, 1024, 1025] {
+            for parts in 1..5 {
+                let s = split(len, parts);
+                assert_eq!(s[0].0, 0);
+                assert_eq!(s.last().unwrap().1, len);
+                for w in s.windows(2) {
+                    assert_eq!(w[0].1, w[1].0);
+                    assert_eq!(w[0].0 % BLOCK_ALIGN, 0);
+                }
+                assert!(s.len() <= parts);
+            }
+        }
+    }
+
+    #[test]
+    fn few_rows_split_by_columns() {
+        let d = MatmulDims {
+            batch: 1,
+            m: 1,
+            k: 768,
+            n: 8449,
+        };
+        let b = blocks(&d, 2);
+        assert_eq!(b.len(), 2);
+        assert!(b.iter().all(|b| b.r0 == 0 && b.r1 == 1));
+        assert_eq!(b[1].c1, 8449);
+    }
+}

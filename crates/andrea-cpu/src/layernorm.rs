@@ -1,0 +1,174 @@
+//! LayerNorm forward (one pass over each row after its statistics) and backward.
+//!
+//! Forward, per row of `x: [N, C]`: `mean = Σx/C`, `var = Σ(x-mean)²/C` (two-pass, so
+//! no cancellation), `rstd = 1/sqrt(var+eps)`, `out = (x-mean)·rstd·γ + β`.
+//!
+//! Backward, with `x̂ = (x-mean)·rstd` and `g = dout·γ`:
+//! `dx += rstd·(g - mean(g) - x̂·mean(g·x̂))`, `dγ += Σ_rows dout·x̂`, `dβ += Σ_rows dout`.
+//! `dx` is done row-parallel; `dγ, dβ` column-band-parallel, each band walking the rows
+//! in order, so the sums do not depend on the thread count.
+
+use rayon::prelude::*;
+
+use crate::buffer::SendPtr;
+use crate::par::{cols_per_task, rows_per_task};
+use crate::simd::{self, multiversion};
+
+multiversion! {
+    fn forward_rows(
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        out: &mut [f32],
+        mean: &mut [f32],
+        rstd: &mut [f32],
+        eps: f32,
+    ) {
+        let c = gamma.len();
+        for (((x, out), mean), rstd) in x
+            .chunks_exact(c)
+            .zip(out.chunks_exact_mut(c))
+            .zip(mean.iter_mut())
+            .zip(rstd.iter_mut())
+        {
+            let m = simd::sum(x) / c as f32;
+            let var = simd::sum_sq_dev(x, m) / c as f32;
+            let r = 1.0 / (var + eps).sqrt();
+            for (((o, &v), &g), &b) in out.iter_mut().zip(x).zip(gamma).zip(beta) {
+                *o = (v - m) * r * g + b;
+            }
+            *mean = m;
+            *rstd = r;
+        }
+    }
+}
+
+/// LayerNorm forward over rows of `gamma.len()` elements.
+pub(crate) fn forward(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    out: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    eps: f32,
+) {
+    let c = gamma.len();
+    let rows = rows_per_task(c);
+    out.par_chunks_mut(rows * c)
+        .zip(x.par_chunks(rows * c))
+        .zip(mean.par_chunks_mut(rows))
+        .zip(rstd.par_chunks_mut(rows))
+        .for_each(|(((out, x), mean), rstd)| forward_rows(x, gamma, beta, out, mean, rstd, eps));
+}
+
+multiversion! {
+    fn backward_rows(
+        x: &[f32],
+        gamma: &[f32],
+        mean: &[f32],
+        rstd: &[f32],
+        dout: &[f32],
+        dx: &mut [f32],
+    ) {
+        let c = gamma.len();
+        for ((((x, dout), dx), &m), &r) in x
+            .chunks_exact(c)
+            .zip(dout.chunks_exact(c))
+            .zip(dx.chunks_exact_mut(c))
+            .zip(mean)
+            .zip(rstd)
+        {
+            // Two row sums: mean(g) and mean(g·x̂), 16 accumulators each.
+            let mut s1 = [0.0f32; 16];
+            let mut s2 = [0.0f32; 16];
+            for (j, ((&v, &d), &g)) in x.iter().zip(dout).zip(gamma).enumerate() {
+                let gd = d * g;
+                s1[j % 16] += gd;
+                s2[j % 16] += gd * ((v - m) * r);
+            }
+            let (mut mg, mut mgx) = (0.0f32, 0.0f32);
+            for i in 0..16 {
+                mg += s1[i];
+                mgx += s2[i];
+            }
+            mg /= c as f32;
+            mgx /= c as f32;
+            for (((o, &v), &d), &g) in dx.iter_mut().zip(x).zip(dout).zip(gamma) {
+                let xhat = (v - m) * r;
+                *o += r * (d * g - mg - xhat * mgx);
+            }
+        }
+    }
+}
+
+/// `dγ[band] += Σ_rows dout·x̂`, `dβ[band] += Σ_rows dout` for columns `c0..c0+band`.
+///
+/// # Safety
+/// `dgamma` and `dbeta` point at `c` floats that no other task touches in this band.
+unsafe fn param_band(
+    x: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    dout: &[f32],
+    c: usize,
+    c0: usize,
+    c1: usize,
+    dgamma: SendPtr,
+    dbeta: SendPtr,
+) {
+    let w = c1 - c0;
+    let mut dg = vec![0.0f32; w];
+    let mut db = vec![0.0f32; w];
+    for ((x, dout), (&m, &r)) in x
+        .chunks_exact(c)
+        .zip(dout.chunks_exact(c))
+        .zip(mean.iter().zip(rstd))
+    {
+        for (((g, b), &v), &d) in dg
+            .iter_mut()
+            .zip(db.iter_mut())
+            .zip(&x[c0..c1])
+            .zip(&dout[c0..c1])
+        {
+            *g += d * ((v - m) * r);
+            *b += d;
+        }
+    }
+    for j in 0..w {
+        // SAFETY: in bounds (`c0 + j < c`) and exclusive to this band by the caller.
+        unsafe {
+            *dgamma.get().add(c0 + j) += dg[j];
+            *dbeta.get().add(c0 + j) += db[j];
+        }
+    }
+}
+
+/// LayerNorm backward; `dx`, `dgamma`, `dbeta` are accumulated into.
+pub(crate) fn backward(
+    x: &[f32],
+    gamma: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    dout: &[f32],
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) {
+    let c = gamma.len();
+    let n = mean.len();
+    let rows = rows_per_task(c);
+    dx.par_chunks_mut(rows * c)
+        .zip(x.par_chunks(rows * c))
+        .zip(dout.par_chunks(rows * c))
+        .zip(mean.par_chunks(rows).zip(rstd.par_chunks(rows)))
+        .for_each(|(((dx, x), dout), (mean, rstd))| backward_rows(x, gamma, mean, rstd, dout, dx));
+    let band = cols_per_task(n, c);
+    let (pg, pb) = (SendPtr(dgamma.as_mut_ptr()), SendPtr(dbeta.as_mut_ptr()));
+    (0..c.div_ceil(band)).into_par_iter().for_each(|i| {
+        let c0 = i * band;
+        let c1 = (c0 + band).min(c);
+        // SAFETY: bands are disjoint column ranges of `dgamma`/`dbeta` (length `c`).
+        unsafe { param_band(x, mean, rstd, dout, c, c0, c1, pg, pb) };
+    });
+}

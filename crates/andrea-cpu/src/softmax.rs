@@ -1,0 +1,181 @@
+//! Row softmax with scale and causal mask, its backward, and the fused
+//! softmax + cross-entropy of the output layer.
+
+use rayon::prelude::*;
+
+use andrea_core::IGNORE_INDEX;
+
+use crate::par::rows_per_task;
+use crate::simd::{self, multiversion};
+
+/// Number of visible columns of row `row` (query `row % q_len`) under the mask.
+#[inline]
+pub(crate) fn visible(row: usize, q_len: usize, k_len: usize, causal: Option<usize>) -> usize {
+    match causal {
+        Some(o) => (o + row % q_len + 1).min(k_len),
+        None => k_len,
+    }
+}
+
+/// `y[..n] = softmax(scale·y[..n])`, `y[n..] = 0`. Returns `ln Σ e^(scale·x - max) + max`,
+/// the row's log-sum-exp of the scaled scores.
+#[inline(always)]
+pub(crate) fn softmax_row_in_place(y: &mut [f32], n: usize, scale: f32) -> f32 {
+    let (head, tail) = y.split_at_mut(n);
+    let mut m = f32::NEG_INFINITY;
+    for &v in head.iter() {
+        m = m.max(v * scale);
+    }
+    for v in head.iter_mut() {
+        *v = simd::exp(*v * scale - m);
+    }
+    let s = simd::sum(head);
+    let inv = 1.0 / s;
+    for v in head.iter_mut() {
+        *v *= inv;
+    }
+    tail.fill(0.0);
+    m + s.ln()
+}
+
+multiversion! {
+    fn softmax_rows(y: &mut [f32], first_row: usize, q_len: usize, k_len: usize, scale: f32, causal: Option<usize>) {
+        for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
+            let n = visible(first_row + i, q_len, k_len, causal);
+            softmax_row_in_place(row, n, scale);
+        }
+    }
+}
+
+/// Softmax of `y` in place, rows of `k_len`.
+pub(crate) fn softmax_in_place(
+    y: &mut [f32],
+    q_len: usize,
+    k_len: usize,
+    scale: f32,
+    causal: Option<usize>,
+) {
+    let rows = rows_per_task(k_len);
+    y.par_chunks_mut(rows * k_len)
+        .enumerate()
+        .for_each(|(t, y)| softmax_rows(y, t * rows, q_len, k_len, scale, causal));
+}
+
+multiversion! {
+    fn softmax_backward_rows(p: &[f32], dp: &[f32], dx: &mut [f32], k_len: usize, scale: f32) {
+        for ((p, dp), dx) in p.chunks_exact(k_len).zip(dp.chunks_exact(k_len)).zip(dx.chunks_exact_mut(k_len)) {
+            let s = simd::dot(p, dp);
+            for ((o, &pv), &dv) in dx.iter_mut().zip(p).zip(dp) {
+                *o = scale * pv * (dv - s);
+            }
+        }
+    }
+}
+
+multiversion! {
+    fn softmax_backward_rows_in_place(p: &[f32], dpdx: &mut [f32], k_len: usize, scale: f32) {
+        for (p, d) in p.chunks_exact(k_len).zip(dpdx.chunks_exact_mut(k_len)) {
+            let s = simd::dot(p, d);
+            for (o, &pv) in d.iter_mut().zip(p) {
+                *o = scale * pv * (*o - s);
+            }
+        }
+    }
+}
+
+/// `dx = scale · p ∘ (dp - Σ p·dp)` per row; `dp == None` means `dx` holds `dp`.
+pub(crate) fn softmax_backward(
+    p: &[f32],
+    dp: Option<&[f32]>,
+    dx: &mut [f32],
+    k_len: usize,
+    scale: f32,
+) {
+    let rows = rows_per_task(k_len);
+    let chunk = rows * k_len;
+    match dp {
+        Some(dp) => dx
+            .par_chunks_mut(chunk)
+            .zip(p.par_chunks(chunk))
+            .zip(dp.par_chunks(chunk))
+            .for_each(|((dx, p), dp)| softmax_backward_rows(p, dp, dx, k_len, scale)),
+        None => dx
+            .par_chunks_mut(chunk)
+            .zip(p.par_chunks(chunk))
+            .for_each(|(dx, p)| softmax_backward_rows_in_place(p, dx, k_len, scale)),
+    }
+}
+
+multiversion! {
+    /// The loss of one row, without its gradient.
+    fn cross_entropy_loss_row(logits: &[f32], target: u32, vocab: usize) -> f32 {
+        if target == IGNORE_INDEX {
+            return 0.0;
+        }
+        let real = &logits[..vocab];
+        let mut m = f32::NEG_INFINITY;
+        for &v in real {
+            m = m.max(v);
+        }
+        let mut acc = [0.0f32; 16];
+        for (j, &v) in real.iter().enumerate() {
+            acc[j % 16] += simd::exp(v - m);
+        }
+        let mut s = 0.0f32;
+        for a in acc {
+            s += a;
+        }
+        m + s.ln() - logits[target as usize]
+    }
+}
+
+/// Fused softmax + cross-entropy over rows of `vp` logits (first `vocab` real).
+/// `grad`: `None` for the loss only; `Some(None)` to overwrite `logits` with the
+/// gradient; `Some(Some(g))` to write it into `g`.
+pub(crate) fn cross_entropy(
+    logits: &mut [f32],
+    targets: &[u32],
+    vocab: usize,
+    vp: usize,
+    losses: &mut [f32],
+    grad: Option<Option<&mut [f32]>>,
+    grad_scale: f32,
+) {
+    match grad {
+        None => logits
+            .par_chunks(vp)
+            .zip(targets.par_iter().zip(losses.par_iter_mut()))
+            .for_each(|(row, (&t, l))| *l = cross_entropy_loss_row(row, t, vocab)),
+        Some(None) => logits
+            .par_chunks_mut(vp)
+            .zip(targets.par_iter().zip(losses.par_iter_mut()))
+            .for_each(|(row, (&t, l))| *l = cross_entropy_in_place(row, t, vocab, grad_scale)),
+        Some(Some(g)) => logits
+            .par_chunks(vp)
+            .zip(g.par_chunks_mut(vp))
+            .zip(targets.par_iter().zip(losses.par_iter_mut()))
+            .for_each(|((row, g), (&t, l))| {
+                g.copy_from_slice(row);
+                *l = cross_entropy_in_place(g, t, vocab, grad_scale);
+            }),
+    }
+}
+
+multiversion! {
+    /// The loss of one row whose logits are in `g`, then `g` becomes the gradient.
+    fn cross_entropy_in_place(g: &mut [f32], target: u32, vocab: usize, grad_scale: f32) -> f32 {
+        if target == IGNORE_INDEX {
+            g.fill(0.0);
+            return 0.0;
+        }
+        let loss = cross_entropy_loss_row(g, target, vocab);
+        let lse = loss + g[target as usize];
+        let (real, pad) = g.split_at_mut(vocab);
+        for o in real.iter_mut() {
+            *o = grad_scale * simd::exp(*o - lse);
+        }
+        real[target as usize] -= grad_scale;
+        pad.fill(0.0);
+        loss
+    }
+}
