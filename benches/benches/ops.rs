@@ -465,9 +465,8 @@ fn benches(c: &mut Criterion) {
     bench_peak(c);
     let cpu = CpuBackend::new();
     bench_backend(c, &cpu, &format!("cpu-{}t", cpu.threads()));
-    andrea_cpu::set_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply);
-    bench_gemms(c, &cpu, &format!("cpu-{}t-matrixmultiply", cpu.threads()));
-    andrea_cpu::set_gemm_kernel(andrea_cpu::GemmKernel::default());
+    let mm = CpuBackend::new().with_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply);
+    bench_gemms(c, &mm, &format!("cpu-{}t-matrixmultiply", mm.threads()));
     bench_gemm_crate(c);
 }
 

@@ -86,8 +86,9 @@ pub fn run(dir: Option<&str>) -> Result<(), String> {
         .filter(|e| e.group == "peak" && e.function.starts_with("copy"))
         .map(|e| e.rate)
         .fold(None, |a: Option<f64>, r| Some(a.map_or(r, |a| a.min(r))));
-    let mut groups: BTreeMap<String, BTreeMap<String, BTreeMap<String, (f64, &str)>>> =
-        BTreeMap::new();
+    // group -> row -> column -> (rate, unit)
+    type Columns<'a> = BTreeMap<String, (f64, &'a str)>;
+    let mut groups: BTreeMap<String, BTreeMap<String, Columns>> = BTreeMap::new();
     for e in &entries {
         let (row, col) = if e.value.is_empty() {
             (e.function.clone(), "-".to_string())
@@ -114,8 +115,8 @@ pub fn run(dir: Option<&str>) -> Result<(), String> {
         let mut header = String::from("| benchmark |");
         for c in &cols {
             header.push_str(&format!(" {c} |"));
-            if peak.is_some() {
-                header.push_str(&format!(" {c} % of {} |", peak.unwrap().1));
+            if let Some((_, what)) = peak {
+                header.push_str(&format!(" {c} % of {what} |"));
             }
         }
         println!("{header}");

@@ -19,7 +19,7 @@ pub fn view<M: DeviceMemory>(op: &'static str, arg: &'static str, t: &View<'_, M
             shape: t.shape,
         });
     }
-    let end = t.offset.checked_add(t.numel()).unwrap_or(usize::MAX);
+    let end = t.offset.saturating_add(t.numel());
     if end > t.buf.len() {
         return Err(Error::OutOfBounds {
             op,
@@ -576,12 +576,12 @@ pub fn softmax<M: DeviceMemory>(
     let k_len = x.shape.last();
     let q_len = if d.len() >= 2 { d[d.len() - 2] } else { 1 };
     if let Some(o) = causal_offset {
-        if o + q_len > k_len {
+        if o.saturating_add(q_len) > k_len {
             return Err(Error::invalid(
                 OP,
                 format!(
                     "causal mask: offset {o} + {q_len} queries needs at least {} key columns, x has {k_len}",
-                    o + q_len
+                    o.saturating_add(q_len)
                 ),
             ));
         }
@@ -670,12 +670,12 @@ fn embedding_dims<M: DeviceMemory, I: DeviceMemory>(
         }
     }
     let context = wpe.shape.rows();
-    if pos_offset + seq > context {
+    if pos_offset.saturating_add(seq) > context {
         return Err(Error::invalid(
             op,
             format!(
                 "positions {pos_offset}..{} exceed the context length {context} of `wpe`",
-                pos_offset + seq
+                pos_offset.saturating_add(seq)
             ),
         ));
     }
@@ -825,7 +825,11 @@ pub fn adamw<M: DeviceMemory>(
             ));
         }
     }
-    if !(step.eps > 0.0) || !step.lr.is_finite() || !step.weight_decay.is_finite() {
+    if step.eps.is_nan()
+        || step.eps <= 0.0
+        || !step.lr.is_finite()
+        || !step.weight_decay.is_finite()
+    {
         return Err(Error::invalid(
             OP,
             format!(
@@ -898,13 +902,13 @@ fn attention_dims<M: DeviceMemory>(
             b_size: k.seq,
         });
     }
-    if pos_offset + q.seq != k.seq {
+    if pos_offset.checked_add(q.seq) != Some(k.seq) {
         return Err(Error::invalid(
             op,
             format!(
                 "queries at positions {pos_offset}..{} need exactly {} keys, k has {}",
-                pos_offset + q.seq,
-                pos_offset + q.seq,
+                pos_offset.saturating_add(q.seq),
+                pos_offset.saturating_add(q.seq),
                 k.seq
             ),
         ));
@@ -1022,14 +1026,18 @@ pub fn attention_backward<M: DeviceMemory>(
             });
         }
     }
+    let mut outputs = vec![
+        Region::of_heads("dq", dq),
+        Region::of_heads("dk", dk),
+        Region::of_heads("dv", dv),
+    ];
+    // A backend that needs no scratch ignores the view it is given.
+    if scratch_len > 0 {
+        outputs.push(Region::of("scratch", scratch));
+    }
     disjoint(
         OP,
-        &[
-            Region::of_heads("dq", dq),
-            Region::of_heads("dk", dk),
-            Region::of_heads("dv", dv),
-            Region::of("scratch", scratch),
-        ],
+        &outputs,
         &[
             Region::of_heads("q", q),
             Region::of_heads("k", k),

@@ -17,8 +17,8 @@ use andrea_core::check::AttentionDims;
 use andrea_core::Heads;
 
 use crate::buffer::{CpuBuffer, SendPtr};
-use crate::gemm::{sgemm_strided, Operand};
-use crate::simd;
+use crate::gemm::{sgemm_strided, GemmKernel, Operand};
+use crate::simd::{self, multiversion};
 use crate::softmax::{softmax_row_in_place, visible};
 
 thread_local! {
@@ -84,6 +84,39 @@ fn local(s: &mut [f32], cols: usize) -> Operand {
     }
 }
 
+multiversion! {
+    /// Causal softmax of `s / sqrt(D)` (rows of `tk`), keeping each row's log-sum-exp.
+    fn causal_softmax_rows(s: &mut [f32], lse: &mut [f32], tq: usize, tk: usize, pos_offset: usize, scale: f32) {
+        for (i, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
+            let n = visible(i, tq, tk, Some(pos_offset));
+            *l = softmax_row_in_place::<M>(row, n, scale);
+        }
+    }
+}
+
+multiversion! {
+    /// `P = exp(S·scale - L)` on the causal part of each row of `t`, 0 above it.
+    fn recompute_probs(p: &mut [f32], lse: &[f32], t: usize, scale: f32) {
+        for (i, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
+            let (vis, masked) = row.split_at_mut(i + 1);
+            simd::exp_shifted::<M>(vis, scale, l);
+            masked.fill(0.0);
+        }
+    }
+}
+
+multiversion! {
+    /// `dS = scale · P ∘ (dP - rowsum(P ∘ dP))`, in place of `dP`.
+    fn softmax_grad_rows(p: &[f32], dp: &mut [f32], t: usize, scale: f32) {
+        for (prow, drow) in p.chunks_exact(t).zip(dp.chunks_exact_mut(t)) {
+            let s = simd::dot(prow, drow);
+            for (o, &pv) in drow.iter_mut().zip(prow) {
+                *o = scale * pv * (*o - s);
+            }
+        }
+    }
+}
+
 /// Fused forward; `lse` receives `L: [B, H, Tq]`.
 pub(crate) fn forward(
     q: HeadsPtr,
@@ -93,6 +126,7 @@ pub(crate) fn forward(
     lse: &mut [f32],
     pos_offset: usize,
     d: AttentionDims,
+    kernel: GemmKernel,
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
@@ -103,6 +137,7 @@ pub(crate) fn forward(
             // each task writes only head `h` of batch entry `b` of `out`.
             unsafe {
                 sgemm_strided(
+                    kernel,
                     tq,
                     hd,
                     tk,
@@ -112,12 +147,10 @@ pub(crate) fn forward(
                     local(s, tk),
                 );
             }
-            for (i, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
-                let n = visible(i, tq, tk, Some(pos_offset));
-                *l = softmax_row_in_place(row, n, scale);
-            }
+            causal_softmax_rows(s, lse, tq, tk, pos_offset, scale);
             unsafe {
                 sgemm_strided(
+                    kernel,
                     tq,
                     tk,
                     hd,
@@ -132,7 +165,12 @@ pub(crate) fn forward(
 }
 
 /// Fused backward (training: `Tq == Tk`, offset 0), from the forward's `lse`.
-pub(crate) fn backward([q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7], lse: &[f32], d: AttentionDims) {
+pub(crate) fn backward(
+    [q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7],
+    lse: &[f32],
+    d: AttentionDims,
+    kernel: GemmKernel,
+) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (t, hd) = (d.q_len, d.head_dim);
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
@@ -143,6 +181,7 @@ pub(crate) fn backward([q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7], lse: &[f32], 
             // which the check proved disjoint from each other and from the inputs.
             unsafe {
                 sgemm_strided(
+                    kernel,
                     t,
                     hd,
                     t,
@@ -152,16 +191,11 @@ pub(crate) fn backward([q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7], lse: &[f32], 
                     local(p, t),
                 );
             }
-            for (i, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
-                let (vis, masked) = row.split_at_mut(i + 1);
-                for x in vis.iter_mut() {
-                    *x = simd::exp(*x * scale - l);
-                }
-                masked.fill(0.0);
-            }
+            recompute_probs(p, lse, t, scale);
             unsafe {
                 // dP = dO·vᵀ
                 sgemm_strided(
+                    kernel,
                     t,
                     hd,
                     t,
@@ -172,6 +206,7 @@ pub(crate) fn backward([q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7], lse: &[f32], 
                 );
                 // dv = Pᵀ·dO
                 sgemm_strided(
+                    kernel,
                     t,
                     t,
                     hd,
@@ -181,16 +216,21 @@ pub(crate) fn backward([q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7], lse: &[f32], 
                     head(dv, b, h),
                 );
             }
-            for (prow, drow) in p.chunks_exact(t).zip(dp.chunks_exact_mut(t)) {
-                let s = simd::dot(prow, drow);
-                for (o, &pv) in drow.iter_mut().zip(prow) {
-                    *o = scale * pv * (*o - s);
-                }
-            }
+            softmax_grad_rows(p, dp, t, scale);
             unsafe {
                 // dq = dS·k, dk = dSᵀ·q
-                sgemm_strided(t, t, hd, local(dp, t), head(k, b, h), 0.0, head(dq, b, h));
                 sgemm_strided(
+                    kernel,
+                    t,
+                    t,
+                    hd,
+                    local(dp, t),
+                    head(k, b, h),
+                    0.0,
+                    head(dq, b, h),
+                );
+                sgemm_strided(
+                    kernel,
                     t,
                     t,
                     hd,

@@ -9,7 +9,7 @@ use crate::simd::{self, multiversion};
 multiversion! {
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
         for (o, &v) in y.iter_mut().zip(x) {
-            *o = simd::gelu(v);
+            *o = simd::gelu::<M>(v);
         }
     }
 }
@@ -17,7 +17,7 @@ multiversion! {
 multiversion! {
     fn gelu_chunk_in_place(y: &mut [f32]) {
         for o in y.iter_mut() {
-            *o = simd::gelu(*o);
+            *o = simd::gelu::<M>(*o);
         }
     }
 }
@@ -25,7 +25,7 @@ multiversion! {
 multiversion! {
     fn gelu_backward_chunk(x: &[f32], dy: &[f32], dx: &mut [f32]) {
         for ((o, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
-            *o = g * simd::gelu_grad(v);
+            *o = g * simd::gelu_grad::<M>(v);
         }
     }
 }
@@ -33,7 +33,7 @@ multiversion! {
 multiversion! {
     fn gelu_backward_chunk_in_place(x: &[f32], dydx: &mut [f32]) {
         for (o, &v) in dydx.iter_mut().zip(x) {
-            *o *= simd::gelu_grad(v);
+            *o *= simd::gelu_grad::<M>(v);
         }
     }
 }

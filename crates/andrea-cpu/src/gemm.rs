@@ -38,21 +38,6 @@ pub enum GemmKernel {
     MatrixMultiply,
 }
 
-static KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Selects the GEMM kernel for the whole process (the default is measured fastest).
-pub fn set_gemm_kernel(k: GemmKernel) {
-    KERNEL.store(k as u8, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The GEMM kernel in use.
-pub fn gemm_kernel() -> GemmKernel {
-    match KERNEL.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => GemmKernel::GemmCrate,
-        _ => GemmKernel::MatrixMultiply,
-    }
-}
-
 /// `C = A·B + beta·C` on one thread, `A: [m, k]`, `B: [k, n]`, `C: [m, n]`, any strides;
 /// `beta` is 0 (overwrite; C is not read) or 1 (accumulate).
 ///
@@ -60,6 +45,7 @@ pub fn gemm_kernel() -> GemmKernel {
 /// The three operands must lie inside their allocations for the given sizes, and `c`
 /// must not overlap `a`, `b` or any memory another thread touches meanwhile.
 pub(crate) unsafe fn sgemm_strided(
+    kernel: GemmKernel,
     m: usize,
     k: usize,
     n: usize,
@@ -68,7 +54,7 @@ pub(crate) unsafe fn sgemm_strided(
     beta: f32,
     c: Operand,
 ) {
-    if gemm_kernel() == GemmKernel::GemmCrate {
+    if kernel == GemmKernel::GemmCrate {
         // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and
         // reads dst only when asked to.
         unsafe {
@@ -209,6 +195,7 @@ pub(crate) struct Gemm<'a> {
     bias: Option<&'a [f32]>,
     accumulate: bool,
     d: MatmulDims,
+    kernel: GemmKernel,
 }
 
 impl<'a> Gemm<'a> {
@@ -220,6 +207,7 @@ impl<'a> Gemm<'a> {
         c: &Matrix<'_, CpuBuffer>,
         accumulate: bool,
         d: MatmulDims,
+        kernel: GemmKernel,
     ) -> Self {
         Gemm {
             pa: SendPtr::of(a),
@@ -231,6 +219,7 @@ impl<'a> Gemm<'a> {
             bias,
             accumulate,
             d,
+            kernel,
         }
     }
 
@@ -251,6 +240,7 @@ fn matmul(g: &Gemm<'_>) {
         bias,
         accumulate,
         d,
+        kernel,
     } = *g;
     let blocks = blocks(&d, rayon::current_num_threads());
     let run = |blk: &Block| {
@@ -282,6 +272,7 @@ fn matmul(g: &Gemm<'_>) {
                 beta = 1.0;
             }
             sgemm_strided(
+                kernel,
                 m,
                 d.k,
                 n,

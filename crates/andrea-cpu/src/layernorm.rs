@@ -79,18 +79,27 @@ multiversion! {
             .zip(mean)
             .zip(rstd)
         {
-            // Two row sums: mean(g) and mean(g·x̂), 16 accumulators each.
+            // Two row sums, mean(g) and mean(g·x̂), in 16 accumulators each.
             let mut s1 = [0.0f32; 16];
             let mut s2 = [0.0f32; 16];
-            for (j, ((&v, &d), &g)) in x.iter().zip(dout).zip(gamma).enumerate() {
-                let gd = d * g;
-                s1[j % 16] += gd;
-                s2[j % 16] += gd * ((v - m) * r);
+            let mut j = 0;
+            while j + 16 <= c {
+                for l in 0..16 {
+                    let gd = dout[j + l] * gamma[j + l];
+                    s1[l] += gd;
+                    s2[l] += gd * ((x[j + l] - m) * r);
+                }
+                j += 16;
+            }
+            for l in 0..c - j {
+                let gd = dout[j + l] * gamma[j + l];
+                s1[l] += gd;
+                s2[l] += gd * ((x[j + l] - m) * r);
             }
             let (mut mg, mut mgx) = (0.0f32, 0.0f32);
-            for i in 0..16 {
-                mg += s1[i];
-                mgx += s2[i];
+            for l in 0..16 {
+                mg += s1[l];
+                mgx += s2[l];
             }
             mg /= c as f32;
             mgx /= c as f32;

@@ -36,6 +36,7 @@ mod buffer;
 mod elementwise;
 mod embedding;
 mod gemm;
+mod interop;
 mod layernorm;
 mod optim;
 mod par;
@@ -49,7 +50,7 @@ use andrea_core::{
 };
 
 pub use buffer::{CpuBuffer, CpuIds};
-pub use gemm::{gemm_kernel, set_gemm_kernel, GemmKernel};
+pub use gemm::GemmKernel;
 
 use buffer::{read, write};
 
@@ -58,6 +59,7 @@ use buffer::{read, write};
 /// one thread per core).
 pub struct CpuBackend {
     pool: Option<rayon::ThreadPool>,
+    kernel: GemmKernel,
 }
 
 impl Default for CpuBackend {
@@ -69,7 +71,10 @@ impl Default for CpuBackend {
 impl CpuBackend {
     /// A backend on rayon's global thread pool.
     pub fn new() -> Self {
-        CpuBackend { pool: None }
+        CpuBackend {
+            pool: None,
+            kernel: GemmKernel::default(),
+        }
     }
 
     /// A backend with its own pool of `threads` threads (`threads >= 1`).
@@ -88,7 +93,22 @@ impl CpuBackend {
                 context: "CpuBackend::with_threads".into(),
                 message: e.to_string(),
             })?;
-        Ok(CpuBackend { pool: Some(pool) })
+        Ok(CpuBackend {
+            pool: Some(pool),
+            kernel: GemmKernel::default(),
+        })
+    }
+
+    /// The same backend with another GEMM kernel (the default is the one measured
+    /// fastest; both are exact-to-f32-rounding implementations of the same product).
+    pub fn with_gemm_kernel(mut self, kernel: GemmKernel) -> Self {
+        self.kernel = kernel;
+        self
+    }
+
+    /// The GEMM kernel in use.
+    pub fn gemm_kernel(&self) -> GemmKernel {
+        self.kernel
     }
 
     /// Number of threads ops run on.
@@ -181,7 +201,7 @@ impl Backend for CpuBackend {
         let d = check::matmul(&a, &b, bias.as_ref(), &c)?;
         // SAFETY: checked in bounds and disjoint from `c`.
         let bias = bias.map(|t| unsafe { read(&t) });
-        let g = gemm::Gemm::new(&a, &b, bias, &c, accumulate, d);
+        let g = gemm::Gemm::new(&a, &b, bias, &c, accumulate, d, self.kernel);
         self.run(|| g.run());
         Ok(())
     }
@@ -470,7 +490,7 @@ impl Backend for CpuBackend {
         // SAFETY: the workspace is checked disjoint from every other argument.
         let lse = unsafe { write(&lse) };
         let [q, k, v, out] = [q, k, v, out].map(|h| attention::HeadsPtr::of(&h));
-        self.run(|| attention::forward(q, k, v, out, lse, pos_offset, d));
+        self.run(|| attention::forward(q, k, v, out, lse, pos_offset, d, self.kernel));
         Ok(())
     }
 
@@ -511,7 +531,7 @@ impl Backend for CpuBackend {
         // SAFETY: read-only here; outputs are checked disjoint from it.
         let lse = unsafe { read(&lse) };
         let heads = [q, k, v, dout, dq, dk, dv].map(|h| attention::HeadsPtr::of(&h));
-        self.run(|| attention::backward(heads, lse, d));
+        self.run(|| attention::backward(heads, lse, d, self.kernel));
         Ok(())
     }
 }

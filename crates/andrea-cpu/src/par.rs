@@ -12,6 +12,6 @@ pub(crate) fn rows_per_task(row_len: usize) -> usize {
 /// Columns per task when a task walks all `rows` rows of a column band (reductions
 /// over rows: bias and LayerNorm parameter gradients, embedding scatter-adds).
 pub(crate) fn cols_per_task(rows: usize, cols: usize) -> usize {
-    let band = (MIN_TASK_ELEMS / rows.max(1)).max(16).next_multiple_of(16);
+    let band = (MIN_TASK_ELEMS / rows.max(1)).max(64).next_multiple_of(16);
     band.min(cols.max(1))
 }

@@ -2,27 +2,38 @@
 //!
 //! The crate is built for the baseline x86-64 target so its binaries run anywhere;
 //! [`multiversion!`] compiles a hot loop a second time with AVX2 + FMA enabled and
-//! picks that copy at run time when the CPU has them. Both copies perform the same
-//! operations in the same order (no FMA contraction, no reassociation), so results do
-//! not depend on which one ran.
+//! picks that copy at run time when the CPU has them. The AVX2 copy uses fused
+//! multiply-adds in the transcendental functions (half the dependent operations), so a
+//! machine without AVX2 may differ from one with it in the last bits of GELU, softmax and
+//! the loss; on one machine, results never depend on the run or the thread count.
 
 /// Defines `fn $name(args) -> ret` whose body is compiled twice, once for the baseline
 /// target and once with `avx2,fma`, and dispatches at run time. Helpers called from the
-/// body should be `#[inline(always)]` so they are compiled into both copies.
+/// body should be `#[inline(always)]` so they are compiled into both copies. Inside the
+/// body, the type `M` is [`Fused`] in the AVX2 copy and [`Unfused`] in the baseline one:
+/// math helpers take it as a parameter to use fused multiply-adds where they exist.
 macro_rules! multiversion {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? $body
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    #[allow(dead_code)]
+                    type M = crate::simd::Fused;
+                    $body
+                }
                 if crate::simd::has_avx2_fma() {
                     // SAFETY: the CPU supports the features `avx2` was compiled for.
                     return unsafe { avx2($($arg),*) };
                 }
             }
             #[inline(always)]
-            fn baseline($($arg: $ty),*) $(-> $ret)? $body
+            fn baseline($($arg: $ty),*) $(-> $ret)? {
+                #[allow(dead_code)]
+                type M = crate::simd::Unfused;
+                $body
+            }
             baseline($($arg),*)
         }
     };
@@ -42,41 +53,58 @@ pub(crate) fn has_avx2_fma() -> bool {
     }
 }
 
-/// `e^x` for f32, written so loops over it vectorise: `x = k·ln2 + r` with `|r| <= ln2/2`,
-/// `e^r` by its Taylor series to `r^7/7!` (relative error below 2e-7 on that interval),
-/// and `2^k` built in the exponent bits. Inputs are clamped to [-87, 88], where `e^x` is
-/// a normal f32.
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    let x = x.clamp(-87.0, 88.0);
-    let k = floor(x * std::f32::consts::LOG2_E + 0.5);
-    // Two-step reduction keeps r accurate: k·ln2 in two parts.
-    let r = (x - k * LN2_HI) - k * LN2_LO;
-    // Horner form of 1 + r + r²/2! + ... + r⁷/7!.
-    let mut p = 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    let bits = ((k as i32 + 127) as u32) << 23;
-    p * f32::from_bits(bits)
+/// `a·b + c`, fused where the CPU has FMA ([`Fused`]), two roundings otherwise.
+pub(crate) trait MulAdd {
+    fn mul_add(a: f32, b: f32, c: f32) -> f32;
 }
 
-/// `floor(y)` for `|y| < 2^31` by truncation and a correction: vectorises on every
-/// x86-64 (SSE2 has no rounding instruction, so `f32::floor` would be a library call).
-#[inline(always)]
-pub(crate) fn floor(y: f32) -> f32 {
-    let t = (y as i32) as f32;
-    if t > y {
-        t - 1.0
-    } else {
-        t
+/// `a·b + c` in one rounding (only called from code compiled with `fma`).
+pub(crate) struct Fused;
+/// `a·b + c` as a product and a sum.
+pub(crate) struct Unfused;
+
+impl MulAdd for Fused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
     }
+}
+
+impl MulAdd for Unfused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+/// `e^x` for f32, written so loops over it vectorise: `x = k·ln2 + r` with `|r| <= ln2/2`,
+/// `e^r` by its Taylor series to `r^7/7!` (relative error below 2e-7 on that interval)
+/// evaluated in Estrin's scheme (a dependency chain of 4 multiply-adds, not 8), and
+/// `2^k` built in the exponent bits. Inputs are clamped to [-87, 88], where `e^x` is a
+/// normal f32.
+///
+/// `k = round(x·log2 e)` uses the 1.5·2^23 trick: adding it pushes the fraction out of
+/// the mantissa, whose low bits then hold `k`. No float-to-int conversion is needed
+/// (Rust's saturating `as i32` does not vectorise).
+#[inline(always)]
+pub(crate) fn exp<M: MulAdd>(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23
+    let x = x.clamp(-87.0, 88.0);
+    let t = M::mul_add(x, std::f32::consts::LOG2_E, MAGIC);
+    let k = t - MAGIC;
+    let ki = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    // Two-step reduction keeps r accurate: k·ln2 in two parts.
+    let r = M::mul_add(-k, LN2_LO, M::mul_add(-k, LN2_HI, x));
+    let r2 = r * r;
+    let r4 = r2 * r2;
+    let a = 1.0 + r;
+    let b = M::mul_add(r, 1.0 / 6.0, 0.5);
+    let c = M::mul_add(r, 1.0 / 120.0, 1.0 / 24.0);
+    let d = M::mul_add(r, 1.0 / 5040.0, 1.0 / 720.0);
+    let p = M::mul_add(r4, M::mul_add(r2, d, c), M::mul_add(r2, b, a));
+    p * f32::from_bits(((ki + 127) as u32) << 23)
 }
 
 /// `sqrt(2/π)`, the GELU tanh-form constant.
@@ -87,21 +115,82 @@ pub(crate) const GELU_A: f32 = 0.044_715;
 /// GELU, tanh form. Uses `0.5·(1 + tanh(u)) = 1 / (1 + e^(-2u))`, which has no
 /// cancellation near 0 and needs one `exp` and one division.
 #[inline(always)]
-pub(crate) fn gelu(x: f32) -> f32 {
-    let u = GELU_C * (x + GELU_A * x * x * x);
-    x / (1.0 + exp(-2.0 * u))
+pub(crate) fn gelu<M: MulAdd>(x: f32) -> f32 {
+    let u = GELU_C * M::mul_add(GELU_A * x * x, x, x);
+    x / (1.0 + exp::<M>(-2.0 * u))
 }
 
 /// Derivative of [`gelu`]: with `s = 1/(1 + e^(-2u))` (so `0.5·(1+tanh u) = s` and
 /// `0.5·sech²u = 2·s·(1-s)`), `GELU'(x) = s + x·2·s·(1-s)·u'(x)`,
 /// `u'(x) = sqrt(2/π)·(1 + 3·0.044715·x²)`.
 #[inline(always)]
-pub(crate) fn gelu_grad(x: f32) -> f32 {
+pub(crate) fn gelu_grad<M: MulAdd>(x: f32) -> f32 {
     let x2 = x * x;
-    let u = GELU_C * (x + GELU_A * x2 * x);
-    let s = 1.0 / (1.0 + exp(-2.0 * u));
-    let du = GELU_C * (1.0 + 3.0 * GELU_A * x2);
-    s + x * 2.0 * s * (1.0 - s) * du
+    let u = GELU_C * M::mul_add(GELU_A * x2, x, x);
+    let s = 1.0 / (1.0 + exp::<M>(-2.0 * u));
+    let du = GELU_C * M::mul_add(3.0 * GELU_A, x2, 1.0);
+    M::mul_add(x * 2.0 * s * (1.0 - s), du, s)
+}
+
+/// Largest element, with 16 accumulators (`f32::max` reductions do not vectorise on
+/// their own); `-inf` for an empty slice.
+#[inline(always)]
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    for (i, &t) in tail.iter().enumerate() {
+        acc[i] = acc[i].max(t);
+    }
+    acc.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a))
+}
+
+/// `y = e^(scale·y - m)` in place; returns `Σ y` (16 accumulators).
+#[inline(always)]
+pub(crate) fn exp_shifted<M: MulAdd>(y: &mut [f32], scale: f32, m: f32) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let mut chunks = y.chunks_exact_mut(16);
+    for c in &mut chunks {
+        for i in 0..16 {
+            c[i] = exp::<M>(M::mul_add(c[i], scale, -m));
+            acc[i] += c[i];
+        }
+    }
+    for (i, t) in chunks.into_remainder().iter_mut().enumerate() {
+        *t = exp::<M>(M::mul_add(*t, scale, -m));
+        acc[i] += *t;
+    }
+    let mut s = 0.0;
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
+/// `Σ e^(x - m)` (16 accumulators), `x` unchanged.
+#[inline(always)]
+pub(crate) fn sum_exp<M: MulAdd>(x: &[f32], m: f32) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] += exp::<M>(c[i] - m);
+        }
+    }
+    for (i, &t) in tail.iter().enumerate() {
+        acc[i] += exp::<M>(t - m);
+    }
+    let mut s = 0.0;
+    for a in acc {
+        s += a;
+    }
+    s
 }
 
 /// Sum of `x` with 16 independent accumulators (vectorises without reassociating
@@ -182,7 +271,9 @@ mod tests {
         let mut x = -87.0f32;
         while x < 88.0 {
             let want = (x as f64).exp();
-            let got = exp(x) as f64;
+            let got = exp::<Unfused>(x) as f64;
+            let fused = exp::<Fused>(x) as f64;
+            worst = worst.max(((fused - want) / want).abs());
             worst = worst.max(((got - want) / want).abs());
             x += 0.0137;
         }
@@ -198,7 +289,7 @@ mod tests {
                 * xd
                 * (1.0
                     + ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3))).tanh());
-            let got = gelu(x) as f64;
+            let got = gelu::<Unfused>(x) as f64;
             assert!(
                 (got - want).abs() <= 1e-6 + 1e-6 * want.abs(),
                 "x={x} {got} {want}"

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use andrea_core::IGNORE_INDEX;
 
 use crate::par::rows_per_task;
-use crate::simd::{self, multiversion};
+use crate::simd::{self, multiversion, MulAdd};
 
 /// Number of visible columns of row `row` (query `row % q_len`) under the mask.
 #[inline]
@@ -20,16 +20,16 @@ pub(crate) fn visible(row: usize, q_len: usize, k_len: usize, causal: Option<usi
 /// `y[..n] = softmax(scale·y[..n])`, `y[n..] = 0`. Returns `ln Σ e^(scale·x - max) + max`,
 /// the row's log-sum-exp of the scaled scores.
 #[inline(always)]
-pub(crate) fn softmax_row_in_place(y: &mut [f32], n: usize, scale: f32) -> f32 {
+pub(crate) fn softmax_row_in_place<M: MulAdd>(y: &mut [f32], n: usize, scale: f32) -> f32 {
     let (head, tail) = y.split_at_mut(n);
-    let mut m = f32::NEG_INFINITY;
-    for &v in head.iter() {
-        m = m.max(v * scale);
-    }
-    for v in head.iter_mut() {
-        *v = simd::exp(*v * scale - m);
-    }
-    let s = simd::sum(head);
+    let mx = simd::max(head);
+    // max(scale·x) is scale·max(x) for scale >= 0, scale·min(x) otherwise.
+    let m = if scale >= 0.0 {
+        mx * scale
+    } else {
+        -simd::max(&head.iter().map(|v| -v).collect::<Vec<_>>()) * scale
+    };
+    let s = simd::exp_shifted::<M>(head, scale, m);
     let inv = 1.0 / s;
     for v in head.iter_mut() {
         *v *= inv;
@@ -42,7 +42,7 @@ multiversion! {
     fn softmax_rows(y: &mut [f32], first_row: usize, q_len: usize, k_len: usize, scale: f32, causal: Option<usize>) {
         for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
             let n = visible(first_row + i, q_len, k_len, causal);
-            softmax_row_in_place(row, n, scale);
+            softmax_row_in_place::<M>(row, n, scale);
         }
     }
 }
@@ -113,18 +113,8 @@ multiversion! {
             return 0.0;
         }
         let real = &logits[..vocab];
-        let mut m = f32::NEG_INFINITY;
-        for &v in real {
-            m = m.max(v);
-        }
-        let mut acc = [0.0f32; 16];
-        for (j, &v) in real.iter().enumerate() {
-            acc[j % 16] += simd::exp(v - m);
-        }
-        let mut s = 0.0f32;
-        for a in acc {
-            s += a;
-        }
+        let m = simd::max(real);
+        let s = simd::sum_exp::<M>(real, m);
         m + s.ln() - logits[target as usize]
     }
 }
@@ -172,7 +162,7 @@ multiversion! {
         let lse = loss + g[target as usize];
         let (real, pad) = g.split_at_mut(vocab);
         for o in real.iter_mut() {
-            *o = grad_scale * simd::exp(*o - lse);
+            *o = grad_scale * simd::exp::<M>(*o - lse);
         }
         real[target as usize] -= grad_scale;
         pad.fill(0.0);

@@ -94,7 +94,11 @@ pub fn run_test<B: Backend>(
         }
         Err(Setup::Fail(msg)) => panic!("{name}: could not create the backend: {msg}"),
     };
-    if let Err(e) = test(&be, &Config::from_env()) {
-        panic!("{name} on {}: {e}", be.name());
+    match test(&be, &Config::from_env()) {
+        Ok(()) => {}
+        Err(TestCaseError::Fail(why)) => panic!("{name} on {}: {}", be.name(), why.message()),
+        Err(TestCaseError::Reject(why)) => {
+            panic!("{name} on {}: rejected: {}", be.name(), why.message())
+        }
     }
 }

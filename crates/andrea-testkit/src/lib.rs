@@ -2,7 +2,7 @@
 //!
 //! What every andrea backend is checked against:
 //!
-//! * [`reference`]: a plain float64 implementation of every op of
+//! * [`reference`](mod@reference): a plain float64 implementation of every op of
 //!   [`andrea_core::Backend`], on host slices, written for clarity (llm.c style: each
 //!   function opens with the shapes it takes). Every backward reference is checked
 //!   against central differences of its own forward reference (`cargo test -p

@@ -4,10 +4,17 @@
 //! conformance suite, each with the reason for its size. They assume the value ranges
 //! the suite draws (stated in each module of [`crate::suite`]): operands of products in
 //! `[-1, 1]`, so an error bound in units of `u = 2⁻²⁴` (f32 unit roundoff) times the
-//! number of accumulated terms is the natural scale. Each carries about 10x headroom
-//! over what a plain sequential f32 implementation ([`crate::naive`]) shows, so that any
-//! summation order passes, while a real bug (a missing term, a wrong mask, erf instead of
-//! tanh, an unbiased variance) is off by orders of magnitude more.
+//! number of accumulated terms is the natural scale.
+//!
+//! Headroom, measured as the worst `|got - want| / bound` over 1500 cases per op with
+//! [`report_enabled`]'s `ANDREA_TOL_REPORT=1` (command there): on the naive backend
+//! (sequential f32 sums, about the least accurate order) every accumulating op stays
+//! below 0.1 (10x headroom) except `gelu_backward` (0.14) and the AdamW moments and
+//! parameters (up to 0.23); the ops that are one correctly rounded f32 operation (`add`,
+//! `scale`, `embedding`) reach 0.5 by construction. On the CPU backend (blocked GEMM, SIMD
+//! exp) the worst was 0.30, the cross-entropy gradient. A real bug (a missing term, a wrong mask, erf
+//! instead of tanh, an unbiased variance) is off by orders of magnitude more; see
+//! `tests/suite_can_fail.rs`.
 
 use std::fmt;
 
@@ -74,6 +81,9 @@ impl Tol {
                 worst = Some((i, ratio));
             }
         }
+        if let Some((_, ratio)) = worst.filter(|_| report_enabled()) {
+            eprintln!("ANDREA_TOL_REPORT\t{name}\t{ratio:.4}");
+        }
         match worst {
             Some((i, _)) if failed > 0 => {
                 let (g, w) = (got[i].into(), want[i]);
@@ -88,6 +98,20 @@ impl Tol {
             _ => Ok(()),
         }
     }
+}
+
+/// With `ANDREA_TOL_REPORT=1`, every check prints `ANDREA_TOL_REPORT <name> <ratio>` to
+/// stderr, the ratio being the worst `|got - want| / bound` (1 is the limit). How the
+/// headroom quoted in the module docs was measured on the naive backend; run the same on
+/// another backend's conformance test to see how close it comes:
+///
+/// ```text
+/// ANDREA_TOL_REPORT=1 PROPTEST_CASES=2000 cargo test -p andrea-testkit --test naive_conformance \
+///   -- --nocapture 2>&1 | grep ^ANDREA_TOL_REPORT | sort -k3 -g | tail
+/// ```
+pub fn report_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("ANDREA_TOL_REPORT").is_some_and(|v| v != "0"))
 }
 
 impl fmt::Display for Tol {
@@ -125,7 +149,7 @@ pub fn gelu() -> Tol {
 /// `gelu_backward`: as [`gelu`], through `1 ± tanh` terms and `x²` factors, times
 /// `|dout| <= 1`.
 pub fn gelu_backward() -> Tol {
-    Tol::new(2e-6, 2e-5)
+    Tol::new(4e-6, 2e-5)
 }
 
 /// `layernorm` output over `c` channels: mean and variance are c-term f32 sums
@@ -137,19 +161,19 @@ pub fn layernorm_out(c: usize) -> Tol {
 /// `layernorm` saved mean and rstd over `c` channels: a c-term sum, relative error
 /// `c·u`; rstd also through a square root.
 pub fn layernorm_stats(c: usize) -> Tol {
-    Tol::new(16.0 * U * (c as f64 + 8.0), 16.0 * U * (c as f64 + 8.0))
+    Tol::new(8.0 * U * (c as f64 + 8.0), 8.0 * U * (c as f64 + 8.0))
 }
 
 /// `layernorm_backward` over `c` channels (`dx`): `rstd·(g - mean(g) - x̂·mean(g·x̂))`,
 /// two c-term sums with cancellation, `|rstd| <= ~4` for the suite's inputs.
 pub fn layernorm_dx(c: usize) -> Tol {
-    Tol::new(64.0 * U * (c as f64 + 8.0), 32.0 * U)
+    Tol::new(8.0 * U * (c as f64 + 8.0), 16.0 * U)
 }
 
 /// `layernorm_backward` over `n` rows (`dgamma`, `dbeta`): n-term sums of products
 /// with `|x̂| <= ~3`, plus the old value.
 pub fn layernorm_dparams(n: usize) -> Tol {
-    Tol::new(48.0 * U * (n as f64 + 1.0), 16.0 * U)
+    Tol::new(24.0 * U * (n as f64 + 1.0), 16.0 * U)
 }
 
 /// `softmax` over `k` columns: f32 `exp` (a few ulp) and a k-term sum of values in
@@ -161,7 +185,7 @@ pub fn softmax(k: usize) -> Tol {
 /// `softmax_backward` over `k` columns: `scale·p·(dp - Σ p·dp)`, a k-term sum of
 /// values in [-1, 1] with `scale <= 3`.
 pub fn softmax_backward(k: usize) -> Tol {
-    Tol::new(48.0 * U * (k as f64 + 8.0), 16.0 * U)
+    Tol::new(6.0 * U * (k as f64 + 8.0), 16.0 * U)
 }
 
 /// `embedding_backward` with `n` contributions: each row of `dwte` is a sum of up to
@@ -173,13 +197,13 @@ pub fn embedding_backward(n: usize) -> Tol {
 /// `softmax_cross_entropy` loss over `v` columns: `log Σ exp` of logits in [-8, 8]:
 /// a v-term sum (relative `v·u`, absolute after the log) plus `max`, `|loss| <= ~20`.
 pub fn cross_entropy_loss(v: usize) -> Tol {
-    Tol::new(16.0 * U * (v as f64 + 16.0), 16.0 * U)
+    Tol::new(8.0 * U * (v as f64 + 16.0), 16.0 * U)
 }
 
 /// `softmax_cross_entropy` gradient over `v` columns: `grad_scale·(p - onehot)`, p as
 /// in [`softmax`], `grad_scale <= 2`.
 pub fn cross_entropy_grad(v: usize) -> Tol {
-    Tol::new(32.0 * U * (v as f64 + 16.0), 16.0 * U)
+    Tol::new(4.0 * U * (v as f64 + 16.0), 16.0 * U)
 }
 
 /// `sum_squares`: squares may be formed in f32 (one rounding each, all positive), the
@@ -195,19 +219,25 @@ pub fn adamw_param(lr: f32) -> Tol {
     Tol::new(5e-4 * lr as f64 + 4.0 * U, 4.0 * U)
 }
 
-/// `adamw` moments: `β·m + (1-β)·g` and `β·v + (1-β)·g²`, a few f32 roundings.
-pub fn adamw_moment() -> Tol {
-    Tol::new(1e-12, 8.0 * U)
+/// `adamw` first moment: `β1·m + (1-β1)·g`, a few f32 roundings of terms up to 1 in
+/// magnitude that may cancel (so the error is absolute).
+pub fn adamw_m() -> Tol {
+    Tol::new(8.0 * U, 8.0 * U)
+}
+
+/// `adamw` second moment: `β2·v + (1-β2)·g²`, a few f32 roundings of positive terms.
+pub fn adamw_v() -> Tol {
+    Tol::new(1e-12, 16.0 * U)
 }
 
 /// `attention_forward` with `k` keys and head size `d`: d-term scores, a k-term
 /// softmax, then a k-term weighted sum of values in [-1, 1].
 pub fn attention_out(k: usize, d: usize) -> Tol {
-    Tol::new(32.0 * U * (k as f64 + d as f64 + 8.0), 16.0 * U)
+    Tol::new(4.0 * U * (k as f64 + d as f64 + 8.0), 16.0 * U)
 }
 
 /// `attention_backward` with `t` positions and head size `d`: chains of t- and d-term
 /// sums through the softmax backward (with its cancellation).
 pub fn attention_grad(t: usize, d: usize) -> Tol {
-    Tol::new(128.0 * U * (t as f64 + d as f64 + 8.0), 32.0 * U)
+    Tol::new(8.0 * U * (t as f64 + d as f64 + 8.0), 16.0 * U)
 }

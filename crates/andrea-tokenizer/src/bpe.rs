@@ -77,7 +77,9 @@ impl MergeTable {
             }
             ids[at] = ranks[at].1;
             ids.remove(at + 1);
-            ranks.copy_within(at + 2..n - 1, at + 1);
+            if at + 3 <= n {
+                ranks.copy_within(at + 2..n - 1, at + 1);
+            }
             n -= 1;
             if at + 1 < n {
                 ranks[at] = self.get(ids[at], ids[at + 1]).unwrap_or((u32::MAX, 0));

@@ -1,50 +1,120 @@
 //! A per-thread cache of encoded pieces.
 //!
 //! Text is Zipfian: a few thousand distinct pieces make up most of it, so remembering
-//! the tokens of recent pieces skips most merging. The cache is thread-local (no lock on
-//! the hot path; rayon's workers each keep theirs across calls) and belongs to one
-//! tokenizer at a time: each [`crate::Tokenizer`] has a unique instance number, and a
-//! thread that switches tokenizers starts its cache afresh. It holds at most
-//! [`MAX_ENTRIES`] pieces of at most [`MAX_PIECE_LEN`] bytes (a few MiB per thread) and is
-//! emptied when full, which keeps it simple and bounded.
+//! the tokens of recent pieces skips most merging. The cache is a fixed table of
+//! 64-byte slots (4 MiB per thread, allocated on first use), two-way set associative:
+//! a piece hashes to a pair of slots, a hit in the second slot swaps it to the first,
+//! and an insert pushes the first to the second and drops what was there. No
+//! allocation per entry, no lock (each thread has its own; rayon's workers keep theirs
+//! across calls), bounded memory, and old entries fade out instead of the whole cache
+//! being emptied. Pieces of at most [`KEY_MAX`] bytes and [`IDS_MAX`] tokens are cached:
+//! nearly all of them in text.
+//!
+//! The cache belongs to one tokenizer at a time: each [`crate::Tokenizer`] has a unique
+//! instance number, and a thread that switches tokenizers starts a new generation, which
+//! makes every older slot a miss.
 
-use rustc_hash::FxHashMap;
 use std::cell::RefCell;
+use std::hash::Hasher;
 
-pub(crate) const MAX_PIECE_LEN: usize = 48;
-pub(crate) const MAX_ENTRIES: usize = 1 << 16;
+pub(crate) const KEY_MAX: usize = 22;
+pub(crate) const IDS_MAX: usize = 8;
+const SETS: usize = 1 << 15;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Slot {
+    /// The generation that wrote the slot; 0 is never current, so zeroed slots are empty.
+    generation: u32,
+    key_len: u8,
+    n_ids: u8,
+    /// The piece, zero-padded (so comparing is comparing two arrays).
+    key: [u8; KEY_MAX],
+    ids: [u32; IDS_MAX],
+}
+
+const EMPTY: Slot = Slot {
+    generation: 0,
+    key_len: 0,
+    n_ids: 0,
+    key: [0; KEY_MAX],
+    ids: [0; IDS_MAX],
+};
 
 #[derive(Default)]
 pub(crate) struct PieceCache {
     owner: u64,
-    /// piece -> (start, len) in `ids`.
-    map: FxHashMap<Box<[u8]>, (u32, u32)>,
-    ids: Vec<u32>,
+    generation: u32,
+    slots: Vec<Slot>,
+}
+
+#[inline]
+fn padded(piece: &[u8]) -> [u8; KEY_MAX] {
+    let mut key = [0u8; KEY_MAX];
+    key[..piece.len()].copy_from_slice(piece);
+    key
+}
+
+#[inline]
+fn set_of(piece: &[u8]) -> usize {
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(piece);
+    // Fx mixes into the high bits best.
+    ((h.finish() >> 40) as usize & (SETS - 1)) * 2
 }
 
 impl PieceCache {
-    fn reset(&mut self, owner: u64) {
-        self.owner = owner;
-        self.map.clear();
-        self.ids.clear();
+    fn start(&mut self, owner: u64) {
+        if self.slots.is_empty() {
+            self.slots = vec![EMPTY; 2 * SETS];
+        }
+        if self.owner != owner || self.generation == 0 {
+            self.owner = owner;
+            self.generation = self.generation.wrapping_add(1);
+            if self.generation == 0 {
+                // Wrapped around: old slots could look current again.
+                self.slots.fill(EMPTY);
+                self.generation = 1;
+            }
+        }
     }
 
+    /// The tokens of `piece` (at most [`KEY_MAX`] bytes), if cached.
     #[inline]
-    pub(crate) fn get(&self, piece: &[u8]) -> Option<&[u32]> {
-        self.map
-            .get(piece)
-            .map(|&(s, l)| &self.ids[s as usize..(s + l) as usize])
+    pub(crate) fn get(&mut self, piece: &[u8]) -> Option<&[u32]> {
+        debug_assert!(piece.len() <= KEY_MAX);
+        let key = padded(piece);
+        let i = set_of(piece);
+        let hit = |s: &Slot| {
+            s.generation == self.generation && s.key_len as usize == piece.len() && s.key == key
+        };
+        if hit(&self.slots[i]) {
+        } else if hit(&self.slots[i + 1]) {
+            self.slots.swap(i, i + 1);
+        } else {
+            return None;
+        }
+        let s = &self.slots[i];
+        Some(&s.ids[..s.n_ids as usize])
     }
 
+    /// Remembers the tokens of `piece` (ignored if either is too long to cache).
     #[inline]
     pub(crate) fn insert(&mut self, piece: &[u8], ids: &[u32]) {
-        if self.map.len() >= MAX_ENTRIES {
-            self.map.clear();
-            self.ids.clear();
+        if piece.len() > KEY_MAX || ids.len() > IDS_MAX {
+            return;
         }
-        let start = self.ids.len() as u32;
-        self.ids.extend_from_slice(ids);
-        self.map.insert(piece.into(), (start, ids.len() as u32));
+        let i = set_of(piece);
+        let mut slot = Slot {
+            generation: self.generation,
+            key_len: piece.len() as u8,
+            n_ids: ids.len() as u8,
+            key: padded(piece),
+            ids: [0; IDS_MAX],
+        };
+        slot.ids[..ids.len()].copy_from_slice(ids);
+        self.slots[i + 1] = self.slots[i];
+        self.slots[i] = slot;
     }
 }
 
@@ -57,15 +127,55 @@ thread_local! {
 pub(crate) fn with_cache<R>(owner: u64, f: impl FnOnce(&mut PieceCache) -> R) -> R {
     CACHE.with(|cell| match cell.try_borrow_mut() {
         Ok(mut cache) => {
-            if cache.owner != owner {
-                cache.reset(owner);
-            }
+            cache.start(owner);
             f(&mut cache)
         }
         Err(_) => {
             let mut local = PieceCache::default();
-            local.reset(owner);
+            local.start(owner);
             f(&mut local)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembers_and_forgets_other_tokenizers() {
+        let mut c = PieceCache::default();
+        c.start(1);
+        assert!(c.get(b"hello").is_none());
+        c.insert(b"hello", &[1, 2]);
+        c.insert(b"world", &[3]);
+        assert_eq!(c.get(b"hello"), Some(&[1, 2][..]));
+        assert_eq!(c.get(b"world"), Some(&[3][..]));
+        assert!(c.get(b"hell").is_none());
+        c.insert(b"too many ids", &[0; IDS_MAX + 1]);
+        assert!(c.get(b"too many ids").is_none());
+        c.start(2);
+        assert!(c.get(b"hello").is_none());
+        c.start(2);
+        c.insert(b"x y", &[7]);
+        assert_eq!(c.get(b"x y"), Some(&[7][..]));
+    }
+
+    #[test]
+    fn bounded_and_still_correct_under_pressure() {
+        let mut c = PieceCache::default();
+        c.start(1);
+        for i in 0..200_000u32 {
+            let k = i.to_le_bytes();
+            c.insert(&k, &[i]);
+        }
+        let mut hits = 0;
+        for i in 0..200_000u32 {
+            if let Some(v) = c.get(&i.to_le_bytes()) {
+                assert_eq!(v, [i]);
+                hits += 1;
+            }
+        }
+        assert!(hits > 0 && hits <= 2 * SETS);
+    }
 }

@@ -106,6 +106,14 @@ fn find_cut_bytes(bytes: &[u8], from: usize, specials: Option<&SpecialMatcher>) 
     None
 }
 
+/// A safe cut at or after `from` in bytes, UTF-8 or not.
+pub(crate) fn find_cut_in(bytes: &[u8], from: usize, specials: Option<&SpecialMatcher>) -> Option<usize> {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => find_cut(t, from.max(1), specials),
+        Err(_) => find_cut_bytes(bytes, from, specials),
+    }
+}
+
 /// Cuts `bytes` at safe positions into chunks of about `target` bytes (larger where no
 /// cut is found). Returns the chunk ends; the last is `bytes.len()`.
 pub(crate) fn chunk_ends(bytes: &[u8], target: usize, specials: Option<&SpecialMatcher>) -> Vec<usize> {

@@ -107,18 +107,6 @@ const ASCII_CLASS: [Class; 128] = {
     t
 };
 
-/// The class of a character.
-pub(crate) fn class_of(c: char) -> Class {
-    let u = c as u32;
-    if u < 128 {
-        ASCII_CLASS[u as usize]
-    } else if u < 0x1_0000 {
-        Class::from_u8(bmp_table()[u as usize])
-    } else {
-        class_of_char_slow(c)
-    }
-}
-
 /// The class and byte length of the character starting at `b[i]`; `b` is valid UTF-8 and
 /// `i` a character boundary.
 #[inline(always)]

@@ -3,9 +3,11 @@
 
 use crate::bpe::MergeTable;
 use crate::byte_level::BYTE_ORDER;
-use crate::cache::{with_cache, PieceCache, MAX_PIECE_LEN};
+use crate::cache::{with_cache, PieceCache, KEY_MAX};
 use crate::error::{Error, Result};
-use crate::pretokenize::{chunk_ends, pieces};
+use crate::input::InvalidUtf8;
+use crate::input::chunk_ends;
+use crate::pretokenize::pieces;
 use crate::special::{Segment, SpecialMatcher, SpecialToken};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -29,7 +31,7 @@ static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 /// file keeps the file's ids.
 ///
 /// A `Tokenizer` never changes after it is built, is `Send + Sync`, and is cheap to share
-/// behind a reference; see [`crate::cache`](self) for the per-thread cache it uses.
+/// behind a reference. Encoding keeps a small cache of encoded pieces per thread.
 #[derive(Debug)]
 pub struct Tokenizer {
     /// id -> bytes; `None` for an id the vocabulary does not use.
@@ -260,20 +262,33 @@ impl Tokenizer {
     /// Encodes text, recognising the special tokens (`<|endoftext|>`) in it.
     pub fn encode_with_special_tokens(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
-        self.encode_with_special_tokens_into(text, &mut out);
+        self.encode_with_special_tokens_into(text, true, &mut out);
         out
     }
 
-    pub(crate) fn encode_with_special_tokens_into(&self, text: &str, out: &mut Vec<u32>) {
+    /// `at_start`: `text` starts a segment (for `add_prefix_space`); so does the text after
+    /// each special token, as in `tokenizers`.
+    pub(crate) fn encode_with_special_tokens_into(
+        &self,
+        text: &str,
+        at_start: bool,
+        out: &mut Vec<u32>,
+    ) {
         if self.matcher.is_empty() {
-            return self.encode_text_into(text, true, out);
+            return self.encode_text_into(text, at_start, out);
         }
+        let mut starts = at_start;
         for seg in self.matcher.segments(text) {
             match seg {
-                Segment::Text(t) => self.encode_text_into(t, true, out),
+                Segment::Text(t) => self.encode_text_into(t, starts, out),
                 Segment::Special(id) => out.push(id),
             }
+            starts = true;
         }
+    }
+
+    pub(crate) fn matcher(&self) -> &SpecialMatcher {
+        &self.matcher
     }
 
     /// Encodes bytes that need not be UTF-8: valid stretches are encoded as text, each
@@ -281,15 +296,21 @@ impl Tokenizer {
     /// `decode_bytes(encode_bytes(b)) == b` for every `b`.
     pub fn encode_bytes(&self, bytes: &[u8]) -> Vec<u32> {
         let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
-        self.encode_bytes_into(bytes, false, &mut out);
+        self.encode_bytes_into(bytes, false, true, &mut out);
         out
     }
 
-    pub(crate) fn encode_bytes_into(&self, bytes: &[u8], special: bool, out: &mut Vec<u32>) {
-        let mut first = true;
+    pub(crate) fn encode_bytes_into(
+        &self,
+        bytes: &[u8],
+        special: bool,
+        at_start: bool,
+        out: &mut Vec<u32>,
+    ) {
+        let mut first = at_start;
         for chunk in bytes.utf8_chunks() {
             if special {
-                self.encode_with_special_tokens_into(chunk.valid(), out);
+                self.encode_with_special_tokens_into(chunk.valid(), first, out);
             } else {
                 self.encode_text_into(chunk.valid(), first, out);
             }
@@ -319,7 +340,7 @@ impl Tokenizer {
         }
         if text.len() >= PARALLEL_MIN_BYTES && rayon::current_num_threads() > 1 {
             let target = (text.len() / (rayon::current_num_threads() * 8)).max(MIN_CHUNK_BYTES);
-            let ends = chunk_ends(text, target);
+            let ends = chunk_ends(text.as_bytes(), target, None);
             if ends.len() > 1 {
                 let starts: Vec<usize> = std::iter::once(0).chain(ends.iter().copied()).collect();
                 let parts: Vec<Vec<u32>> = (0..ends.len())
@@ -366,7 +387,7 @@ impl Tokenizer {
             }
             return;
         }
-        let cacheable = piece.len() <= MAX_PIECE_LEN;
+        let cacheable = piece.len() <= KEY_MAX;
         if cacheable {
             if let Some(ids) = cache.get(piece) {
                 out.extend_from_slice(ids);
@@ -481,5 +502,68 @@ impl StreamDecoder<'_> {
     /// Whatever is still held back, lossily.
     pub fn finish(self) -> String {
         String::from_utf8_lossy(&self.pending).into_owned()
+    }
+}
+
+/// Files: `tokenizer.json`, GPT-2's `vocab.json` + `merges.txt`, text files.
+impl Tokenizer {
+    /// Writes `tokenizer.json` (the Hugging Face format, see the crate docs), atomically.
+    pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        let path = path.as_ref();
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, self.to_json_string()).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    }
+
+    /// Reads a `tokenizer.json` written by andrea or by `tokenizers` (byte-level BPE).
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<Tokenizer> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Tokenizer::from_json_str(&text).map_err(|e| e.in_file(path))
+    }
+
+    /// The `tokenizer.json` text.
+    pub fn to_json_string(&self) -> String {
+        crate::hf_json::to_json(self)
+    }
+
+    /// Parses a `tokenizer.json` text.
+    pub fn from_json_str(json: &str) -> Result<Tokenizer> {
+        crate::hf_json::from_json(json)
+    }
+
+    /// Reads GPT-2's `vocab.json` and `merges.txt`; `<|endoftext|>`, if in the
+    /// vocabulary, is the special token.
+    pub fn from_gpt2_files(
+        vocab_json: impl AsRef<std::path::Path>,
+        merges_txt: impl AsRef<std::path::Path>,
+    ) -> Result<Tokenizer> {
+        crate::hf_json::from_gpt2_files(vocab_json.as_ref(), merges_txt.as_ref())
+    }
+
+    /// Encodes a whole file; `special_tokens`: recognise them in the text. Invalid UTF-8
+    /// is an error naming the byte offset, or goes through the byte path
+    /// ([`Tokenizer::encode_bytes`]) with [`InvalidUtf8::Bytes`].
+    pub fn encode_file(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        special_tokens: bool,
+        invalid_utf8: InvalidUtf8,
+    ) -> Result<Vec<u32>> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        match std::str::from_utf8(&bytes) {
+            Ok(text) if special_tokens => Ok(self.encode_with_special_tokens(text)),
+            Ok(text) => Ok(self.encode(text)),
+            Err(e) if invalid_utf8 == InvalidUtf8::Error => Err(Error::InvalidUtf8 {
+                path: path.to_path_buf(),
+                offset: e.valid_up_to() as u64,
+            }),
+            Err(_) => {
+                let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
+                self.encode_bytes_into(&bytes, special_tokens, true, &mut out);
+                Ok(out)
+            }
+        }
     }
 }

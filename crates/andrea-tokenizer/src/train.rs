@@ -321,16 +321,17 @@ mod tests {
     #[test]
     fn layout_is_bytes_merges_specials() {
         let text = "the cat sat on the mat with the hat. ".repeat(50);
-        let (tok, report) = train_from_texts(&[&text], &quiet(20)).unwrap();
-        assert_eq!(report.merges, 20);
-        assert_eq!(tok.vocab_size(), 256 + 20 + 1);
-        assert_eq!(tok.eot_id(), Some(276));
+        let (tok, report) = train_from_texts(&[&text], &quiet(10)).unwrap();
+        assert_eq!(report.merges, 10);
+        assert_eq!(tok.vocab_size(), 256 + 10 + 1);
+        assert_eq!(tok.eot_id(), Some(266));
         assert_eq!(tok.token_bytes(0), Some(&b"!"[..]));
-        // The most frequent pair is " t" (in " the" and ...), first merge.
+        // "t h" (the, with) and "a t" (cat, sat, mat, hat) both occur 200 times: the tie
+        // goes to the smaller ids, and 'a' < 't'.
         let (a, b) = tok.merges().next().unwrap();
-        assert_eq!([a, b], [b" ", b"t"]);
+        assert_eq!([a, b], [b"a", b"t"]);
         assert_eq!(tok.decode(&tok.encode(&text)).unwrap(), text);
-        assert!(tok.encode(&text).len() < text.len() / 3);
+        assert!(tok.encode(&text).len() < text.len() / 2);
     }
 
     #[test]

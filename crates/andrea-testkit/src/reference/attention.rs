@@ -137,7 +137,17 @@ mod tests {
         let mut full = vec![0.0; n];
         attention_forward(&mut full, &q, &k, &v, (1, t, t, h, d), 0);
         let mut last = vec![0.0; h * d];
-        attention_forward(&mut last, &q[(t - 1) * h * d..], &k, &v, (1, 1, t, h, d), t - 1);
-        assert!(last.iter().zip(&full[(t - 1) * h * d..]).all(|(a, b)| (a - b).abs() < 1e-15));
+        attention_forward(
+            &mut last,
+            &q[(t - 1) * h * d..],
+            &k,
+            &v,
+            (1, 1, t, h, d),
+            t - 1,
+        );
+        assert!(last
+            .iter()
+            .zip(&full[(t - 1) * h * d..])
+            .all(|(a, b)| (a - b).abs() < 1e-15));
     }
 }

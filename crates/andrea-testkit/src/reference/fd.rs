@@ -3,9 +3,9 @@
 use crate::random::Rand;
 use crate::Tol;
 
-/// Central differences of a scalar function: `∂f/∂x_i ≈ (f(x + h·e_i) - f(x - h·e_i)) / 2h`,
-/// error O(h²) in exact arithmetic plus O(ε/h) of rounding; `h = 1e-5` balances them
-/// in f64 at ~1e-10.
+/// Central differences of a scalar function,
+/// `∂f/∂x_i ≈ (f(x + h·e_i) - f(x - h·e_i)) / 2h`: error O(h²) in exact arithmetic plus
+/// O(ε/h) of rounding; `h = 1e-5` balances them in f64 at ~1e-10.
 pub fn grad(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
     const H: f64 = 1e-5;
     let mut x = x.to_vec();

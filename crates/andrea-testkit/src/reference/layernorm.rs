@@ -95,7 +95,18 @@ mod tests {
         let dg0 = fd::values(&mut r, c, -1.0, 1.0);
         let db0 = fd::values(&mut r, c, -1.0, 1.0);
         let (mut dx, mut dgamma, mut dbeta) = (dx0.clone(), dg0.clone(), db0.clone());
-        layernorm_backward(&mut dx, &mut dgamma, &mut dbeta, &w, &x, &gamma, &mean, &rstd, n, c);
+        layernorm_backward(
+            &mut dx,
+            &mut dgamma,
+            &mut dbeta,
+            &w,
+            &x,
+            &gamma,
+            &mean,
+            &rstd,
+            n,
+            c,
+        );
         let minus = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a - b).collect::<Vec<_>>();
 
         let num_dx = fd::grad(&x, |x| loss(x, &gamma, &beta));
@@ -110,7 +121,17 @@ mod tests {
     fn layernorm_uses_biased_variance() {
         // x = [1, 3]: mean 2, biased var 1, so out = [-1, 1]/sqrt(1 + eps).
         let (mut out, mut mean, mut rstd) = ([0.0; 2], [0.0], [0.0]);
-        layernorm(&mut out, &mut mean, &mut rstd, &[1.0, 3.0], &[1.0; 2], &[0.0; 2], 1, 2, 1e-5);
+        layernorm(
+            &mut out,
+            &mut mean,
+            &mut rstd,
+            &[1.0, 3.0],
+            &[1.0; 2],
+            &[0.0; 2],
+            1,
+            2,
+            1e-5,
+        );
         assert_eq!(mean[0], 2.0);
         assert!((rstd[0] - 1.0 / (1.0f64 + 1e-5).sqrt()).abs() < 1e-15);
         assert!((out[1] - rstd[0]).abs() < 1e-15);

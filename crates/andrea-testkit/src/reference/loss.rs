@@ -29,7 +29,11 @@ pub fn softmax_cross_entropy(
         let max = z.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
         let sum: f64 = z.iter().map(|&v| (v - max).exp()).sum();
         let lse = max + sum.ln();
-        losses[row] = if ignored { 0.0 } else { lse - z[target as usize] };
+        losses[row] = if ignored {
+            0.0
+        } else {
+            lse - z[target as usize]
+        };
         if let Some(d) = dlogits.as_deref_mut() {
             let d = &mut d[row * vp..(row + 1) * vp];
             for j in 0..vp {
@@ -59,7 +63,16 @@ mod tests {
         let logits = fd::values(&mut r, n * vp, -4.0, 4.0);
         let mut losses = vec![0.0; n];
         let mut d = vec![7.0; n * vp];
-        softmax_cross_entropy(&mut losses, Some(&mut d), &logits, &targets, n, vp, vocab, scale);
+        softmax_cross_entropy(
+            &mut losses,
+            Some(&mut d),
+            &logits,
+            &targets,
+            n,
+            vp,
+            vocab,
+            scale,
+        );
         let numeric = fd::grad(&logits, |z| {
             let mut l = vec![0.0; n];
             softmax_cross_entropy(&mut l, None, z, &targets, n, vp, vocab, scale);
@@ -68,7 +81,9 @@ mod tests {
         fd::assert_grad("dlogits", &d, &numeric);
         assert_eq!(losses[2], 0.0);
         assert!(d[2 * vp..3 * vp].iter().all(|&g| g == 0.0));
-        assert!((0..n).all(|row| d[row * vp + vocab..(row + 1) * vp].iter().all(|&g| g == 0.0)));
+        assert!((0..n).all(|row| d[row * vp + vocab..(row + 1) * vp]
+            .iter()
+            .all(|&g| g == 0.0)));
     }
 
     #[test]

@@ -145,7 +145,11 @@ mod tests {
     fn matmul_gradients_by_transposed_layouts_match_finite_differences() {
         let mut r = Rand::new(1);
         let (m, k, n) = (3, 5, 4);
-        let (la, lb, lc) = (Layout::dense(1, m, k), Layout::dense(1, k, n), Layout::dense(1, m, n));
+        let (la, lb, lc) = (
+            Layout::dense(1, m, k),
+            Layout::dense(1, k, n),
+            Layout::dense(1, m, n),
+        );
         let a = fd::values(&mut r, m * k, -1.0, 1.0);
         let b = fd::values(&mut r, k * n, -1.0, 1.0);
         let bias = fd::values(&mut r, n, -1.0, 1.0);
@@ -177,9 +181,27 @@ mod tests {
         let b = [5.0, 6.0];
         let mut c = [100.0; 4];
         let lc = Layout::dense(2, 2, 1);
-        matmul(&a, Layout::dense(1, 2, 2), &b, Layout::dense(1, 2, 1), Some(&[1.0]), &mut c, lc, false);
+        matmul(
+            &a,
+            Layout::dense(1, 2, 2),
+            &b,
+            Layout::dense(1, 2, 1),
+            Some(&[1.0]),
+            &mut c,
+            lc,
+            false,
+        );
         assert_eq!(c, [18.0, 40.0, 18.0, 40.0]);
-        matmul(&a, Layout::dense(1, 2, 2), &b, Layout::dense(1, 2, 1), None, &mut c, lc, true);
+        matmul(
+            &a,
+            Layout::dense(1, 2, 2),
+            &b,
+            Layout::dense(1, 2, 1),
+            None,
+            &mut c,
+            lc,
+            true,
+        );
         assert_eq!(c, [35.0, 79.0, 35.0, 79.0]);
     }
 }

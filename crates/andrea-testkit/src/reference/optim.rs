@@ -19,7 +19,11 @@ pub fn sum_squares(x: &[f64]) -> f64 {
 /// ```
 pub fn adamw(param: &mut [f64], grad: &[f64], m: &mut [f64], v: &mut [f64], step: &AdamWStep) {
     let (lr, b1, b2) = (step.lr as f64, step.beta1 as f64, step.beta2 as f64);
-    let (eps, wd, gs) = (step.eps as f64, step.weight_decay as f64, step.grad_scale as f64);
+    let (eps, wd, gs) = (
+        step.eps as f64,
+        step.weight_decay as f64,
+        step.grad_scale as f64,
+    );
     let t = step.step as i32;
     let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
     for i in 0..param.len() {
@@ -37,7 +41,7 @@ mod tests {
 
     fn step(t: u64) -> AdamWStep {
         AdamWStep {
-            lr: 0.1,
+            lr: 0.125,
             beta1: 0.5,
             beta2: 0.75,
             eps: 0.0625,
@@ -52,16 +56,16 @@ mod tests {
     fn two_steps_by_hand() {
         let (mut p, mut m, mut v) = ([1.0], [0.0], [0.0]);
         // Step 1, g = 0.25·2 = 0.5: m = 0.25, v = 0.0625, m̂ = 0.5, v̂ = 0.25,
-        // p = 1 - 0.1·0.5·1 - 0.1·0.5/(0.5 + 0.0625) = 0.95 - 0.0888…
+        // p = 1 - 0.125·0.5·1 - 0.125·0.5/(0.5 + 0.0625) = 0.9375 - 0.111…
         adamw(&mut p, &[0.25], &mut m, &mut v, &step(1));
         assert_eq!((m[0], v[0]), (0.25, 0.0625));
-        let p1 = 0.95 - 0.05 / 0.5625;
+        let p1 = 0.9375 - 0.0625 / 0.5625;
         assert!((p[0] - p1).abs() < 1e-15);
         // Step 2, g = -1: m = 0.125 - 0.5 = -0.375, v = 0.046875 + 0.25 = 0.296875,
         // m̂ = -0.375/0.75 = -0.5, v̂ = 0.296875/0.4375 = 0.678571…
         adamw(&mut p, &[-0.5], &mut m, &mut v, &step(2));
         assert_eq!((m[0], v[0]), (-0.375, 0.296875));
-        let p2 = p1 - 0.05 * p1 + 0.05 / ((0.296875f64 / 0.4375).sqrt() + 0.0625);
+        let p2 = p1 - 0.0625 * p1 + 0.0625 / ((0.296875f64 / 0.4375).sqrt() + 0.0625);
         assert!((p[0] - p2).abs() < 1e-15);
     }
 

@@ -16,7 +16,9 @@ pub fn softmax(
         let i = r % q_len;
         let seen = causal_offset.map_or(k_len, |o| (o + i + 1).min(k_len));
         let row = &x[r * k_len..(r + 1) * k_len];
-        let max = row[..seen].iter().fold(f64::NEG_INFINITY, |m, &v| m.max(scale * v));
+        let max = row[..seen]
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(scale * v));
         let sum: f64 = row[..seen].iter().map(|&v| (scale * v - max).exp()).sum();
         for j in 0..k_len {
             out[r * k_len + j] = if j < seen {
@@ -69,7 +71,11 @@ mod tests {
         let p = forward(&x);
         let mut dx = vec![0.0; rows * tk];
         softmax_backward(&mut dx, &p, &w, rows, tk, scale);
-        fd::assert_grad("softmax dx", &dx, &fd::grad(&x, |x| fd::dot(&w, &forward(x))));
+        fd::assert_grad(
+            "softmax dx",
+            &dx,
+            &fd::grad(&x, |x| fd::dot(&w, &forward(x))),
+        );
     }
 
     #[test]
@@ -80,6 +86,9 @@ mod tests {
         let h = 0.5;
         let t = 1.0 / 3.0;
         let want = [h, h, 0.0, t, t, t, h, h, 0.0, t, t, t];
-        assert!(p.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-15), "{p:?}");
+        assert!(
+            p.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-15),
+            "{p:?}"
+        );
     }
 }

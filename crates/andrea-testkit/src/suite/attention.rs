@@ -7,7 +7,9 @@ use andrea_core::{AttentionShape, Backend, Heads, View};
 use proptest::prelude::*;
 
 use super::linalg::poison;
-use super::{buffer, close, fail, read_all, run, size, to_f64, view, Case, Config, OrFail};
+use super::{
+    buffer, close, fail, read_all, run, size, size_or_big, to_f64, view, Case, Config, OrFail,
+};
 use crate::random::Rand;
 use crate::{reference, tol};
 
@@ -24,9 +26,24 @@ struct AttnCase {
 }
 
 fn attn_case() -> impl Strategy<Value = AttnCase> {
-    (size(3), size(20), size(4), size(24), any::<bool>(), 0..3usize, any::<u64>()).prop_map(
-        |(b, t, h, d, packed, offset, seed)| AttnCase { b, t, h, d, packed, offset, seed },
+    (
+        size(3),
+        size_or_big(20, 80),
+        size(4),
+        size(24),
+        any::<bool>(),
+        0..3usize,
+        any::<u64>(),
     )
+        .prop_map(|(b, t, h, d, packed, offset, seed)| AttnCase {
+            b,
+            t,
+            h,
+            d,
+            packed,
+            offset,
+            seed,
+        })
 }
 
 /// `[B, T, 3C]` host data as three dense `[B, T, C]` arrays.
@@ -75,16 +92,32 @@ impl<Buf: andrea_core::DeviceMemory> Qkv<Buf> {
     }
 }
 
-fn qkv_buffers<B: Backend>(be: &B, cs: &AttnCase, host: &[Vec<f32>]) -> Result<Qkv<B::Buffer>, proptest::test_runner::TestCaseError> {
-    let bufs = host.iter().map(|h| buffer(be, h)).collect::<Result<Vec<_>, _>>()?;
-    Ok(Qkv { bufs, cs: cs.clone() })
+fn qkv_buffers<B: Backend>(
+    be: &B,
+    cs: &AttnCase,
+    host: &[Vec<f32>],
+) -> Result<Qkv<B::Buffer>, proptest::test_runner::TestCaseError> {
+    let bufs = host
+        .iter()
+        .map(|h| buffer(be, h))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Qkv {
+        bufs,
+        cs: cs.clone(),
+    })
 }
 
 /// Host data for q, k, v: one packed `[B, T, 3C]` or three `[B, T, C]`, each with
 /// `offset` elements before and after.
 fn qkv_host(r: &mut Rand, cs: &AttnCase, poisoned: bool) -> Vec<Vec<f32>> {
     let n = cs.b * cs.t * cs.h * cs.d;
-    let mut make = |len: usize| if poisoned { poison(r, len + 2 * cs.offset) } else { r.vec(len + 2 * cs.offset, -1.0, 1.0) };
+    let mut make = |len: usize| {
+        if poisoned {
+            poison(r, len + 2 * cs.offset)
+        } else {
+            r.vec(len + 2 * cs.offset, -1.0, 1.0)
+        }
+    };
     if cs.packed {
         vec![make(3 * n)]
     } else {
@@ -130,7 +163,12 @@ pub fn attention_forward<B: Backend>(be: &B, cfg: &Config) -> Case {
         let o_buf = buffer(be, &out)?;
         let ov = Heads::from_tensor(view(&o_buf, off, &[cs.b, cs.t, cs.h * cs.d]), cs.h)
             .ok_or_else(|| fail("attention: heads"))?;
-        let shape = AttentionShape { batch: cs.b, heads: cs.h, q_len: cs.t, k_len: cs.t };
+        let shape = AttentionShape {
+            batch: cs.b,
+            heads: cs.h,
+            q_len: cs.t,
+            k_len: cs.t,
+        };
         let ws_len = be.attention_workspace_len(shape).max(1);
         let ws = buffer(be, &vec![0.0; ws_len + off])?;
         be.attention_forward(q, k, v, ov, View::new(&ws, off, [ws_len]), 0)
@@ -140,7 +178,12 @@ pub fn attention_forward<B: Backend>(be: &B, cfg: &Config) -> Case {
         let mut want = to_f64(&out);
         let dims = (cs.b, cs.t, cs.t, cs.h, cs.d);
         reference::attention_forward(&mut want[off..off + n], &q64, &k64, &v64, dims, 0);
-        close(tol::attention_out(cs.t, cs.d), "attention_forward: out", &read_all(be, &o_buf)?, &want)
+        close(
+            tol::attention_out(cs.t, cs.d),
+            "attention_forward: out",
+            &read_all(be, &o_buf)?,
+            &want,
+        )
     })
 }
 
@@ -153,27 +196,59 @@ pub fn attention_generation<B: Backend>(be: &B, cfg: &Config) -> Case {
         let (c, tk) = (cs.h * cs.d, pos + tq);
         let t_max = tk + extra;
         let q = r.vec(cs.b * tq * c, -1.0, 1.0);
-        let (kc, vc) = (r.vec(cs.b * t_max * c, -1.0, 1.0), r.vec(cs.b * t_max * c, -1.0, 1.0));
+        let (kc, vc) = (
+            r.vec(cs.b * t_max * c, -1.0, 1.0),
+            r.vec(cs.b * t_max * c, -1.0, 1.0),
+        );
         let out = poison(&mut r, cs.b * tq * c);
-        let (q_buf, k_buf, v_buf, o_buf) = (buffer(be, &q)?, buffer(be, &kc)?, buffer(be, &vc)?, buffer(be, &out)?);
+        let (q_buf, k_buf, v_buf, o_buf) = (
+            buffer(be, &q)?,
+            buffer(be, &kc)?,
+            buffer(be, &vc)?,
+            buffer(be, &out)?,
+        );
         let heads = |buf, t: usize| {
-            Heads::from_tensor(View::new(buf, 0, [cs.b, t, c]), cs.h).ok_or_else(|| fail("attention: heads"))
+            Heads::from_tensor(View::new(buf, 0, [cs.b, t, c]), cs.h)
+                .ok_or_else(|| fail("attention: heads"))
         };
         let (qh, oh) = (heads(&q_buf, tq)?, heads(&o_buf, tq)?);
-        let (kh, vh) = (heads(&k_buf, t_max)?.prefix(tk), heads(&v_buf, t_max)?.prefix(tk));
-        let shape = AttentionShape { batch: cs.b, heads: cs.h, q_len: tq, k_len: tk };
+        let (kh, vh) = (
+            heads(&k_buf, t_max)?.prefix(tk),
+            heads(&v_buf, t_max)?.prefix(tk),
+        );
+        let shape = AttentionShape {
+            batch: cs.b,
+            heads: cs.h,
+            q_len: tq,
+            k_len: tk,
+        };
         let ws_len = be.attention_workspace_len(shape).max(1);
         let ws = buffer(be, &vec![0.0; ws_len])?;
-        be.attention_forward(qh, kh, vh, oh, View::whole(&ws), pos).or_fail("attention_forward")?;
+        be.attention_forward(qh, kh, vh, oh, View::whole(&ws), pos)
+            .or_fail("attention_forward")?;
 
         let prefix = |cache: &[f32]| -> Vec<f64> {
-            (0..cs.b).flat_map(|b| to_f64(&cache[b * t_max * c..(b * t_max + tk) * c])).collect()
+            (0..cs.b)
+                .flat_map(|b| to_f64(&cache[b * t_max * c..(b * t_max + tk) * c]))
+                .collect()
         };
         let mut want = vec![0.0; out.len()];
         let dims = (cs.b, tq, tk, cs.h, cs.d);
-        reference::attention_forward(&mut want, &to_f64(&q), &prefix(&kc), &prefix(&vc), dims, pos);
+        reference::attention_forward(
+            &mut want,
+            &to_f64(&q),
+            &prefix(&kc),
+            &prefix(&vc),
+            dims,
+            pos,
+        );
         let name = "attention_forward (generation): out";
-        close(tol::attention_out(tk, cs.d), name, &read_all(be, &o_buf)?, &want)
+        close(
+            tol::attention_out(tk, cs.d),
+            name,
+            &read_all(be, &o_buf)?,
+            &want,
+        )
     })
 }
 
@@ -181,7 +256,7 @@ pub fn attention_generation<B: Backend>(be: &B, cfg: &Config) -> Case {
 pub fn attention_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
     run(cfg, "attention_backward", attn_case(), |cs| {
         let mut r = Rand::new(cs.seed);
-        let (off, c) = (cs.offset, cs.h * cs.d);
+        let c = cs.h * cs.d;
         let n = cs.b * cs.t * c;
         let host = qkv_host(&mut r, &cs, false);
         let ghost = qkv_host(&mut r, &cs, true);
@@ -192,28 +267,85 @@ pub fn attention_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
         let dout_host = r.vec(n, -1.0, 1.0);
         let (o_buf, d_buf) = (buffer(be, &vec![0.0; n])?, buffer(be, &dout_host)?);
         let bad = || fail("attention: heads");
-        let oh = Heads::from_tensor(View::whole(&o_buf).reshape([cs.b, cs.t, c]).ok_or_else(bad)?, cs.h).ok_or_else(bad)?;
-        let dh = Heads::from_tensor(View::whole(&d_buf).reshape([cs.b, cs.t, c]).ok_or_else(bad)?, cs.h).ok_or_else(bad)?;
-        let shape = AttentionShape { batch: cs.b, heads: cs.h, q_len: cs.t, k_len: cs.t };
-        let (ws_len, sc_len) = (be.attention_workspace_len(shape), be.attention_backward_scratch_len(shape));
+        let oh = Heads::from_tensor(
+            View::whole(&o_buf)
+                .reshape([cs.b, cs.t, c])
+                .ok_or_else(bad)?,
+            cs.h,
+        )
+        .ok_or_else(bad)?;
+        let dh = Heads::from_tensor(
+            View::whole(&d_buf)
+                .reshape([cs.b, cs.t, c])
+                .ok_or_else(bad)?,
+            cs.h,
+        )
+        .ok_or_else(bad)?;
+        let shape = AttentionShape {
+            batch: cs.b,
+            heads: cs.h,
+            q_len: cs.t,
+            k_len: cs.t,
+        };
+        let (ws_len, sc_len) = (
+            be.attention_workspace_len(shape),
+            be.attention_backward_scratch_len(shape),
+        );
         let ws = buffer(be, &vec![0.0; ws_len.max(1)])?;
         let sc = buffer(be, &poison(&mut r, sc_len.max(1)))?;
-        be.attention_forward(q, k, v, oh, View::whole(&ws), 0).or_fail("attention_forward")?;
-        be.attention_backward(q, k, v, oh, dh, dq, dk, dv, View::whole(&ws), View::whole(&sc))
-            .or_fail("attention_backward")?;
+        be.attention_forward(q, k, v, oh, View::whole(&ws), 0)
+            .or_fail("attention_forward")?;
+        be.attention_backward(
+            q,
+            k,
+            v,
+            oh,
+            dh,
+            dq,
+            dk,
+            dv,
+            View::whole(&ws),
+            View::whole(&sc),
+        )
+        .or_fail("attention_backward")?;
 
         let [q64, k64, v64] = dense(&host, &cs);
         let mut out = vec![0.0; n];
-        reference::attention_forward(&mut out, &q64, &k64, &v64, (cs.b, cs.t, cs.t, cs.h, cs.d), 0);
-        close(tol::attention_out(cs.t, cs.d), "attention_forward: out", &read_all(be, &o_buf)?, &out)?;
+        reference::attention_forward(
+            &mut out,
+            &q64,
+            &k64,
+            &v64,
+            (cs.b, cs.t, cs.t, cs.h, cs.d),
+            0,
+        );
+        close(
+            tol::attention_out(cs.t, cs.d),
+            "attention_forward: out",
+            &read_all(be, &o_buf)?,
+            &out,
+        )?;
         let mut g = [vec![0.0; n], vec![0.0; n], vec![0.0; n]];
         let [gq, gk, gv] = &mut g;
         let dout = to_f64(&dout_host);
-        reference::attention_backward(gq, gk, gv, &dout, &q64, &k64, &v64, (cs.b, cs.t, cs.h, cs.d));
+        reference::attention_backward(
+            gq,
+            gk,
+            gv,
+            &dout,
+            &q64,
+            &k64,
+            &v64,
+            (cs.b, cs.t, cs.h, cs.d),
+        );
         let want = expected(&ghost, &cs, &g);
         let t = tol::attention_grad(cs.t, cs.d);
         for (i, (buf, want)) in grads.bufs.iter().zip(&want).enumerate() {
-            let name = if cs.packed { "attention_backward: d(qkv)".to_string() } else { format!("attention_backward: {}", ["dq", "dk", "dv"][i]) };
+            let name = if cs.packed {
+                "attention_backward: d(qkv)".to_string()
+            } else {
+                format!("attention_backward: {}", ["dq", "dk", "dv"][i])
+            };
             close(t, &name, &read_all(be, buf)?, want)?;
         }
         Ok(())

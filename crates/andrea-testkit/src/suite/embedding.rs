@@ -5,7 +5,9 @@ use andrea_core::{Backend, View};
 use proptest::prelude::*;
 
 use super::linalg::poison;
-use super::{buffer, close, id_buffer, read_all, run, size, to_f64, view, Case, Config, OrFail};
+use super::{
+    buffer, close, id_buffer, read_all, run, size, size_or_big, to_f64, view, Case, Config, OrFail,
+};
 use crate::random::Rand;
 use crate::{reference, tol};
 
@@ -22,11 +24,20 @@ struct EmbCase {
 }
 
 fn emb_case(max_vocab: usize) -> impl Strategy<Value = EmbCase> {
-    let dims = (size(4), size(16), size(64), size(max_vocab));
+    let dims = (size(4), size(16), size_or_big(64, 800), size(max_vocab));
     (dims, 0..5usize, 0.0f64..1.0, 0..3usize, any::<u64>()).prop_map(
         |((b, t, c, vocab), extra, frac, offset, seed)| {
             let pos_offset = ((frac * (extra + 1) as f64) as usize).min(extra);
-            EmbCase { b, t, c, vocab, context: t + extra, pos_offset, offset, seed }
+            EmbCase {
+                b,
+                t,
+                c,
+                vocab,
+                context: t + extra,
+                pos_offset,
+                offset,
+                seed,
+            }
         },
     )
 }
@@ -55,7 +66,12 @@ pub fn embedding<B: Backend>(be: &B, cfg: &Config) -> Case {
         let (e64, p64) = (to_f64(&wte[off..]), to_f64(&wpe[off..]));
         let o = &mut want[off..off + n * c];
         reference::embedding(o, &ids[off..], &e64, &p64, cs.b, cs.t, c, cs.pos_offset);
-        close(tol::one_rounding(), "embedding: out", &read_all(be, &o_buf)?, &want)
+        close(
+            tol::one_rounding(),
+            "embedding: out",
+            &read_all(be, &o_buf)?,
+            &want,
+        )
     })
 }
 
@@ -89,7 +105,17 @@ pub fn embedding_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
             c,
         );
         let t = tol::embedding_backward(n);
-        close(t, "embedding_backward: dwte", &read_all(be, &e_buf)?, &want_e)?;
-        close(t, "embedding_backward: dwpe", &read_all(be, &p_buf)?, &want_p)
+        close(
+            t,
+            "embedding_backward: dwte",
+            &read_all(be, &e_buf)?,
+            &want_e,
+        )?;
+        close(
+            t,
+            "embedding_backward: dwpe",
+            &read_all(be, &p_buf)?,
+            &want_p,
+        )
     })
 }

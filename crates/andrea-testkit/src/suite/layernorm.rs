@@ -10,7 +10,7 @@ use andrea_core::Backend;
 use proptest::prelude::*;
 
 use super::linalg::poison;
-use super::{buffer, close, read_all, run, size, to_f64, view, Case, Config, OrFail};
+use super::{buffer, close, read_all, run, size, size_or_big, to_f64, view, Case, Config, OrFail};
 use crate::random::Rand;
 use crate::{reference, tol};
 
@@ -24,12 +24,22 @@ struct LnCase {
 }
 
 fn ln_case() -> impl Strategy<Value = LnCase> {
-    let lead = prop_oneof![size(24).prop_map(|n| vec![n]), (size(4), size(8)).prop_map(|(b, t)| vec![b, t])];
+    let lead = prop_oneof![
+        size_or_big(24, 300).prop_map(|n| vec![n]),
+        (size(4), size(8)).prop_map(|(b, t)| vec![b, t])
+    ];
     let eps = prop_oneof![3 => Just(1e-5f32), 1 => 1e-6f32..1e-2];
-    (lead, size(130), eps, 0..3usize, any::<u64>()).prop_map(|(mut dims, c, eps, offset, seed)| {
-        dims.push(c);
-        LnCase { dims, eps, offset, seed }
-    })
+    (lead, size_or_big(130, 800), eps, 0..3usize, any::<u64>()).prop_map(
+        |(mut dims, c, eps, offset, seed)| {
+            dims.push(c);
+            LnCase {
+                dims,
+                eps,
+                offset,
+                seed,
+            }
+        },
+    )
 }
 
 /// Rows as described in the module docs, `[n, c]`.
@@ -70,7 +80,9 @@ fn padded_buffer<B: Backend>(
 /// Reference forward: `(out, mean, rstd)`.
 fn forward(x: &[f64], gamma: &[f64], beta: &[f64], n: usize, c: usize, eps: f32) -> [Vec<f64>; 3] {
     let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
-    reference::layernorm(&mut out, &mut mean, &mut rstd, x, gamma, beta, n, c, eps as f64);
+    reference::layernorm(
+        &mut out, &mut mean, &mut rstd, x, gamma, beta, n, c, eps as f64,
+    );
     [out, mean, rstd]
 }
 
@@ -100,18 +112,37 @@ pub fn layernorm<B: Backend>(be: &B, cfg: &Config) -> Case {
         )
         .or_fail("layernorm")?;
 
-        let (x64, g64, b64) = (to_f64(&x[off..]), to_f64(&gamma[off..]), to_f64(&beta[off..]));
+        let (x64, g64, b64) = (
+            to_f64(&x[off..]),
+            to_f64(&gamma[off..]),
+            to_f64(&beta[off..]),
+        );
         let [o, mean, rstd] = forward(&x64, &g64, &b64, n, c, cs.eps);
         let mut want_out = to_f64(&out);
         want_out[off..off + n * c].copy_from_slice(&o);
-        close(tol::layernorm_out(c), "layernorm: out", &read_all(be, &o_buf)?, &want_out)?;
+        close(
+            tol::layernorm_out(c),
+            "layernorm: out",
+            &read_all(be, &o_buf)?,
+            &want_out,
+        )?;
         let got = read_all(be, &s_buf)?;
         let mut want = to_f64(&stats);
         want[off..off + n].copy_from_slice(&mean);
         want[n + 2 * off..2 * n + 2 * off].copy_from_slice(&rstd);
         let stats_tol = tol::layernorm_stats(c);
-        close(stats_tol, "layernorm: mean", &got[..n + 2 * off], &want[..n + 2 * off])?;
-        close(stats_tol, "layernorm: rstd", &got[n + 2 * off..], &want[n + 2 * off..])
+        close(
+            stats_tol,
+            "layernorm: mean",
+            &got[..n + 2 * off],
+            &want[..n + 2 * off],
+        )?;
+        close(
+            stats_tol,
+            "layernorm: rstd",
+            &got[n + 2 * off..],
+            &want[n + 2 * off..],
+        )
     })
 }
 
@@ -164,9 +195,19 @@ pub fn layernorm_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
             c,
         );
         let dx_tol = tol::layernorm_dx(c);
-        close(dx_tol, "layernorm_backward: dx", &read_all(be, &dx_buf)?, &want_dx)?;
+        close(
+            dx_tol,
+            "layernorm_backward: dx",
+            &read_all(be, &dx_buf)?,
+            &want_dx,
+        )?;
         let p_tol = tol::layernorm_dparams(n);
-        close(p_tol, "layernorm_backward: dgamma, dbeta", &read_all(be, &p_buf)?, &want_p)
+        close(
+            p_tol,
+            "layernorm_backward: dgamma, dbeta",
+            &read_all(be, &p_buf)?,
+            &want_p,
+        )
     })
 }
 
@@ -208,9 +249,24 @@ pub fn residual_layernorm<B: Backend>(be: &B, cfg: &Config) -> Case {
         want_res[off..off + n * c].copy_from_slice(&residual);
         want_out[off..off + n * c].copy_from_slice(&o);
         let res_name = "residual_layernorm: residual";
-        close(tol::one_rounding(), res_name, &read_all(be, &res_buf)?, &want_res)?;
-        close(tol::layernorm_out(c), "residual_layernorm: out", &read_all(be, &o_buf)?, &want_out)?;
+        close(
+            tol::one_rounding(),
+            res_name,
+            &read_all(be, &res_buf)?,
+            &want_res,
+        )?;
+        close(
+            tol::layernorm_out(c),
+            "residual_layernorm: out",
+            &read_all(be, &o_buf)?,
+            &want_out,
+        )?;
         let stats_want = [mean, rstd].concat();
-        close(tol::layernorm_stats(c), "residual_layernorm: mean, rstd", &read_all(be, &s_buf)?, &stats_want)
+        close(
+            tol::layernorm_stats(c),
+            "residual_layernorm: mean, rstd",
+            &read_all(be, &s_buf)?,
+            &stats_want,
+        )
     })
 }

@@ -5,7 +5,7 @@
 use andrea_core::Backend;
 use proptest::prelude::*;
 
-use super::{buffer, close, read_all, run, size, to_f64, view, Case, Config, OrFail};
+use super::{buffer, close, read_all, run, size, size_or_big, to_f64, view, Case, Config, OrFail};
 use crate::random::Rand;
 use crate::reference::{self, Layout};
 use crate::{tol, Tol};
@@ -22,21 +22,37 @@ pub(crate) struct Store {
 }
 
 pub(crate) fn store() -> impl Strategy<Value = Store> {
-    (any::<bool>(), prop_oneof![2 => Just(0usize), 1 => 1..4usize], 0..3usize)
-        .prop_map(|(transposed, pad, offset)| Store { transposed, pad, offset })
+    (
+        any::<bool>(),
+        prop_oneof![2 => Just(0usize), 1 => 1..4usize],
+        0..3usize,
+    )
+        .prop_map(|(transposed, pad, offset)| Store {
+            transposed,
+            pad,
+            offset,
+        })
 }
 
 impl Store {
     /// The layout of `batch` `[rows, cols]` matrices stored this way.
     pub fn layout(&self, batch: usize, rows: usize, cols: usize) -> Layout {
-        let (sr, sc) = if self.transposed { (cols, rows) } else { (rows, cols) };
+        let (sr, sc) = if self.transposed {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
         let row_stride = sc + self.pad;
         let l = Layout {
             offset: self.offset,
             batch,
             rows: sr,
             cols: sc,
-            batch_stride: if batch > 1 { sr * row_stride + self.pad } else { 0 },
+            batch_stride: if batch > 1 {
+                sr * row_stride + self.pad
+            } else {
+                0
+            },
             row_stride,
             col_stride: 1,
         };
@@ -81,11 +97,29 @@ struct MatmulCase {
 }
 
 fn matmul_case() -> impl Strategy<Value = MatmulCase> {
-    let dims = (prop_oneof![3 => Just(1usize), 1 => 2..=3usize], size(80), size(80), size(80));
+    let dims = (
+        prop_oneof![3 => Just(1usize), 1 => 2..=3usize],
+        size_or_big(80, 300),
+        size_or_big(80, 300),
+        size_or_big(80, 300),
+    );
     let flags = (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
     (dims, (store(), store(), store()), flags, any::<u64>()).prop_map(
         |((batch, m, k, n), (a, b, c), (a_batched, b_batched, bias, accumulate), seed)| {
-            MatmulCase { batch, m, k, n, a, b, c, a_batched, b_batched, bias, accumulate, seed }
+            MatmulCase {
+                batch,
+                m,
+                k,
+                n,
+                a,
+                b,
+                c,
+                a_batched,
+                b_batched,
+                bias,
+                accumulate,
+                seed,
+            }
         },
     )
 }
@@ -108,8 +142,14 @@ pub fn matmul<B: Backend>(be: &B, cfg: &Config) -> Case {
         let (a_buf, b_buf, c_buf) = (buffer(be, &a)?, buffer(be, &b)?, buffer(be, &c0)?);
         let bias_buf = buffer(be, &bias)?;
         let bias_view = c.bias.then(|| view(&bias_buf, 1, &[c.n]));
-        be.matmul(la.on(&a_buf), lb.on(&b_buf), bias_view, lc.on(&c_buf), c.accumulate)
-            .or_fail("matmul")?;
+        be.matmul(
+            la.on(&a_buf),
+            lb.on(&b_buf),
+            bias_view,
+            lc.on(&c_buf),
+            c.accumulate,
+        )
+        .or_fail("matmul")?;
 
         let mut want = to_f64(&c0);
         let bias64 = to_f64(&bias[1..=c.n]);
@@ -130,19 +170,34 @@ pub fn bias_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
         let dout = r.vec(rows * m + offset, -1.0, 1.0);
         let dbias = r.vec(m + 2 * offset, -1.0, 1.0);
         let (dout_buf, dbias_buf) = (buffer(be, &dout)?, buffer(be, &dbias)?);
-        be.bias_backward(view(&dout_buf, offset, &dims), view(&dbias_buf, offset, &[m]))
-            .or_fail("bias_backward")?;
+        be.bias_backward(
+            view(&dout_buf, offset, &dims),
+            view(&dbias_buf, offset, &[m]),
+        )
+        .or_fail("bias_backward")?;
 
         let mut want = to_f64(&dbias);
         let d64 = to_f64(&dout[offset..]);
         reference::bias_backward(&mut want[offset..offset + m], &d64, rows, m);
-        close(tol::bias_backward(rows), "bias_backward: dbias", &read_all(be, &dbias_buf)?, &want)
+        close(
+            tol::bias_backward(rows),
+            "bias_backward: dbias",
+            &read_all(be, &dbias_buf)?,
+            &want,
+        )
     })
 }
 
 /// `dst = src` between any two layouts of one size; bit-exact.
 pub fn copy<B: Backend>(be: &B, cfg: &Config) -> Case {
-    let case = (1..=3usize, size(40), size(40), store(), store(), any::<u64>());
+    let case = (
+        1..=3usize,
+        size(40),
+        size(40),
+        store(),
+        store(),
+        any::<u64>(),
+    );
     run(cfg, "copy", case, |(batch, rows, cols, s, d, seed)| {
         let mut r = Rand::new(seed);
         let (ls, ld) = (s.layout(batch, rows, cols), d.layout(batch, rows, cols));
@@ -159,31 +214,66 @@ pub fn copy<B: Backend>(be: &B, cfg: &Config) -> Case {
 
 /// `pre = x·w + bias`, `out = GELU(pre)`, with `x` and `w` in any layout.
 pub fn linear_gelu<B: Backend>(be: &B, cfg: &Config) -> Case {
-    let case = (size(64), size(64), size(64), store(), store(), 0..3usize, any::<u64>());
-    run(cfg, "linear_gelu", case, |(n, k, m, xs, ws, offset, seed)| {
-        let mut r = Rand::new(seed);
-        let (lx, lw) = (xs.layout(1, n, k), ws.layout(1, k, m));
-        let x = r.vec(xs.buffer_len(&lx), -1.0, 1.0);
-        let w = r.vec(ws.buffer_len(&lw), -1.0, 1.0);
-        let bias = r.vec(m + offset, -1.0, 1.0);
-        let pre = poison(&mut r, n * m + 2 * offset);
-        let out = poison(&mut r, n * m + offset);
-        let (x_buf, w_buf, bias_buf) = (buffer(be, &x)?, buffer(be, &w)?, buffer(be, &bias)?);
-        let (pre_buf, out_buf) = (buffer(be, &pre)?, buffer(be, &out)?);
-        let pre_view = view(&pre_buf, offset, &[n, m]);
-        let out_view = view(&out_buf, offset, &[n, m]);
-        be.linear_gelu(lx.on(&x_buf), lw.on(&w_buf), view(&bias_buf, offset, &[m]), pre_view, out_view)
+    let case = (
+        size(64),
+        size(64),
+        size(64),
+        store(),
+        store(),
+        0..3usize,
+        any::<u64>(),
+    );
+    run(
+        cfg,
+        "linear_gelu",
+        case,
+        |(n, k, m, xs, ws, offset, seed)| {
+            let mut r = Rand::new(seed);
+            let (lx, lw) = (xs.layout(1, n, k), ws.layout(1, k, m));
+            let x = r.vec(xs.buffer_len(&lx), -1.0, 1.0);
+            let w = r.vec(ws.buffer_len(&lw), -1.0, 1.0);
+            let bias = r.vec(m + offset, -1.0, 1.0);
+            let pre = poison(&mut r, n * m + 2 * offset);
+            let out = poison(&mut r, n * m + offset);
+            let (x_buf, w_buf, bias_buf) = (buffer(be, &x)?, buffer(be, &w)?, buffer(be, &bias)?);
+            let (pre_buf, out_buf) = (buffer(be, &pre)?, buffer(be, &out)?);
+            let pre_view = view(&pre_buf, offset, &[n, m]);
+            let out_view = view(&out_buf, offset, &[n, m]);
+            be.linear_gelu(
+                lx.on(&x_buf),
+                lw.on(&w_buf),
+                view(&bias_buf, offset, &[m]),
+                pre_view,
+                out_view,
+            )
             .or_fail("linear_gelu")?;
 
-        let mut want_pre = to_f64(&pre);
-        let lp = Layout { offset, ..Layout::dense(1, n, m) };
-        let (x64, w64, b64) = (to_f64(&x), to_f64(&w), to_f64(&bias[offset..]));
-        reference::matmul(&x64, lx, &w64, lw, Some(&b64), &mut want_pre, lp, false);
-        let mut want_out = to_f64(&out);
-        reference::gelu(&mut want_out[offset..offset + n * m], &want_pre[offset..offset + n * m]);
-        close(tol::matmul(k), "linear_gelu: pre", &read_all(be, &pre_buf)?, &want_pre)?;
-        // GELU' <= 1.13 carries pre's error into out.
-        let out_tol = tol::gelu().plus(tol::matmul(k), 1.2);
-        close(out_tol, "linear_gelu: out", &read_all(be, &out_buf)?, &want_out)
-    })
+            let mut want_pre = to_f64(&pre);
+            let lp = Layout {
+                offset,
+                ..Layout::dense(1, n, m)
+            };
+            let (x64, w64, b64) = (to_f64(&x), to_f64(&w), to_f64(&bias[offset..]));
+            reference::matmul(&x64, lx, &w64, lw, Some(&b64), &mut want_pre, lp, false);
+            let mut want_out = to_f64(&out);
+            reference::gelu(
+                &mut want_out[offset..offset + n * m],
+                &want_pre[offset..offset + n * m],
+            );
+            close(
+                tol::matmul(k),
+                "linear_gelu: pre",
+                &read_all(be, &pre_buf)?,
+                &want_pre,
+            )?;
+            // GELU' <= 1.13 carries pre's error into out.
+            let out_tol = tol::gelu().plus(tol::matmul(k), 1.2);
+            close(
+                out_tol,
+                "linear_gelu: out",
+                &read_all(be, &out_buf)?,
+                &want_out,
+            )
+        },
+    )
 }

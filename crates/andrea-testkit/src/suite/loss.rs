@@ -7,7 +7,9 @@ use andrea_core::{Backend, View, IGNORE_INDEX};
 use proptest::prelude::*;
 
 use super::linalg::poison;
-use super::{buffer, close, id_buffer, read_all, run, size, to_f64, view, Case, Config, OrFail};
+use super::{
+    buffer, close, id_buffer, read_all, run, size, size_or_big, to_f64, view, Case, Config, OrFail,
+};
 use crate::random::Rand;
 use crate::{reference, tol, Tol};
 
@@ -29,12 +31,30 @@ struct CeCase {
 }
 
 fn ce_case() -> impl Strategy<Value = CeCase> {
-    let lead = prop_oneof![size(24).prop_map(|n| vec![n]), (size(3), size(8)).prop_map(|(b, t)| vec![b, t])];
+    let lead = prop_oneof![
+        size(24).prop_map(|n| vec![n]),
+        (size(3), size(8)).prop_map(|(b, t)| vec![b, t])
+    ];
     let grad = prop::sample::select(&[Grad::None, Grad::Separate, Grad::OverLogits][..]);
-    (lead, size(200), prop_oneof![Just(0usize), 0..9usize], grad, 0.1f32..2.0, 0..3usize, any::<u64>())
+    (
+        lead,
+        size_or_big(200, 2000),
+        prop_oneof![Just(0usize), 0..9usize],
+        grad,
+        0.1f32..2.0,
+        0..3usize,
+        any::<u64>(),
+    )
         .prop_map(|(mut dims, vp, pad, grad, grad_scale, offset, seed)| {
             dims.push(vp);
-            CeCase { dims, vocab: vp.saturating_sub(pad).max(1), grad, grad_scale, offset, seed }
+            CeCase {
+                dims,
+                vocab: vp.saturating_sub(pad).max(1),
+                grad,
+                grad_scale,
+                offset,
+                seed,
+            }
         })
 }
 
@@ -51,11 +71,21 @@ pub fn softmax_cross_entropy<B: Backend>(be: &B, cfg: &Config) -> Case {
         }
         logits.extend(r.vec(off, -1.0, 1.0));
         let targets: Vec<u32> = (0..n + off)
-            .map(|_| if r.chance(1.0 / 6.0) { IGNORE_INDEX } else { r.below(vocab) as u32 })
+            .map(|_| {
+                if r.chance(1.0 / 6.0) {
+                    IGNORE_INDEX
+                } else {
+                    r.below(vocab) as u32
+                }
+            })
             .collect();
         let losses = poison(&mut r, n + 2 * off);
         let dlogits = poison(&mut r, n * vp + 2 * off);
-        let (z_buf, l_buf, d_buf) = (buffer(be, &logits)?, buffer(be, &losses)?, buffer(be, &dlogits)?);
+        let (z_buf, l_buf, d_buf) = (
+            buffer(be, &logits)?,
+            buffer(be, &losses)?,
+            buffer(be, &dlogits)?,
+        );
         let t_buf = id_buffer(be, &targets)?;
         let zv = view(&z_buf, off, &cs.dims);
         let dv = match cs.grad {
@@ -80,9 +110,22 @@ pub fn softmax_cross_entropy<B: Backend>(be: &B, cfg: &Config) -> Case {
             cs.grad_scale as f64,
         );
         let got_l = read_all(be, &l_buf)?;
-        close(tol::cross_entropy_loss(vocab), "softmax_cross_entropy: losses", &got_l, &want_l)?;
-        let ignored: Vec<f32> = (0..n).filter(|&i| targets[off + i] == IGNORE_INDEX).map(|i| got_l[off + i]).collect();
-        close(Tol::EXACT, "softmax_cross_entropy: ignored losses", &ignored, &vec![0.0; ignored.len()])?;
+        close(
+            tol::cross_entropy_loss(vocab),
+            "softmax_cross_entropy: losses",
+            &got_l,
+            &want_l,
+        )?;
+        let ignored: Vec<f32> = (0..n)
+            .filter(|&i| targets[off + i] == IGNORE_INDEX)
+            .map(|i| got_l[off + i])
+            .collect();
+        close(
+            Tol::EXACT,
+            "softmax_cross_entropy: ignored losses",
+            &ignored,
+            &vec![0.0; ignored.len()],
+        )?;
 
         // The buffer the gradient went to; without one, the logits must be untouched.
         let (buf, mut want) = match cs.grad {
@@ -94,7 +137,11 @@ pub fn softmax_cross_entropy<B: Backend>(be: &B, cfg: &Config) -> Case {
         }
         let got = read_all(be, buf)?;
         let name = format!("softmax_cross_entropy ({:?}): dlogits", cs.grad);
-        let t = if cs.grad == Grad::None { Tol::EXACT } else { tol::cross_entropy_grad(vocab) };
+        let t = if cs.grad == Grad::None {
+            Tol::EXACT
+        } else {
+            tol::cross_entropy_grad(vocab)
+        };
         close(t, &name, &got, &want)?;
         if cs.grad != Grad::None {
             let zeros: Vec<f32> = (0..n * vp)

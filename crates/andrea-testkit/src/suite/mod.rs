@@ -1,7 +1,7 @@
 //! The conformance suite: one generic function per op, `fn op<B: Backend>(&B, &Config)
 //! -> Result<(), TestCaseError>`.
 //!
-//! Each function draws cases with proptest (shapes from [`size`], layouts, flags and a
+//! Each function draws cases with proptest (shapes, layouts, flags and a
 //! seed for the values, see [`crate::random`]), uploads the inputs with
 //! `alloc`/`upload`, runs the op, downloads every buffer it may write and compares it,
 //! *including the elements around the output view* (which must be untouched), with the
@@ -113,9 +113,10 @@ where
 {
     let mut runner = TestRunner::new(cfg.proptest());
     runner.run(&strategy, test).map_err(|e| match e {
-        TestError::Fail(reason, case) => {
-            TestCaseError::fail(format!("{name}: {reason}\n    minimal failing case: {case:?}"))
-        }
+        TestError::Fail(reason, case) => TestCaseError::fail(format!(
+            "{}\n    minimal failing case of {name}: {case:?}",
+            reason.message()
+        )),
         TestError::Abort(reason) => TestCaseError::fail(format!("{name}: aborted: {reason}")),
     })
 }
@@ -147,7 +148,8 @@ pub(crate) fn buffer<B: Backend>(be: &B, data: &[f32]) -> Result<B::Buffer, Test
 /// A token-id buffer holding `ids`.
 pub(crate) fn id_buffer<B: Backend>(be: &B, ids: &[u32]) -> Result<B::IdBuffer, TestCaseError> {
     let buf = be.alloc_ids(ids.len()).or_fail("alloc_ids")?;
-    be.upload_ids(ids, View::whole(&buf)).or_fail("upload_ids")?;
+    be.upload_ids(ids, View::whole(&buf))
+        .or_fail("upload_ids")?;
     Ok(buf)
 }
 
@@ -181,12 +183,19 @@ pub(crate) fn size(hi: usize) -> BoxedStrategy<usize> {
     .boxed()
 }
 
-/// A random shape of rank 1 to 3 with at most about `max_numel` elements, and a number
-/// of padding elements to put around its view.
+/// As [`size`], and one time in nine a size in `hi+1..=big` (past the block sizes and
+/// parallel thresholds a backend may have).
+pub(crate) fn size_or_big(hi: usize, big: usize) -> BoxedStrategy<usize> {
+    prop_oneof![8 => size(hi), 1 => hi + 1..=big].boxed()
+}
+
+/// A random shape of rank 1 to 3 with at most `max_numel` elements, or (one time in
+/// ten) a long 1-D one of up to `20·max_numel`, to reach a backend's parallel paths.
 pub(crate) fn shape(max_numel: usize) -> BoxedStrategy<Vec<usize>> {
-    prop::collection::vec(size(40), 1..=3)
-        .prop_filter("too many elements", move |d| d.iter().product::<usize>() <= max_numel)
-        .boxed()
+    let small = prop::collection::vec(size(40), 1..=3).prop_filter("too many elements", move |d| {
+        d.iter().product::<usize>() <= max_numel
+    });
+    prop_oneof![9 => small, 1 => (max_numel..=20 * max_numel).prop_map(|n| vec![n])].boxed()
 }
 
 /// A view at `offset` of `dims` in `buf`.

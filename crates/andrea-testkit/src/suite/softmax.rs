@@ -6,7 +6,7 @@ use andrea_core::Backend;
 use proptest::prelude::*;
 
 use super::linalg::poison;
-use super::{buffer, close, read_all, run, size, to_f64, view, Case, Config, OrFail};
+use super::{buffer, close, read_all, run, size, size_or_big, to_f64, view, Case, Config, OrFail};
 use crate::random::Rand;
 use crate::{reference, tol, Tol};
 
@@ -31,12 +31,22 @@ impl SoftmaxCase {
 
 fn softmax_case() -> impl Strategy<Value = SoftmaxCase> {
     let lead = prop::collection::vec(size(3), 0..=2);
-    let qk = prop_oneof![size(40).prop_map(|k| vec![k]), (size(16), size(40)).prop_map(|(q, k)| vec![q, k])];
+    let qk = prop_oneof![
+        size_or_big(40, 300).prop_map(|k| vec![k]),
+        (size(16), size_or_big(40, 300)).prop_map(|(q, k)| vec![q, k])
+    ];
     let flags = (any::<bool>(), 0.0f64..1.0, any::<bool>());
     (lead, qk, 0.05f32..3.0, flags, 0..3usize, any::<u64>()).prop_map(
         |(mut dims, qk, scale, (causal, frac, in_place), offset, seed)| {
             dims.extend(qk);
-            let mut cs = SoftmaxCase { dims, scale, causal_offset: None, in_place, offset, seed };
+            let mut cs = SoftmaxCase {
+                dims,
+                scale,
+                causal_offset: None,
+                in_place,
+                offset,
+                seed,
+            };
             let (_, q, k) = cs.sizes();
             // Any offset that leaves the last query a key: 0..=k-q.
             if causal && q <= k {
@@ -62,12 +72,21 @@ pub fn softmax<B: Backend>(be: &B, cfg: &Config) -> Case {
         } else {
             (view(&o_buf, off, &cs.dims), &o_buf, &out)
         };
-        be.softmax(xv, ov, cs.scale, cs.causal_offset).or_fail("softmax")?;
+        be.softmax(xv, ov, cs.scale, cs.causal_offset)
+            .or_fail("softmax")?;
 
         let mut want = to_f64(before);
         let x64 = to_f64(&x[off..off + rows * k]);
         let scale = cs.scale as f64;
-        reference::softmax(&mut want[off..off + rows * k], &x64, rows, q, k, scale, cs.causal_offset);
+        reference::softmax(
+            &mut want[off..off + rows * k],
+            &x64,
+            rows,
+            q,
+            k,
+            scale,
+            cs.causal_offset,
+        );
         let got = read_all(be, written)?;
         close(tol::softmax(k), "softmax: out", &got, &want)?;
         if let Some(o) = cs.causal_offset {
@@ -75,7 +94,12 @@ pub fn softmax<B: Backend>(be: &B, cfg: &Config) -> Case {
                 .filter(|&e| e % k > o + (e / k) % q)
                 .map(|e| got[off + e])
                 .collect();
-            close(Tol::EXACT, "softmax: masked entries", &masked, &vec![0.0; masked.len()])?;
+            close(
+                Tol::EXACT,
+                "softmax: masked entries",
+                &masked,
+                &vec![0.0; masked.len()],
+            )?;
         }
         Ok(())
     })
@@ -102,11 +126,27 @@ pub fn softmax_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
         } else {
             (view(&dx_buf, off, &cs.dims), &dx_buf, &dx)
         };
-        be.softmax_backward(pv, dpv, dxv, cs.scale).or_fail("softmax_backward")?;
+        be.softmax_backward(pv, dpv, dxv, cs.scale)
+            .or_fail("softmax_backward")?;
 
         let mut want = to_f64(before);
-        let (p, dp) = (to_f64(&probs[off..off + rows * k]), to_f64(&dprobs[off..off + rows * k]));
-        reference::softmax_backward(&mut want[off..off + rows * k], &p, &dp, rows, k, cs.scale as f64);
-        close(tol::softmax_backward(k), "softmax_backward: dx", &read_all(be, written)?, &want)
+        let (p, dp) = (
+            to_f64(&probs[off..off + rows * k]),
+            to_f64(&dprobs[off..off + rows * k]),
+        );
+        reference::softmax_backward(
+            &mut want[off..off + rows * k],
+            &p,
+            &dp,
+            rows,
+            k,
+            cs.scale as f64,
+        );
+        close(
+            tol::softmax_backward(k),
+            "softmax_backward: dx",
+            &read_all(be, written)?,
+            &want,
+        )
     })
 }

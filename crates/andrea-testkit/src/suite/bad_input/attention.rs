@@ -1,0 +1,109 @@
+//! Bad input for attention_forward and attention_backward.
+
+use andrea_core::{AttentionShape, Backend, Heads, View};
+
+use super::{filled, Expect};
+use crate::suite::{fail, Case, Config};
+
+/// attention_forward, attention_backward.
+pub fn bad_input_attention<B: Backend>(be: &B, _cfg: &Config) -> Case {
+    let mut x = Expect::new("bad_input_attention");
+    // B 1, T 4, H 2, D 2: qkv [1, 4, 12], out [1, 4, 4].
+    let (b, t, h, c) = (1, 4, 2, 4);
+    let (qkv_buf, out_buf, dout_buf, dqkv_buf) = (
+        filled(be, 48)?,
+        filled(be, 16)?,
+        filled(be, 16)?,
+        filled(be, 48)?,
+    );
+    let heads = |buf, off, t, width| {
+        Heads::from_tensor(View::new(buf, off, [b, t, width]), h)
+            .ok_or_else(|| fail("attention: heads"))
+    };
+    let split = |buf| {
+        Heads::split_qkv(View::new(buf, 0, [b, t, 3 * c]), h)
+            .ok_or_else(|| fail("attention: heads"))
+    };
+    let [q, k, v] = split(&qkv_buf)?;
+    let [dq, dk, dv] = split(&dqkv_buf)?;
+    let (out, dout) = (heads(&out_buf, 0, t, c)?, heads(&dout_buf, 0, t, c)?);
+    let shape = AttentionShape {
+        batch: b,
+        heads: h,
+        q_len: t,
+        k_len: t,
+    };
+    let (ws_len, sc_len) = (
+        be.attention_workspace_len(shape).max(1),
+        be.attention_backward_scratch_len(shape).max(1),
+    );
+    let (ws_buf, sc_buf) = (filled(be, ws_len)?, filled(be, sc_len)?);
+    let (ws, sc) = (View::whole(&ws_buf), View::whole(&sc_buf));
+
+    let op = &["attention_forward"];
+    x.ok("attention_forward", || {
+        be.attention_forward(q, k, v, out, ws, 0)
+    });
+    x.err(
+        op,
+        "attention_forward: pos_offset 1 with k.seq = q.seq",
+        || be.attention_forward(q, k, v, out, ws, 1),
+    );
+    x.err(op, "attention_forward: pos_offset usize::MAX", || {
+        be.attention_forward(q, k, v, out, ws, usize::MAX)
+    });
+    x.err(op, "attention_forward: v has 3 positions, k has 4", || {
+        be.attention_forward(q, k, v.prefix(3), out, ws, 0)
+    });
+    x.err(op, "attention_forward: out is q", || {
+        be.attention_forward(q, k, v, q, ws, 0)
+    });
+    let big_ws = filled(be, ws_len.max(b * t * c))?;
+    let o_in_ws = heads(&big_ws, 0, t, c)?;
+    x.err(op, "attention_forward: out overlaps the workspace", || {
+        be.attention_forward(q, k, v, o_in_ws, View::whole(&big_ws), 0)
+    });
+    x.err(op, "attention_forward: k with 4 heads for 2", || {
+        let k4 = Heads {
+            heads: 4,
+            head_dim: 1,
+            ..k
+        };
+        be.attention_forward(q, k4, v, out, ws, 0)
+    });
+    x.err(op, "attention_forward: zero positions", || {
+        be.attention_forward(q.prefix(0), k.prefix(0), v.prefix(0), out.prefix(0), ws, 0)
+    });
+    x.err(op, "attention_forward: q past the buffer end", || {
+        be.attention_forward(Heads { offset: 9, ..q }, k, v, out, ws, 0)
+    });
+    if be.attention_workspace_len(shape) > 0 {
+        x.err(op, "attention_forward: workspace one float short", || {
+            be.attention_forward(q, k, v, out, View::new(&ws_buf, 0, [ws_len - 1]), 0)
+        });
+    }
+
+    let op = &["attention_backward"];
+    let bwd = |dq, dk, ws, sc| be.attention_backward(q, k, v, out, dout, dq, dk, dv, ws, sc);
+    x.ok("attention_forward, then attention_backward", || {
+        be.attention_forward(q, k, v, out, ws, 0)?;
+        bwd(dq, dk, ws, sc)
+    });
+    x.err(op, "attention_backward: dk is dq", || bwd(dq, dq, ws, sc));
+    x.err(op, "attention_backward: dq is q", || bwd(q, dk, ws, sc));
+    x.err(op, "attention_backward: dq with 3 positions", || {
+        bwd(dq.prefix(3), dk, ws, sc)
+    });
+    // A backend that asks for no scratch ignores the view it is given.
+    if be.attention_backward_scratch_len(shape) > 0 {
+        x.err(
+            op,
+            "attention_backward: scratch overlaps the workspace",
+            || bwd(dq, dk, ws, ws),
+        );
+        x.err(op, "attention_backward: scratch one float short", || {
+            bwd(dq, dk, ws, View::new(&sc_buf, 0, [sc_len - 1]))
+        });
+    }
+    x.finish()
+}

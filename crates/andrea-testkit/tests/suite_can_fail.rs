@@ -1,0 +1,415 @@
+//! The suite can fail: a backend that delegates to the naive one but gets one thing
+//! subtly wrong must be caught by the suite function of that op, with a message that
+//! says what is wrong. Without a fault, the same wrapper passes.
+
+use std::cell::Cell;
+
+use andrea_core::{check, AdamWStep, Backend, Error, Ids, Mat, Result, Tensor};
+use andrea_testkit::naive::{NaiveBackend, NaiveBuffer};
+use andrea_testkit::suite::{self, Config};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// GELU with erf instead of the tanh form.
+    ErfGelu,
+    /// LayerNorm with the unbiased variance `Σ(x - mean)²/(C - 1)`.
+    UnbiasedVariance,
+    /// The causal mask lets each query see one key too many.
+    CausalOffByOne,
+    /// `matmul` overwrites `c` even when asked to accumulate.
+    IgnoresAccumulate,
+    /// `embedding_backward` overwrites the gradient rows instead of adding.
+    EmbeddingOverwrites,
+    /// The cross-entropy's logsumexp includes the padding columns.
+    ReadsPadding,
+    /// AdamW's weight decay as L2 regularisation (added to the gradient).
+    CoupledWeightDecay,
+    /// `sum_squares` varies from call to call in the last bits.
+    Nondeterministic,
+    /// `matmul` panics on bad input instead of returning an error.
+    PanicsOnBadInput,
+    /// `add` accepts an output that partially overlaps an input.
+    AcceptsOverlap,
+}
+
+struct Faulty {
+    inner: NaiveBackend,
+    fault: Fault,
+    calls: Cell<u64>,
+}
+
+fn faulty(fault: Fault) -> Faulty {
+    Faulty {
+        inner: NaiveBackend::new(),
+        fault,
+        calls: Cell::new(0),
+    }
+}
+
+impl Faulty {
+    fn get(&self, t: Tensor<'_, Self>) -> Result<Vec<f32>> {
+        let mut host = vec![0.0; t.numel()];
+        self.inner.download(t, &mut host)?;
+        Ok(host)
+    }
+}
+
+/// erf by Abramowitz & Stegun 7.1.26 (error below 1.5e-7): plenty to tell the erf form
+/// of GELU from the tanh form, which differ by up to ~5e-4.
+fn erf(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    (1.0 - poly * (-x * x).exp()).copysign(x)
+}
+
+impl Backend for Faulty {
+    type Buffer = NaiveBuffer<f32>;
+    type IdBuffer = NaiveBuffer<u32>;
+
+    fn name(&self) -> String {
+        format!("naive with fault {:?}", self.fault)
+    }
+    fn alloc(&self, len: usize) -> Result<Self::Buffer> {
+        self.inner.alloc(len)
+    }
+    fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer> {
+        self.inner.alloc_ids(len)
+    }
+    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
+        self.inner.upload(src, dst)
+    }
+    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
+        self.inner.download(src, dst)
+    }
+    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
+        self.inner.upload_ids(src, dst)
+    }
+    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
+        self.inner.fill(dst, value)
+    }
+    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
+        self.inner.copy(src, dst)
+    }
+
+    fn matmul(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+        accumulate: bool,
+    ) -> Result<()> {
+        match self.fault {
+            Fault::IgnoresAccumulate => self.inner.matmul(a, b, bias, c, false),
+            Fault::PanicsOnBadInput => match check::matmul(&a, &b, bias.as_ref(), &c) {
+                Ok(_) => self.inner.matmul(a, b, bias, c, accumulate),
+                Err(e) => panic!("index out of bounds (really: {e})"),
+            },
+            _ => self.inner.matmul(a, b, bias, c, accumulate),
+        }
+    }
+    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
+        self.inner.bias_backward(dout, dbias)
+    }
+    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+        if self.fault == Fault::AcceptsOverlap
+            && std::ptr::eq(out.buf, a.buf)
+            && a.numel() == out.numel()
+        {
+            let (av, bv) = (self.get(a)?, self.get(b)?);
+            let sum: Vec<f32> = av.iter().zip(&bv).map(|(x, y)| x + y).collect();
+            return self.inner.upload(&sum, out);
+        }
+        self.inner.add(a, b, out)
+    }
+    fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()> {
+        self.inner.scale(x, alpha)
+    }
+    fn gelu(&self, x: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+        if self.fault != Fault::ErfGelu {
+            return self.inner.gelu(x, out);
+        }
+        check::elementwise("gelu", &[("x", &x)], ("out", &out), true)?;
+        let y: Vec<f32> = self
+            .get(x)?
+            .iter()
+            .map(|&v| {
+                let v = v as f64;
+                (0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2))) as f32
+            })
+            .collect();
+        self.inner.upload(&y, out)
+    }
+    fn gelu_backward(
+        &self,
+        x: Tensor<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+    ) -> Result<()> {
+        self.inner.gelu_backward(x, dout, dx)
+    }
+    fn layernorm(
+        &self,
+        x: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        beta: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        eps: f32,
+    ) -> Result<()> {
+        if self.fault != Fault::UnbiasedVariance {
+            return self.inner.layernorm(x, gamma, beta, out, mean, rstd, eps);
+        }
+        let (n, c) = check::layernorm(&x, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        let (xv, g, b) = (self.get(x)?, self.get(gamma)?, self.get(beta)?);
+        let (mut o, mut ms, mut rs) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+        for row in 0..n {
+            let x = &xv[row * c..(row + 1) * c];
+            let m = x.iter().sum::<f32>() / c as f32;
+            let var = x.iter().map(|v| (v - m) * (v - m)).sum::<f32>() / (c as f32 - 1.0).max(1.0);
+            let r = 1.0 / (var + eps).sqrt();
+            for i in 0..c {
+                o[row * c + i] = (x[i] - m) * r * g[i] + b[i];
+            }
+            (ms[row], rs[row]) = (m, r);
+        }
+        self.inner.upload(&o, out)?;
+        self.inner.upload(&ms, mean)?;
+        self.inner.upload(&rs, rstd)
+    }
+    fn layernorm_backward(
+        &self,
+        x: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+        dgamma: Tensor<'_, Self>,
+        dbeta: Tensor<'_, Self>,
+    ) -> Result<()> {
+        self.inner
+            .layernorm_backward(x, gamma, mean, rstd, dout, dx, dgamma, dbeta)
+    }
+    fn softmax(
+        &self,
+        x: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        scale: f32,
+        causal_offset: Option<usize>,
+    ) -> Result<()> {
+        let Some(o) = causal_offset.filter(|_| self.fault == Fault::CausalOffByOne) else {
+            return self.inner.softmax(x, out, scale, causal_offset);
+        };
+        let d = check::softmax(&x, &out, scale, causal_offset)?;
+        let xv = self.get(x)?;
+        let mut p = vec![0.0f32; xv.len()];
+        for r in 0..d.rows {
+            // Query i sees keys j <= o + i + 1: one too many.
+            let seen = (o + r % d.q_len + 2).min(d.k_len);
+            let row = &xv[r * d.k_len..r * d.k_len + seen];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(scale * v));
+            let sum: f32 = row.iter().map(|&v| (scale * v - max).exp()).sum();
+            for j in 0..seen {
+                p[r * d.k_len + j] = (scale * row[j] - max).exp() / sum;
+            }
+        }
+        self.inner.upload(&p, out)
+    }
+    fn softmax_backward(
+        &self,
+        probs: Tensor<'_, Self>,
+        dprobs: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+        scale: f32,
+    ) -> Result<()> {
+        self.inner.softmax_backward(probs, dprobs, dx, scale)
+    }
+    fn embedding(
+        &self,
+        ids: Ids<'_, Self>,
+        wte: Tensor<'_, Self>,
+        wpe: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        pos_offset: usize,
+    ) -> Result<()> {
+        self.inner.embedding(ids, wte, wpe, out, pos_offset)
+    }
+    fn embedding_backward(
+        &self,
+        ids: Ids<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dwte: Tensor<'_, Self>,
+        dwpe: Tensor<'_, Self>,
+    ) -> Result<()> {
+        if self.fault == Fault::EmbeddingOverwrites {
+            self.inner.fill(dwte, 0.0)?;
+            self.inner.fill(dwpe, 0.0)?;
+        }
+        self.inner.embedding_backward(ids, dout, dwte, dwpe)
+    }
+    fn softmax_cross_entropy(
+        &self,
+        logits: Tensor<'_, Self>,
+        targets: Ids<'_, Self>,
+        vocab: usize,
+        losses: Tensor<'_, Self>,
+        dlogits: Option<Tensor<'_, Self>>,
+        grad_scale: f32,
+    ) -> Result<()> {
+        let vocab = if self.fault == Fault::ReadsPadding {
+            logits.shape.last()
+        } else {
+            vocab
+        };
+        self.inner
+            .softmax_cross_entropy(logits, targets, vocab, losses, dlogits, grad_scale)
+    }
+    fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
+        let s = self.inner.sum_squares(x)?;
+        if self.fault == Fault::Nondeterministic {
+            self.calls.set(self.calls.get() + 1);
+            return Ok(s * (1.0 + 1e-15 * (self.calls.get() % 3) as f64));
+        }
+        Ok(s)
+    }
+    fn adamw(
+        &self,
+        param: Tensor<'_, Self>,
+        grad: Tensor<'_, Self>,
+        m: Tensor<'_, Self>,
+        v: Tensor<'_, Self>,
+        step: &AdamWStep,
+    ) -> Result<()> {
+        if self.fault != Fault::CoupledWeightDecay {
+            return self.inner.adamw(param, grad, m, v, step);
+        }
+        check::adamw(&param, &grad, &m, &v, step)?;
+        // g += wd·p/grad_scale, then AdamW without decoupled decay.
+        let (p, g) = (self.get(param)?, self.get(grad)?);
+        let coupled: Vec<f32> = g
+            .iter()
+            .zip(&p)
+            .map(|(g, p)| g + step.weight_decay * p / step.grad_scale)
+            .collect();
+        let scratch = self.inner.alloc(g.len())?;
+        let scratch_view = andrea_core::View::whole(&scratch);
+        self.inner.upload(&coupled, scratch_view)?;
+        self.inner
+            .adamw(
+                param,
+                scratch_view,
+                m,
+                v,
+                &AdamWStep {
+                    weight_decay: 0.0,
+                    ..*step
+                },
+            )
+            .map_err(|e| Error::invalid("adamw", e.to_string()))
+    }
+}
+
+type SuiteFn =
+    fn(&Faulty, &Config) -> std::result::Result<(), proptest::test_runner::TestCaseError>;
+
+/// Each fault, the suite function that must catch it, and a word its message must hold.
+const CASES: &[(Fault, &str, SuiteFn, &str)] = &[
+    (Fault::ErfGelu, "gelu", suite::gelu, "gelu"),
+    (
+        Fault::ErfGelu,
+        "linear_gelu",
+        suite::linear_gelu,
+        "linear_gelu: out",
+    ),
+    (
+        Fault::UnbiasedVariance,
+        "layernorm",
+        suite::layernorm,
+        "layernorm: out",
+    ),
+    (Fault::CausalOffByOne, "softmax", suite::softmax, "softmax"),
+    (
+        Fault::CausalOffByOne,
+        "attention_forward",
+        suite::attention_forward,
+        "attention_forward: out",
+    ),
+    (
+        Fault::IgnoresAccumulate,
+        "matmul",
+        suite::matmul,
+        "matmul: c",
+    ),
+    (
+        Fault::EmbeddingOverwrites,
+        "embedding_backward",
+        suite::embedding_backward,
+        "embedding_backward: dw",
+    ),
+    (
+        Fault::ReadsPadding,
+        "softmax_cross_entropy",
+        suite::softmax_cross_entropy,
+        "losses",
+    ),
+    (Fault::CoupledWeightDecay, "adamw", suite::adamw, "adamw: "),
+    (
+        Fault::Nondeterministic,
+        "determinism",
+        suite::determinism,
+        "sum_squares",
+    ),
+    (
+        Fault::PanicsOnBadInput,
+        "bad_input_linalg",
+        suite::bad_input_linalg,
+        "panicked",
+    ),
+    (
+        Fault::AcceptsOverlap,
+        "bad_input_elementwise",
+        suite::bad_input_elementwise,
+        "add: out overlaps a",
+    ),
+];
+
+#[test]
+fn every_fault_is_caught_by_its_suite_function() {
+    let cfg = Config::with_cases(64);
+    let mut missed = Vec::new();
+    for &(fault, name, run, needle) in CASES {
+        match run(&faulty(fault), &cfg) {
+            Ok(()) => missed.push(format!("{fault:?}: suite::{name} passed")),
+            Err(e) => {
+                let msg = e.to_string();
+                eprintln!("{fault:?} caught by suite::{name}:\n  {msg}\n");
+                if !msg.contains(needle) {
+                    missed.push(format!(
+                        "{fault:?}: suite::{name} failed without naming `{needle}`: {msg}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "faults the suite missed:\n{}",
+        missed.join("\n")
+    );
+}
+
+#[test]
+fn the_wrapper_without_a_fault_passes_the_same_functions() {
+    let cfg = Config::with_cases(16);
+    for &(_, name, run, _) in CASES {
+        if let Err(e) = run(&faulty(Fault::None), &cfg) {
+            panic!("suite::{name} failed on the fault-free wrapper: {e}");
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! Token shards: a corpus encoded into llm.c's file format, split into train and val.
+//!
+//! A shard is a header of 256 little-endian `i32` — `[0]` magic 20240520, `[1]` version
+//! 1, `[2]` the number of tokens; andrea also writes the vocabulary size in `[3]` (llm.c
+//! leaves it 0, and readers that ignore it are unaffected) — followed by the tokens as
+//! little-endian `u16`. Shards are named `<prefix>_val_000000.bin`,
+//! `<prefix>_train_000000.bin`, ... and hold at most [`ShardOptions::shard_tokens`]
+//! tokens each. Each file is written to a temporary name and renamed when complete.
+//!
+//! The split: the first [`ShardOptions::val_fraction`] of the input bytes (cut at a
+//! position that does not change tokenization) go to val, the rest to train, so the split
+//! is deterministic and needs one streaming pass. As in llm.c, every input file (one
+//! document) starts with `<|endoftext|>` when [`ShardOptions::eot_per_file`] is set, and
+//! `<|endoftext|>` written in the text between documents is recognised as the token
+//! when [`ShardOptions::special_tokens_in_text`] is set.
+
+use crate::error::{Error, Result};
+use crate::input::{chunk_ends, collect_files, find_cut_in, total_size, BlockReader, InvalidUtf8};
+use crate::progress::bytes_bar;
+use crate::tokenizer::Tokenizer;
+use rayon::prelude::*;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// `header[0]` of a shard.
+pub const SHARD_MAGIC: i32 = 20240520;
+/// `header[1]` of a shard.
+pub const SHARD_VERSION: i32 = 1;
+/// Header length in `i32`s.
+pub const SHARD_HEADER_INTS: usize = 256;
+const HEADER_BYTES: usize = SHARD_HEADER_INTS * 4;
+
+const BLOCK_BYTES: usize = 16 << 20;
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// How to write shards.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardOptions {
+    /// File names start with this (`<prefix>_train_000000.bin`).
+    pub prefix: String,
+    /// At most this many tokens per shard (llm.c: 100M).
+    pub shard_tokens: usize,
+    /// The fraction of input bytes, from the start, that goes to val (0 for none).
+    pub val_fraction: f64,
+    /// Start every input file with `<|endoftext|>`.
+    pub eot_per_file: bool,
+    /// Recognise special-token strings in the text.
+    pub special_tokens_in_text: bool,
+    pub invalid_utf8: InvalidUtf8,
+    pub show_progress: bool,
+}
+
+impl Default for ShardOptions {
+    fn default() -> Self {
+        ShardOptions {
+            prefix: "data".into(),
+            shard_tokens: 100_000_000,
+            val_fraction: 0.1,
+            eot_per_file: true,
+            special_tokens_in_text: true,
+            invalid_utf8: InvalidUtf8::Error,
+            show_progress: true,
+        }
+    }
+}
+
+/// What [`write_shards`] wrote.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardReport {
+    pub files: usize,
+    pub bytes: u64,
+    pub train_tokens: u64,
+    pub val_tokens: u64,
+    pub train_shards: Vec<PathBuf>,
+    pub val_shards: Vec<PathBuf>,
+}
+
+/// Writes one split's shards, one at a time, streaming.
+struct SplitWriter {
+    dir: PathBuf,
+    name: String,
+    max_tokens: usize,
+    vocab_size: u32,
+    current: Option<(BufWriter<File>, PathBuf, PathBuf, usize)>,
+    done: Vec<PathBuf>,
+    total: u64,
+}
+
+impl SplitWriter {
+    fn new(dir: &Path, prefix: &str, split: &str, max_tokens: usize, vocab_size: u32) -> Self {
+        SplitWriter {
+            dir: dir.to_path_buf(),
+            name: format!("{prefix}_{split}"),
+            max_tokens,
+            vocab_size,
+            current: None,
+            done: Vec::new(),
+            total: 0,
+        }
+    }
+
+    fn write(&mut self, mut ids: &[u32]) -> Result<()> {
+        while !ids.is_empty() {
+            if self.current.is_none() {
+                let path = self.dir.join(format!("{}_{:06}.bin", self.name, self.done.len()));
+                let tmp = path.with_extension("bin.tmp");
+                let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+                let mut w = BufWriter::with_capacity(1 << 20, file);
+                w.write_all(&[0u8; HEADER_BYTES]).map_err(|e| Error::io(&tmp, e))?;
+                self.current = Some((w, tmp, path, 0));
+            }
+            let Some((w, tmp, _, n)) = self.current.as_mut() else {
+                unreachable!()
+            };
+            let take = ids.len().min(self.max_tokens - *n);
+            let mut bytes = Vec::with_capacity(take * 2);
+            for &id in &ids[..take] {
+                bytes.extend_from_slice(&(id as u16).to_le_bytes());
+            }
+            w.write_all(&bytes).map_err(|e| Error::io(&*tmp, e))?;
+            *n += take;
+            self.total += take as u64;
+            ids = &ids[take..];
+            if *n == self.max_tokens {
+                self.finish_shard()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_shard(&mut self) -> Result<()> {
+        let Some((w, tmp, path, n)) = self.current.take() else {
+            return Ok(());
+        };
+        let mut file = w.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
+        let mut header = [0i32; SHARD_HEADER_INTS];
+        header[0] = SHARD_MAGIC;
+        header[1] = SHARD_VERSION;
+        header[2] = n as i32;
+        header[3] = self.vocab_size as i32;
+        let bytes: Vec<u8> = header.iter().flat_map(|v| v.to_le_bytes()).collect();
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.write_all(&bytes))
+            .and_then(|_| file.sync_all())
+            .map_err(|e| Error::io(&tmp, e))?;
+        drop(file);
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+        self.done.push(path);
+        Ok(())
+    }
+}
+
+/// Encodes files and directories into train and val shards in `out_dir` (created if
+/// missing). Returns what was written.
+pub fn write_shards<P: AsRef<Path>>(
+    tokenizer: &Tokenizer,
+    inputs: &[P],
+    out_dir: &Path,
+    options: &ShardOptions,
+) -> Result<ShardReport> {
+    if tokenizer.vocab_size() > 1 << 16 {
+        return Err(Error::Invalid(format!(
+            "shards store tokens as u16, but the vocabulary has {} ids",
+            tokenizer.vocab_size()
+        )));
+    }
+    if options.shard_tokens == 0 || options.shard_tokens > i32::MAX as usize {
+        return Err(Error::Invalid(format!(
+            "shard_tokens must be in 1..={}, not {}",
+            i32::MAX,
+            options.shard_tokens
+        )));
+    }
+    if !(0.0..1.0).contains(&options.val_fraction) {
+        return Err(Error::Invalid(format!(
+            "val_fraction must be in [0, 1), not {}",
+            options.val_fraction
+        )));
+    }
+    let eot = match (options.eot_per_file, tokenizer.eot_id()) {
+        (true, Some(id)) => Some(id),
+        (true, None) => {
+            return Err(Error::Invalid(
+                "eot_per_file needs a vocabulary with <|endoftext|>; this one has none".into(),
+            ))
+        }
+        (false, _) => None,
+    };
+    let files = collect_files(inputs)?;
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    let total = total_size(&files);
+    let mut val_bytes_left = (options.val_fraction * total as f64).ceil() as u64;
+    let vocab = tokenizer.vocab_size() as u32;
+    let mut val = SplitWriter::new(out_dir, &options.prefix, "val", options.shard_tokens, vocab);
+    let mut train =
+        SplitWriter::new(out_dir, &options.prefix, "train", options.shard_tokens, vocab);
+    let special = options.special_tokens_in_text && !tokenizer.special_tokens().is_empty();
+    let matcher = special.then(|| tokenizer.matcher());
+    let bar = bytes_bar(options.show_progress, total, "encoding");
+    let mut bytes_read = 0;
+
+    for path in &files {
+        let mut reader = BlockReader::open(path, options.invalid_utf8, matcher, BLOCK_BYTES)?;
+        while let Some(block) = reader.next_block()? {
+            let bytes = &block.bytes;
+            // The val budget may end inside this block: cut it there.
+            let split = if val_bytes_left == 0 {
+                0
+            } else if val_bytes_left >= bytes.len() as u64 {
+                bytes.len()
+            } else {
+                find_cut_in(bytes, val_bytes_left as usize, matcher).unwrap_or(bytes.len())
+            };
+            let mut start_of_file = block.first;
+            for (range, writer) in [(0..split, &mut val), (split..bytes.len(), &mut train)] {
+                if range.is_empty() {
+                    continue;
+                }
+                let mut ids = Vec::new();
+                if start_of_file {
+                    ids.extend(eot);
+                }
+                encode_block(tokenizer, &bytes[range], special, start_of_file, &mut ids);
+                writer.write(&ids)?;
+                start_of_file = false;
+            }
+            val_bytes_left = val_bytes_left.saturating_sub(split as u64);
+            bytes_read += bytes.len() as u64;
+            bar.inc(bytes.len() as u64);
+        }
+    }
+    bar.finish_and_clear();
+    val.finish_shard()?;
+    train.finish_shard()?;
+    Ok(ShardReport {
+        files: files.len(),
+        bytes: bytes_read,
+        train_tokens: train.total,
+        val_tokens: val.total,
+        train_shards: train.done,
+        val_shards: val.done,
+    })
+}
+
+/// Encodes a block in parallel chunks, in order.
+fn encode_block(tok: &Tokenizer, bytes: &[u8], special: bool, at_start: bool, out: &mut Vec<u32>) {
+    let matcher = special.then(|| tok.matcher());
+    let ends = chunk_ends(bytes, CHUNK_BYTES, matcher);
+    let parts: Vec<Vec<u32>> = (0..ends.len())
+        .into_par_iter()
+        .map(|k| {
+            let lo = if k == 0 { 0 } else { ends[k - 1] };
+            let mut v = Vec::with_capacity((ends[k] - lo) / 3);
+            tok.encode_bytes_into(&bytes[lo..ends[k]], special, at_start && k == 0, &mut v);
+            v
+        })
+        .collect();
+    for p in parts {
+        out.extend_from_slice(&p);
+    }
+}
+
+/// A shard opened for reading, memory-mapped.
+#[derive(Debug)]
+pub struct TokenShard {
+    map: memmap2::Mmap,
+    len: usize,
+    vocab_size: Option<u32>,
+    path: PathBuf,
+}
+
+impl TokenShard {
+    /// Opens and checks a shard: magic, version, and a size that matches the count.
+    pub fn open(path: impl AsRef<Path>) -> Result<TokenShard> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: the map is read-only; as with any memory map, the file must not be
+        // truncated while it is open (shards are written once and renamed into place).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let bad = |message: String| Error::Shard {
+            path: path.to_path_buf(),
+            message,
+        };
+        if map.len() < HEADER_BYTES {
+            return Err(bad(format!(
+                "{} bytes is shorter than the {HEADER_BYTES}-byte header",
+                map.len()
+            )));
+        }
+        let int = |i: usize| i32::from_le_bytes([map[4 * i], map[4 * i + 1], map[4 * i + 2], map[4 * i + 3]]);
+        if int(0) != SHARD_MAGIC {
+            return Err(bad(format!("bad magic {} (expected {SHARD_MAGIC})", int(0))));
+        }
+        if int(1) != SHARD_VERSION {
+            return Err(bad(format!("unsupported version {} (expected {SHARD_VERSION})", int(1))));
+        }
+        let len = usize::try_from(int(2)).map_err(|_| bad(format!("negative token count {}", int(2))))?;
+        let want = HEADER_BYTES + 2 * len;
+        if map.len() != want {
+            return Err(bad(format!(
+                "the header says {len} tokens ({want} bytes) but the file has {} bytes",
+                map.len()
+            )));
+        }
+        let vocab_size = u32::try_from(int(3)).ok().filter(|&v| v > 0);
+        Ok(TokenShard {
+            map,
+            len,
+            vocab_size,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The vocabulary size recorded by andrea, if any (llm.c's shards have none).
+    pub fn vocab_size(&self) -> Option<u32> {
+        self.vocab_size
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The tokens, without copying.
+    #[cfg(target_endian = "little")]
+    pub fn tokens(&self) -> &[u16] {
+        let bytes = &self.map[HEADER_BYTES..];
+        // SAFETY: every bit pattern is a valid u16; the map starts page-aligned and the
+        // header is 1024 bytes, so the tokens are 2-aligned (checked by align_to, whose
+        // prefix must then be empty); the byte order is the file's (little-endian).
+        let (head, tokens, _) = unsafe { bytes.align_to::<u16>() };
+        debug_assert!(head.is_empty());
+        if head.is_empty() {
+            tokens
+        } else {
+            &[]
+        }
+    }
+
+    /// Copies tokens `start..start + out.len()` into `out` (any byte order).
+    pub fn read(&self, start: usize, out: &mut [u16]) -> Result<()> {
+        if start + out.len() > self.len {
+            return Err(Error::Shard {
+                path: self.path.clone(),
+                message: format!(
+                    "tokens {start}..{} asked of a shard of {}",
+                    start + out.len(),
+                    self.len
+                ),
+            });
+        }
+        let bytes = &self.map[HEADER_BYTES + 2 * start..HEADER_BYTES + 2 * (start + out.len())];
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            *o = u16::from_le_bytes([b[0], b[1]]);
+        }
+        Ok(())
+    }
+}
