@@ -62,6 +62,11 @@ multiversion! {
     }
 }
 
+/// `y = GELU(x)` on the calling thread.
+pub(crate) fn gelu_slice(x: &[f32], y: &mut [f32]) {
+    gelu_chunk(x, y)
+}
+
 /// `y = GELU(x)`.
 pub(crate) fn gelu(x: &[f32], y: &mut [f32]) {
     y.par_chunks_mut(MIN_TASK_ELEMS)

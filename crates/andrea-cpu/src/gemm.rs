@@ -196,6 +196,8 @@ pub(crate) struct Gemm<'a> {
     accumulate: bool,
     d: MatmulDims,
     kernel: GemmKernel,
+    /// If set, `out = GELU(c)` block by block after each block's product.
+    gelu_out: Option<SendPtr>,
 }
 
 impl<'a> Gemm<'a> {
@@ -220,7 +222,18 @@ impl<'a> Gemm<'a> {
             accumulate,
             d,
             kernel,
+            gelu_out: None,
         }
+    }
+
+    /// Also writes `GELU(c)` into `out` (same contiguous `[m, n]` layout as `c`), one
+    /// block at a time right after the block's product, while it is in cache.
+    ///
+    /// # Safety
+    /// `out` must point at `m·n` floats disjoint from every operand.
+    pub(crate) unsafe fn with_gelu_into(mut self, out: SendPtr) -> Self {
+        self.gelu_out = Some(out);
+        self
     }
 
     /// Runs the product on the current rayon pool.
@@ -241,6 +254,7 @@ fn matmul(g: &Gemm<'_>) {
         accumulate,
         d,
         kernel,
+        gelu_out,
     } = *g;
     let blocks = blocks(&d, rayon::current_num_threads());
     let run = |blk: &Block| {
@@ -293,6 +307,16 @@ fn matmul(g: &Gemm<'_>) {
                     cs: c.col_stride,
                 },
             );
+            // Fused epilogue: GELU of the block while it is still in cache. `c` is
+            // contiguous here (checked by `Backend::linear_gelu`), and so is `out`.
+            if let Some(out) = gelu_out {
+                for i in 0..m {
+                    let off = (blk.r0 + i) * c.row_stride + blk.c0;
+                    let src = std::slice::from_raw_parts(pc.get().add(off), n);
+                    let dst = std::slice::from_raw_parts_mut(out.get().add(off), n);
+                    crate::elementwise::gelu_slice(src, dst);
+                }
+            }
         }
     };
     if blocks.len() == 1 {

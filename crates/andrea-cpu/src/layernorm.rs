@@ -62,6 +62,71 @@ pub(crate) fn forward(
         .for_each(|(((out, x), mean), rstd)| forward_rows(x, gamma, beta, out, mean, rstd, eps));
 }
 
+/// Where the residual sum of [`residual_forward`] comes from.
+pub(crate) enum ResidualSrc<'a> {
+    /// `residual = a + b` into separate memory.
+    Sum(&'a [f32], &'a [f32]),
+    /// `residual += x` (residual was `a` or `b`).
+    AddInto(&'a [f32]),
+    /// `residual += residual` (a, b and residual are one view).
+    Double,
+}
+
+/// `residual = a + b`, then LayerNorm of it, one row at a time (the row is in L1 between
+/// the add and the normalisation).
+pub(crate) fn residual_forward(
+    src: ResidualSrc<'_>,
+    residual: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    out: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    eps: f32,
+) {
+    let c = gamma.len();
+    let rows = rows_per_task(c);
+    let chunk = rows * c;
+    residual
+        .par_chunks_mut(chunk)
+        .zip(out.par_chunks_mut(chunk))
+        .zip(mean.par_chunks_mut(rows).zip(rstd.par_chunks_mut(rows)))
+        .enumerate()
+        .for_each(|(t, ((res, out), (mean, rstd)))| {
+            let range = t * chunk..t * chunk + res.len();
+            match src {
+                ResidualSrc::Sum(a, b) => add_rows(&a[range.clone()], &b[range], res),
+                ResidualSrc::AddInto(x) => add_rows_in_place(&x[range], res),
+                ResidualSrc::Double => double_rows(res),
+            }
+            forward_rows(res, gamma, beta, out, mean, rstd, eps);
+        });
+}
+
+multiversion! {
+    fn add_rows(a: &[f32], b: &[f32], y: &mut [f32]) {
+        for ((o, &p), &q) in y.iter_mut().zip(a).zip(b) {
+            *o = p + q;
+        }
+    }
+}
+
+multiversion! {
+    fn add_rows_in_place(x: &[f32], y: &mut [f32]) {
+        for (o, &q) in y.iter_mut().zip(x) {
+            *o += q;
+        }
+    }
+}
+
+multiversion! {
+    fn double_rows(y: &mut [f32]) {
+        for o in y.iter_mut() {
+            *o += *o;
+        }
+    }
+}
+
 multiversion! {
     fn backward_rows(
         x: &[f32],

@@ -466,6 +466,93 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn linear_gelu(
+        &self,
+        x: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        bias: Tensor<'_, Self>,
+        pre: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        const OP: &str = "linear_gelu";
+        let d = check::matmul(&x, &w, Some(&bias), &pre.mat())?;
+        check::elementwise(OP, &[("pre", &pre)], ("out", &out), false)?;
+        check::disjoint(
+            OP,
+            &[Region::of("out", &out)],
+            &[
+                Region::of_matrix("x", &x),
+                Region::of_matrix("w", &w),
+                Region::of("bias", &bias),
+            ],
+            false,
+        )?;
+        // SAFETY: `bias` checked in bounds; `out` checked disjoint from every operand.
+        let bias = unsafe { read(&bias) };
+        let out_ptr = buffer::SendPtr(unsafe { write(&out) }.as_mut_ptr());
+        let g = unsafe {
+            gemm::Gemm::new(&x, &w, Some(bias), &pre.mat(), false, d, self.kernel)
+                .with_gelu_into(out_ptr)
+        };
+        self.run(|| g.run());
+        Ok(())
+    }
+
+    fn residual_layernorm(
+        &self,
+        a: Tensor<'_, Self>,
+        b: Tensor<'_, Self>,
+        residual: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        beta: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        eps: f32,
+    ) -> Result<()> {
+        const OP: &str = "residual_layernorm";
+        check::elementwise(OP, &[("a", &a), ("b", &b)], ("residual", &residual), true)?;
+        check::layernorm(&residual, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        check::disjoint(
+            OP,
+            &[
+                Region::of("out", &out),
+                Region::of("mean", &mean),
+                Region::of("rstd", &rstd),
+            ],
+            &[Region::of("a", &a), Region::of("b", &b)],
+            false,
+        )?;
+        // `residual` is `a`, `b`, or its own memory (checked); the add is done in place
+        // when it aliases, so only `residual` is borrowed mutably.
+        let other = if residual.same_as(&a) {
+            Some(b)
+        } else if residual.same_as(&b) {
+            Some(a)
+        } else {
+            None
+        };
+        // SAFETY: outputs checked disjoint from each other and from the inputs, except
+        // `residual`, which is exactly `a` or `b` when `other` is set.
+        let (res, g, bt, o, m, r) = unsafe {
+            (
+                write(&residual),
+                read(&gamma),
+                read(&beta),
+                write(&out),
+                write(&mean),
+                write(&rstd),
+            )
+        };
+        let src = match other {
+            Some(x) if x.same_as(&residual) => layernorm::ResidualSrc::Double,
+            Some(x) => layernorm::ResidualSrc::AddInto(unsafe { read(&x) }),
+            None => layernorm::ResidualSrc::Sum(unsafe { read(&a) }, unsafe { read(&b) }),
+        };
+        self.run(|| layernorm::residual_forward(src, res, g, bt, o, m, r, eps));
+        Ok(())
+    }
+
     fn attention_workspace_len(&self, s: AttentionShape) -> usize {
         s.batch * s.heads * s.q_len
     }
