@@ -84,21 +84,27 @@ fn local(s: &mut [f32], cols: usize) -> Operand {
     }
 }
 
+/// Query rows per block. Keys past a block's last query are never computed, which
+/// skips most of the masked upper triangle (for T = 256, 62.5% of the full T×T work).
+const QUERY_BLOCK: usize = 64;
+
 multiversion! {
-    /// Causal softmax of `s / sqrt(D)` (rows of `tk`), keeping each row's log-sum-exp.
-    fn causal_softmax_rows(s: &mut [f32], lse: &mut [f32], tq: usize, tk: usize, pos_offset: usize, scale: f32) {
-        for (i, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
-            let n = visible(i, tq, tk, Some(pos_offset));
+    /// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
+    /// keeping each row's log-sum-exp.
+    fn causal_softmax_rows(s: &mut [f32], lse: &mut [f32], first_row: usize, tq: usize, tk: usize, pos_offset: usize, scale: f32) {
+        for (r, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
+            let n = visible(first_row + r, tq, tk, Some(pos_offset));
             *l = softmax_row_in_place::<M>(row, n, scale);
         }
     }
 }
 
 multiversion! {
-    /// `P = exp(S·scale - L)` on the causal part of each row of `t`, 0 above it.
-    fn recompute_probs(p: &mut [f32], lse: &[f32], t: usize, scale: f32) {
-        for (i, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
-            let (vis, masked) = row.split_at_mut(i + 1);
+    /// `P = exp(S·scale - L)` on the causal part of rows `first_row..` (stride `t`,
+    /// `width` computed columns), 0 elsewhere among those columns.
+    fn recompute_probs(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
+        for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
+            let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
             simd::exp_shifted::<M>(vis, scale, l);
             masked.fill(0.0);
         }
@@ -106,14 +112,26 @@ multiversion! {
 }
 
 multiversion! {
-    /// `dS = scale · P ∘ (dP - rowsum(P ∘ dP))`, in place of `dP`.
-    fn softmax_grad_rows(p: &[f32], dp: &mut [f32], t: usize, scale: f32) {
+    /// `dS = scale · P ∘ (dP - rowsum(P ∘ dP))` in place of `dP`, over `width` columns of
+    /// rows of stride `t`.
+    fn softmax_grad_rows(p: &[f32], dp: &mut [f32], t: usize, width: usize, scale: f32) {
         for (prow, drow) in p.chunks_exact(t).zip(dp.chunks_exact_mut(t)) {
+            let (prow, drow) = (&prow[..width], &mut drow[..width]);
             let s = simd::dot(prow, drow);
             for (o, &pv) in drow.iter_mut().zip(prow) {
                 *o = scale * pv * (*o - s);
             }
         }
+    }
+}
+
+/// Operand for rows `r0..` of head `hh` of batch entry `b`.
+fn head_rows(h: HeadsPtr, b: usize, hh: usize, r0: usize) -> Operand {
+    let o = head(h, b, hh);
+    // SAFETY: r0 < seq, inside the checked view.
+    Operand {
+        ptr: unsafe { o.ptr.add(r0 * o.rs) },
+        ..o
     }
 }
 
@@ -133,38 +151,53 @@ pub(crate) fn forward(
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         with_scratch(tq * tk, |s| {
-            // SAFETY: operands are inside their checked views; `s` is thread-local;
-            // each task writes only head `h` of batch entry `b` of `out`.
-            unsafe {
-                sgemm_strided(
-                    kernel,
-                    tq,
-                    hd,
-                    tk,
-                    head(q, b, h),
-                    transposed(head(k, b, h)),
-                    0.0,
-                    local(s, tk),
-                );
-            }
-            causal_softmax_rows(s, lse, tq, tk, pos_offset, scale);
-            unsafe {
-                sgemm_strided(
-                    kernel,
-                    tq,
-                    tk,
-                    hd,
-                    local(s, tk),
-                    head(v, b, h),
-                    0.0,
-                    head(out, b, h),
-                );
+            for i0 in (0..tq).step_by(QUERY_BLOCK) {
+                let i1 = (i0 + QUERY_BLOCK).min(tq);
+                let rows = i1 - i0;
+                // Keys any row of this block can see.
+                let kend = (pos_offset + i1).min(tk);
+                let s_blk = &mut s[i0 * tk..i1 * tk];
+                // SAFETY: operands inside their checked views; `s` is thread-local; each
+                // task writes only rows of head `h` of batch entry `b` of `out`.
+                unsafe {
+                    let qb = head_rows(q, b, h, i0);
+                    let kt = transposed(head(k, b, h));
+                    sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(s_blk, tk));
+                }
+                causal_softmax_rows(s_blk, &mut lse[i0..i1], i0, tq, tk, pos_offset, scale);
+                unsafe {
+                    let ob = head_rows(out, b, h, i0);
+                    sgemm_strided(
+                        kernel,
+                        rows,
+                        kend,
+                        hd,
+                        local(s_blk, tk),
+                        head(v, b, h),
+                        0.0,
+                        ob,
+                    );
+                }
             }
         });
     });
 }
 
-/// Fused backward (training: `Tq == Tk`, offset 0), from the forward's `lse`.
+/// Sets rows `0..t` of head `hh` of batch entry `b` to zero.
+///
+/// # Safety
+/// The head must be inside its checked view and owned by the calling task.
+unsafe fn zero_head(h: HeadsPtr, b: usize, hh: usize, t: usize) {
+    let o = head(h, b, hh);
+    for r in 0..t {
+        // SAFETY: row r of the head, inside the view, owned by the caller.
+        unsafe { std::slice::from_raw_parts_mut(o.ptr.add(r * o.rs).get(), h.head_dim) }.fill(0.0);
+    }
+}
+
+/// Fused backward (training: `Tq == Tk`, offset 0), from the forward's `lse`, block by
+/// block of queries: `dq` rows are written once; `dk`, `dv` rows accumulate over the
+/// query blocks that see them, in block order.
 pub(crate) fn backward(
     [q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7],
     lse: &[f32],
@@ -177,68 +210,48 @@ pub(crate) fn backward(
         let (b, h) = (task / d.heads, task % d.heads);
         with_scratch(2 * t * t, |scratch| {
             let (p, dp) = scratch.split_at_mut(t * t);
-            // SAFETY: as in `forward`; each task writes only its own head of dq/dk/dv,
-            // which the check proved disjoint from each other and from the inputs.
+            // SAFETY (whole task): operands inside their checked views; each task writes
+            // only its own head of dq/dk/dv, which the check proved disjoint from each
+            // other and from the inputs; `p`, `dp` are thread-local.
             unsafe {
-                sgemm_strided(
-                    kernel,
-                    t,
-                    hd,
-                    t,
-                    head(q, b, h),
-                    transposed(head(k, b, h)),
-                    0.0,
-                    local(p, t),
-                );
+                zero_head(dk, b, h, t);
+                zero_head(dv, b, h, t);
             }
-            recompute_probs(p, lse, t, scale);
-            unsafe {
-                // dP = dO·vᵀ
-                sgemm_strided(
-                    kernel,
-                    t,
-                    hd,
-                    t,
-                    head(dout, b, h),
-                    transposed(head(v, b, h)),
-                    0.0,
-                    local(dp, t),
-                );
-                // dv = Pᵀ·dO
-                sgemm_strided(
-                    kernel,
-                    t,
-                    t,
-                    hd,
-                    transposed(local(p, t)),
-                    head(dout, b, h),
-                    0.0,
-                    head(dv, b, h),
-                );
-            }
-            softmax_grad_rows(p, dp, t, scale);
-            unsafe {
-                // dq = dS·k, dk = dSᵀ·q
-                sgemm_strided(
-                    kernel,
-                    t,
-                    t,
-                    hd,
-                    local(dp, t),
-                    head(k, b, h),
-                    0.0,
-                    head(dq, b, h),
-                );
-                sgemm_strided(
-                    kernel,
-                    t,
-                    t,
-                    hd,
-                    transposed(local(dp, t)),
-                    head(q, b, h),
-                    0.0,
-                    head(dk, b, h),
-                );
+            for i0 in (0..t).step_by(QUERY_BLOCK) {
+                let i1 = (i0 + QUERY_BLOCK).min(t);
+                let (rows, kend) = (i1 - i0, i1);
+                let (p_blk, dp_blk) = (&mut p[i0 * t..i1 * t], &mut dp[i0 * t..i1 * t]);
+                let (qb, dob) = (head_rows(q, b, h, i0), head_rows(dout, b, h, i0));
+                unsafe {
+                    let kt = transposed(head(k, b, h));
+                    sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(p_blk, t));
+                }
+                recompute_probs(p_blk, &lse[i0..i1], i0, t, kend, scale);
+                unsafe {
+                    // dP = dO·vᵀ
+                    let vt = transposed(head(v, b, h));
+                    sgemm_strided(kernel, rows, hd, kend, dob, vt, 0.0, local(dp_blk, t));
+                    // dv[..kend] += Pᵀ·dO
+                    let pt = transposed(local(p_blk, t));
+                    sgemm_strided(kernel, kend, rows, hd, pt, dob, 1.0, head(dv, b, h));
+                }
+                softmax_grad_rows(p_blk, dp_blk, t, kend, scale);
+                unsafe {
+                    // dq[block] = dS·k[..kend], dk[..kend] += dSᵀ·q[block]
+                    let dqb = head_rows(dq, b, h, i0);
+                    sgemm_strided(
+                        kernel,
+                        rows,
+                        kend,
+                        hd,
+                        local(dp_blk, t),
+                        head(k, b, h),
+                        0.0,
+                        dqb,
+                    );
+                    let dst = transposed(local(dp_blk, t));
+                    sgemm_strided(kernel, kend, rows, hd, dst, qb, 1.0, head(dk, b, h));
+                }
             }
         });
     });

@@ -87,6 +87,8 @@ fn fused_attention_equals_the_default_composition() {
     run(2, 5, 3, 4);
     run(2, 33, 2, 16);
     run(1, 64, 4, 64);
+    // Several query blocks of the CPU kernel, the last one ragged.
+    run(2, 150, 2, 8);
 }
 
 #[test]
