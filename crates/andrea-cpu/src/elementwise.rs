@@ -8,33 +8,30 @@ use crate::simd::{self, multiversion};
 
 multiversion! {
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
-        for (o, &v) in y.iter_mut().zip(x) {
-            *o = simd::gelu::<M>(v);
-        }
+        simd::gelu_slice::<M>(x, y);
     }
 }
 
 multiversion! {
     fn gelu_chunk_in_place(y: &mut [f32]) {
-        for o in y.iter_mut() {
-            *o = simd::gelu::<M>(*o);
+        let mut block = [0.0f32; 1024];
+        for c in y.chunks_mut(1024) {
+            let x = &mut block[..c.len()];
+            x.copy_from_slice(c);
+            simd::gelu_slice::<M>(x, c);
         }
     }
 }
 
 multiversion! {
     fn gelu_backward_chunk(x: &[f32], dy: &[f32], dx: &mut [f32]) {
-        for ((o, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
-            *o = g * simd::gelu_grad::<M>(v);
-        }
+        simd::gelu_grad_slice::<M>(x, Some(dy), dx);
     }
 }
 
 multiversion! {
     fn gelu_backward_chunk_in_place(x: &[f32], dydx: &mut [f32]) {
-        for (o, &v) in dydx.iter_mut().zip(x) {
-            *o *= simd::gelu_grad::<M>(v);
-        }
+        simd::gelu_grad_slice::<M>(x, None, dydx);
     }
 }
 

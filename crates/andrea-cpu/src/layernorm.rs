@@ -128,6 +128,8 @@ multiversion! {
 }
 
 multiversion! {
+    /// Rows of the backward pass: `dx += ...` per row, and this chunk's partial sums of
+    /// `dγ` and `dβ` into `part` (`[2, C]`: dγ then dβ).
     fn backward_rows(
         x: &[f32],
         gamma: &[f32],
@@ -135,8 +137,11 @@ multiversion! {
         rstd: &[f32],
         dout: &[f32],
         dx: &mut [f32],
+        part: &mut [f32],
     ) {
         let c = gamma.len();
+        let (pg, pb) = part.split_at_mut(c);
+        let mut xhat = vec![0.0f32; c];
         for ((((x, dout), dx), &m), &r) in x
             .chunks_exact(c)
             .zip(dout.chunks_exact(c))
@@ -144,22 +149,28 @@ multiversion! {
             .zip(mean)
             .zip(rstd)
         {
-            // Two row sums, mean(g) and mean(g·x̂), in 16 accumulators each.
+            // x̂, and the two row sums mean(g) and mean(g·x̂) with g = dout·γ.
             let mut s1 = [0.0f32; 16];
             let mut s2 = [0.0f32; 16];
-            let mut j = 0;
-            while j + 16 <= c {
-                for l in 0..16 {
-                    let gd = dout[j + l] * gamma[j + l];
-                    s1[l] += gd;
-                    s2[l] += gd * ((x[j + l] - m) * r);
-                }
-                j += 16;
+            for (xh, &v) in xhat.iter_mut().zip(x) {
+                *xh = (v - m) * r;
             }
-            for l in 0..c - j {
-                let gd = dout[j + l] * gamma[j + l];
+            let chunks = xhat
+                .chunks_exact(16)
+                .zip(dout.chunks_exact(16))
+                .zip(gamma.chunks_exact(16));
+            for ((xh, d), g) in chunks {
+                for l in 0..16 {
+                    let gd = d[l] * g[l];
+                    s1[l] += gd;
+                    s2[l] += gd * xh[l];
+                }
+            }
+            let tail = c - c % 16;
+            for l in 0..c % 16 {
+                let gd = dout[tail + l] * gamma[tail + l];
                 s1[l] += gd;
-                s2[l] += gd * ((x[j + l] - m) * r);
+                s2[l] += gd * xhat[tail + l];
             }
             let (mut mg, mut mgx) = (0.0f32, 0.0f32);
             for l in 0..16 {
@@ -168,57 +179,26 @@ multiversion! {
             }
             mg /= c as f32;
             mgx /= c as f32;
-            for (((o, &v), &d), &g) in dx.iter_mut().zip(x).zip(dout).zip(gamma) {
-                let xhat = (v - m) * r;
-                *o += r * (d * g - mg - xhat * mgx);
+            for ((((o, &xh), &d), &g), (pg, pb)) in dx
+                .iter_mut()
+                .zip(&xhat)
+                .zip(dout)
+                .zip(gamma)
+                .zip(pg.iter_mut().zip(pb.iter_mut()))
+            {
+                *o += r * (d * g - mg - xh * mgx);
+                *pg += d * xh;
+                *pb += d;
             }
         }
     }
 }
 
-/// `dγ[band] += Σ_rows dout·x̂`, `dβ[band] += Σ_rows dout` for columns `c0..c0+band`.
-///
-/// # Safety
-/// `dgamma` and `dbeta` point at `c` floats that no other task touches in this band.
-unsafe fn param_band(
-    x: &[f32],
-    mean: &[f32],
-    rstd: &[f32],
-    dout: &[f32],
-    c: usize,
-    c0: usize,
-    c1: usize,
-    dgamma: SendPtr,
-    dbeta: SendPtr,
-) {
-    let w = c1 - c0;
-    let mut dg = vec![0.0f32; w];
-    let mut db = vec![0.0f32; w];
-    for ((x, dout), (&m, &r)) in x
-        .chunks_exact(c)
-        .zip(dout.chunks_exact(c))
-        .zip(mean.iter().zip(rstd))
-    {
-        for (((g, b), &v), &d) in dg
-            .iter_mut()
-            .zip(db.iter_mut())
-            .zip(&x[c0..c1])
-            .zip(&dout[c0..c1])
-        {
-            *g += d * ((v - m) * r);
-            *b += d;
-        }
-    }
-    for j in 0..w {
-        // SAFETY: in bounds (`c0 + j < c`) and exclusive to this band by the caller.
-        unsafe {
-            *dgamma.get().add(c0 + j) += dg[j];
-            *dbeta.get().add(c0 + j) += db[j];
-        }
-    }
-}
-
 /// LayerNorm backward; `dx`, `dgamma`, `dbeta` are accumulated into.
+///
+/// One pass over the rows: each fixed-size chunk of rows updates its `dx` rows and
+/// writes its partial `dγ`, `dβ`; the partials are then added in chunk order, so the
+/// sums do not depend on the thread count.
 pub(crate) fn backward(
     x: &[f32],
     gamma: &[f32],
@@ -232,17 +212,32 @@ pub(crate) fn backward(
     let c = gamma.len();
     let n = mean.len();
     let rows = rows_per_task(c);
+    let chunks = n.div_ceil(rows);
+    let mut partials = vec![0.0f32; chunks * 2 * c];
     dx.par_chunks_mut(rows * c)
         .zip(x.par_chunks(rows * c))
         .zip(dout.par_chunks(rows * c))
         .zip(mean.par_chunks(rows).zip(rstd.par_chunks(rows)))
-        .for_each(|(((dx, x), dout), (mean, rstd))| backward_rows(x, gamma, mean, rstd, dout, dx));
-    let band = cols_per_task(n, c);
+        .zip(partials.par_chunks_mut(2 * c))
+        .for_each(|((((dx, x), dout), (mean, rstd)), part)| {
+            backward_rows(x, gamma, mean, rstd, dout, dx, part)
+        });
+    let band = cols_per_task(chunks, c);
     let (pg, pb) = (SendPtr(dgamma.as_mut_ptr()), SendPtr(dbeta.as_mut_ptr()));
+    let partials = &partials;
     (0..c.div_ceil(band)).into_par_iter().for_each(|i| {
-        let c0 = i * band;
-        let c1 = (c0 + band).min(c);
-        // SAFETY: bands are disjoint column ranges of `dgamma`/`dbeta` (length `c`).
-        unsafe { param_band(x, mean, rstd, dout, c, c0, c1, pg, pb) };
+        let (c0, c1) = (i * band, ((i + 1) * band).min(c));
+        for j in c0..c1 {
+            let (mut g, mut b) = (0.0f32, 0.0f32);
+            for p in partials.chunks_exact(2 * c) {
+                g += p[j];
+                b += p[c + j];
+            }
+            // SAFETY: `j < c`; the column band belongs to this task alone.
+            unsafe {
+                *pg.get().add(j) += g;
+                *pb.get().add(j) += b;
+            }
+        }
     });
 }

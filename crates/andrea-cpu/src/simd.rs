@@ -107,6 +107,120 @@ pub(crate) fn exp<M: MulAdd>(x: f32) -> f32 {
     p * f32::from_bits(((ki + 127) as u32) << 23)
 }
 
+/// Elements per block of the block forms below: 4 AVX2 vectors.
+pub(crate) const BLOCK: usize = 32;
+
+/// [`exp`] of a block, in place, computed step by step across the whole block ("step
+/// major"). The scalar form's chain of ~20 dependent operations per element otherwise
+/// fills the out-of-order window with one vector's chain; interleaving four independent
+/// vectors keeps both FMA pipes busy (about 30% faster on Zen 4). Same operations, same
+/// results as [`exp`].
+#[inline(always)]
+pub(crate) fn exp_block<M: MulAdd>(x: &mut [f32; BLOCK]) {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23
+    let mut t = [0.0f32; BLOCK];
+    for i in 0..BLOCK {
+        x[i] = x[i].clamp(-87.0, 88.0);
+        t[i] = M::mul_add(x[i], std::f32::consts::LOG2_E, MAGIC);
+    }
+    let mut r = [0.0f32; BLOCK];
+    for i in 0..BLOCK {
+        let k = t[i] - MAGIC;
+        r[i] = M::mul_add(-k, LN2_LO, M::mul_add(-k, LN2_HI, x[i]));
+    }
+    for i in 0..BLOCK {
+        let r1 = r[i];
+        let r2 = r1 * r1;
+        let r4 = r2 * r2;
+        let a = 1.0 + r1;
+        let b = M::mul_add(r1, 1.0 / 6.0, 0.5);
+        let c = M::mul_add(r1, 1.0 / 120.0, 1.0 / 24.0);
+        let d = M::mul_add(r1, 1.0 / 5040.0, 1.0 / 720.0);
+        x[i] = M::mul_add(r4, M::mul_add(r2, d, c), M::mul_add(r2, b, a));
+    }
+    for i in 0..BLOCK {
+        let ki = (t[i].to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+        x[i] *= f32::from_bits(((ki + 127) as u32) << 23);
+    }
+}
+
+/// `y = GELU(x)` over a slice, in blocks (see [`exp_block`]); same results as [`gelu`].
+#[inline(always)]
+pub(crate) fn gelu_slice<M: MulAdd>(x: &[f32], y: &mut [f32]) {
+    let mut yc = y.chunks_exact_mut(BLOCK);
+    let mut xc = x.chunks_exact(BLOCK);
+    for (o, v) in (&mut yc).zip(&mut xc) {
+        let mut e = [0.0f32; BLOCK];
+        for i in 0..BLOCK {
+            e[i] = -2.0 * (GELU_C * M::mul_add(GELU_A * v[i] * v[i], v[i], v[i]));
+        }
+        exp_block::<M>(&mut e);
+        for i in 0..BLOCK {
+            o[i] = v[i] / (1.0 + e[i]);
+        }
+    }
+    for (o, &v) in yc.into_remainder().iter_mut().zip(xc.remainder()) {
+        *o = gelu::<M>(v);
+    }
+}
+
+/// `g = GELU'(v)` for a block (see [`exp_block`]); same results as [`gelu_grad`].
+#[inline(always)]
+pub(crate) fn gelu_grad_block<M: MulAdd>(v: &[f32], g: &mut [f32; BLOCK]) {
+    let v: &[f32; BLOCK] = v.try_into().expect("a block");
+    for i in 0..BLOCK {
+        g[i] = -2.0 * (GELU_C * M::mul_add(GELU_A * (v[i] * v[i]), v[i], v[i]));
+    }
+    exp_block::<M>(g);
+    for i in 0..BLOCK {
+        let x2 = v[i] * v[i];
+        let sg = 1.0 / (1.0 + g[i]);
+        let du = GELU_C * M::mul_add(3.0 * GELU_A, x2, 1.0);
+        g[i] = M::mul_add(v[i] * 2.0 * sg * (1.0 - sg), du, sg);
+    }
+}
+
+/// `dx = dy · GELU'(x)` over slices, in blocks; same results as [`gelu_grad`].
+/// `dy == None` means `dx` holds `dy` (in place).
+#[inline(always)]
+pub(crate) fn gelu_grad_slice<M: MulAdd>(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
+    let mut g = [0.0f32; BLOCK];
+    let mut dxc = dx.chunks_exact_mut(BLOCK);
+    let mut xc = x.chunks_exact(BLOCK);
+    match dy {
+        Some(dy) => {
+            let mut dyc = dy.chunks_exact(BLOCK);
+            for ((o, v), d) in (&mut dxc).zip(&mut xc).zip(&mut dyc) {
+                gelu_grad_block::<M>(v, &mut g);
+                for i in 0..BLOCK {
+                    o[i] = d[i] * g[i];
+                }
+            }
+            for ((o, &v), &d) in dxc
+                .into_remainder()
+                .iter_mut()
+                .zip(xc.remainder())
+                .zip(dyc.remainder())
+            {
+                *o = d * gelu_grad::<M>(v);
+            }
+        }
+        None => {
+            for (o, v) in (&mut dxc).zip(&mut xc) {
+                gelu_grad_block::<M>(v, &mut g);
+                for i in 0..BLOCK {
+                    o[i] *= g[i];
+                }
+            }
+            for (o, &v) in dxc.into_remainder().iter_mut().zip(xc.remainder()) {
+                *o *= gelu_grad::<M>(v);
+            }
+        }
+    }
+}
+
 /// `sqrt(2/π)`, the GELU tanh-form constant.
 pub(crate) const GELU_C: f32 = 0.797_884_6;
 /// The cubic coefficient of the GELU tanh form.
@@ -150,15 +264,20 @@ pub(crate) fn max(x: &[f32]) -> f32 {
     acc.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a))
 }
 
-/// `y = e^(scale·y - m)` in place; returns `Σ y` (16 accumulators).
+/// `y = e^(scale·y - m)` in place; returns `Σ y` (in blocks, [`BLOCK`] accumulators).
 #[inline(always)]
 pub(crate) fn exp_shifted<M: MulAdd>(y: &mut [f32], scale: f32, m: f32) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let mut chunks = y.chunks_exact_mut(16);
+    let mut acc = [0.0f32; BLOCK];
+    let mut chunks = y.chunks_exact_mut(BLOCK);
     for c in &mut chunks {
-        for i in 0..16 {
-            c[i] = exp::<M>(M::mul_add(c[i], scale, -m));
-            acc[i] += c[i];
+        let mut e = [0.0f32; BLOCK];
+        for i in 0..BLOCK {
+            e[i] = M::mul_add(c[i], scale, -m);
+        }
+        exp_block::<M>(&mut e);
+        for i in 0..BLOCK {
+            c[i] = e[i];
+            acc[i] += e[i];
         }
     }
     for (i, t) in chunks.into_remainder().iter_mut().enumerate() {
@@ -172,15 +291,20 @@ pub(crate) fn exp_shifted<M: MulAdd>(y: &mut [f32], scale: f32, m: f32) -> f32 {
     s
 }
 
-/// `Σ e^(x - m)` (16 accumulators), `x` unchanged.
+/// `Σ e^(x - m)` (in blocks, [`BLOCK`] accumulators), `x` unchanged.
 #[inline(always)]
 pub(crate) fn sum_exp<M: MulAdd>(x: &[f32], m: f32) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let chunks = x.chunks_exact(16);
+    let mut acc = [0.0f32; BLOCK];
+    let chunks = x.chunks_exact(BLOCK);
     let tail = chunks.remainder();
     for c in chunks {
-        for i in 0..16 {
-            acc[i] += exp::<M>(c[i] - m);
+        let mut e = [0.0f32; BLOCK];
+        for i in 0..BLOCK {
+            e[i] = c[i] - m;
+        }
+        exp_block::<M>(&mut e);
+        for i in 0..BLOCK {
+            acc[i] += e[i];
         }
     }
     for (i, &t) in tail.iter().enumerate() {
@@ -278,6 +402,25 @@ mod tests {
             x += 0.0137;
         }
         assert!(worst < 5e-7, "worst relative error {worst}");
+    }
+
+    #[test]
+    fn block_forms_equal_the_scalar_forms() {
+        let x: Vec<f32> = (0..100).map(|i| i as f32 * 0.37 - 18.0).collect();
+        let mut blk = [0.0f32; BLOCK];
+        blk.copy_from_slice(&x[..BLOCK]);
+        exp_block::<Unfused>(&mut blk);
+        for i in 0..BLOCK {
+            assert_eq!(blk[i], exp::<Unfused>(x[i]));
+        }
+        let mut y = vec![0.0; 100];
+        gelu_slice::<Unfused>(&x, &mut y);
+        let mut d = vec![0.0; 100];
+        gelu_grad_slice::<Unfused>(&x, Some(&x), &mut d);
+        for i in 0..100 {
+            assert_eq!(y[i], gelu::<Unfused>(x[i]), "gelu at {i}");
+            assert_eq!(d[i], x[i] * gelu_grad::<Unfused>(x[i]), "gelu' at {i}");
+        }
     }
 
     #[test]

@@ -158,11 +158,15 @@ multiversion! {
             g.fill(0.0);
             return 0.0;
         }
-        let loss = cross_entropy_loss_row(g, target, vocab);
-        let lse = loss + g[target as usize];
+        // One exp pass: e^(x - max) into the row, then scale by grad_scale / Σ.
+        let x_t = g[target as usize];
         let (real, pad) = g.split_at_mut(vocab);
+        let m = simd::max(real);
+        let sum = simd::exp_shifted::<M>(real, 1.0, m);
+        let loss = m + sum.ln() - x_t;
+        let k = grad_scale / sum;
         for o in real.iter_mut() {
-            *o = grad_scale * simd::exp::<M>(*o - lse);
+            *o *= k;
         }
         real[target as usize] -= grad_scale;
         pad.fill(0.0);
