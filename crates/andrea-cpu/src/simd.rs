@@ -275,8 +275,8 @@ pub(crate) fn exp_shifted<M: MulAdd>(y: &mut [f32], scale: f32, m: f32) -> f32 {
             e[i] = M::mul_add(c[i], scale, -m);
         }
         exp_block::<M>(&mut e);
+        c.copy_from_slice(&e);
         for i in 0..BLOCK {
-            c[i] = e[i];
             acc[i] += e[i];
         }
     }
