@@ -1,6 +1,6 @@
 //! Views into backend memory.
 //!
-//! Backend memory behaves like a device pointer: a [`Tensor`] is a buffer, an offset and
+//! Backend memory behaves like a device pointer: a `Tensor` ([`crate::Tensor`]) is a buffer, an offset and
 //! a shape, and it is `Copy`. Ops read their inputs and write their outputs through such
 //! views, so the model can keep parameters, gradients and activations in a few large
 //! buffers (as llm.c does) and a training step allocates nothing.

@@ -1,0 +1,378 @@
+//! Inference with a KV cache: [`KvCache`] keeps every block's keys and values of the
+//! positions seen so far, so each new token costs one pass over the weights instead of
+//! a pass over the whole sequence.
+//!
+//! [`Model::extend`] feeds the next tokens of every sequence in the batch (a whole prompt
+//! at first, then one token at a time) and returns the logits of the last position.
+//! Long inputs are processed in chunks of [`PREFILL_CHUNK`] positions, which bounds the
+//! scratch memory; the attention of a chunk sees the cache before it through
+//! `pos_offset`, so the result does not depend on the chunking.
+
+use andrea_core::{AttentionShape, Backend, Heads, Matrix, ModelConfig, Tensor, View};
+
+use crate::arena::{Act, Arena};
+use crate::block::{self, BlockActs};
+use crate::error::{ModelError, Result};
+use crate::model::Model;
+
+/// The most positions processed by one pass of [`Model::extend`].
+pub const PREFILL_CHUNK: usize = 256;
+
+/// Scratch activations of one chunk (shared by every block).
+#[derive(Debug)]
+struct CacheSlots {
+    /// Ping-pong residual streams `[B·chunk, C]`: block `l` reads `x[l % 2]`, writes the other.
+    x: [Act; 2],
+    ln_1: Act,
+    ln_1_mean: Act,
+    ln_1_rstd: Act,
+    qkv: Act,
+    atty: Act,
+    proj: Act,
+    ln_2: Act,
+    ln_2_mean: Act,
+    ln_2_rstd: Act,
+    fc_pre: Act,
+    fc: Act,
+    attn_workspace: Act,
+    workspace_len: usize,
+    /// The last position of each sequence, `[B, C]`, its final LayerNorm and logits.
+    last: Act,
+    ln_f: Act,
+    ln_f_mean: Act,
+    ln_f_rstd: Act,
+    logits: Act,
+    len: usize,
+}
+
+/// Keys and values of `batch` sequences of up to `max_len` positions, plus the scratch
+/// of a forward pass. Made by [`Model::kv_cache`].
+pub struct KvCache<B: Backend> {
+    config: ModelConfig,
+    batch: usize,
+    max_len: usize,
+    chunk: usize,
+    pos: usize,
+    /// `[n_layer, 2 (keys, values), B, max_len, C]`.
+    kv: B::Buffer,
+    slots: CacheSlots,
+    scratch: B::Buffer,
+    ids: B::IdBuffer,
+    host_ids: Vec<u32>,
+    host_padded: Vec<f32>,
+    host_logits: Vec<f32>,
+}
+
+impl<B: Backend> KvCache<B> {
+    /// Positions cached so far (the same for every sequence of the batch).
+    pub fn len(&self) -> usize {
+        self.pos
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pos == 0
+    }
+
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// The most positions the cache holds.
+    pub fn capacity(&self) -> usize {
+        self.max_len
+    }
+
+    /// Forgets every position (the buffers are kept).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Keys (`which = 0`) or values (`1`) of block `l`, positions `0..seq`.
+    fn heads(&self, l: usize, which: usize, seq: usize) -> Heads<'_, B::Buffer> {
+        let c = self.config.d_model;
+        let per_batch = self.max_len * c;
+        Heads {
+            buf: &self.kv,
+            offset: (2 * l + which) * self.batch * per_batch,
+            batch: self.batch,
+            seq,
+            heads: self.config.n_head,
+            head_dim: c / self.config.n_head,
+            batch_stride: per_batch,
+            seq_stride: c,
+        }
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// A KV cache for `batch` sequences of up to `max_len` positions
+    /// (`max_len <= context_length`).
+    pub fn kv_cache(&self, batch: usize, max_len: usize) -> Result<KvCache<B>> {
+        let cfg = self.config();
+        if batch == 0 || max_len == 0 {
+            return Err(ModelError::batch(
+                "kv_cache",
+                format!("batch and max_len must be at least 1, got {batch} and {max_len}"),
+            ));
+        }
+        if max_len > cfg.context_length {
+            return Err(ModelError::SequenceTooLong {
+                len: max_len,
+                context: cfg.context_length,
+            });
+        }
+        let be = self.backend();
+        let chunk = max_len.min(PREFILL_CHUNK);
+        let (bc, c, m) = (batch * chunk, cfg.d_model, cfg.mlp_dim());
+        let workspace_len = be
+            .attention_workspace_len(AttentionShape {
+                batch,
+                heads: cfg.n_head,
+                q_len: chunk,
+                k_len: max_len,
+            })
+            .max(1);
+        let mut a = Arena::default();
+        let slots = CacheSlots {
+            x: [a.take(bc, c), a.take(bc, c)],
+            ln_1: a.take(bc, c),
+            ln_1_mean: a.take(bc, 1),
+            ln_1_rstd: a.take(bc, 1),
+            qkv: a.take(bc, 3 * c),
+            atty: a.take(bc, c),
+            proj: a.take(bc, c),
+            ln_2: a.take(bc, c),
+            ln_2_mean: a.take(bc, 1),
+            ln_2_rstd: a.take(bc, 1),
+            fc_pre: a.take(bc, m),
+            fc: a.take(bc, m),
+            attn_workspace: a.take(workspace_len, 1),
+            workspace_len,
+            last: a.take(batch, c),
+            ln_f: a.take(batch, c),
+            ln_f_mean: a.take(batch, 1),
+            ln_f_rstd: a.take(batch, 1),
+            logits: a.take(batch, cfg.padded_vocab_size()),
+            len: a.len,
+        };
+        Ok(KvCache {
+            config: cfg.clone(),
+            batch,
+            max_len,
+            chunk,
+            pos: 0,
+            kv: be.alloc(2 * cfg.n_layer * batch * max_len * c)?,
+            scratch: be.alloc(slots.len)?,
+            slots,
+            ids: be.alloc_ids(bc)?,
+            host_ids: vec![0; bc],
+            host_padded: vec![0.0; batch * cfg.padded_vocab_size()],
+            host_logits: vec![0.0; batch * cfg.vocab_size],
+        })
+    }
+
+    /// Feeds the next `tokens.len() / batch` tokens of every sequence (`tokens` is
+    /// `[batch, n]` row-major) and returns the logits after the last of them,
+    /// `[batch, vocab_size]`. The first call is the prompt (prefill), later calls
+    /// usually one token per sequence.
+    pub fn extend<'c>(&self, cache: &'c mut KvCache<B>, tokens: &[u32]) -> Result<&'c [f32]> {
+        let cfg = self.config();
+        if cache.config != *cfg {
+            return Err(ModelError::State(
+                "extend: the KV cache was made for a model of another config".into(),
+            ));
+        }
+        let batch = cache.batch;
+        if tokens.is_empty() || tokens.len() % batch != 0 {
+            return Err(ModelError::batch(
+                "extend",
+                format!(
+                    "got {} tokens for a cache of {batch} sequences: need the same number (>= 1) for each",
+                    tokens.len()
+                ),
+            ));
+        }
+        if let Some(index) = tokens.iter().position(|&t| t as usize >= cfg.vocab_size) {
+            return Err(ModelError::TokenOutOfRange {
+                arg: "tokens",
+                index,
+                value: tokens[index],
+                vocab: cfg.vocab_size,
+            });
+        }
+        let n_new = tokens.len() / batch;
+        if cache.pos + n_new > cache.max_len {
+            return Err(ModelError::batch(
+                "extend",
+                format!(
+                    "{} cached + {n_new} new positions exceed the cache's capacity of {} \
+                     (make it with a larger max_len, at most the context length {})",
+                    cache.pos, cache.max_len, cfg.context_length
+                ),
+            ));
+        }
+        let mut pos = cache.pos;
+        let mut start = 0;
+        while start < n_new {
+            let cn = cache.chunk.min(n_new - start);
+            for b in 0..batch {
+                let src = &tokens[b * n_new + start..b * n_new + start + cn];
+                cache.host_ids[b * cn..(b + 1) * cn].copy_from_slice(src);
+            }
+            let last_chunk = start + cn == n_new;
+            self.chunk_forward(cache, pos, cn, last_chunk)?;
+            pos += cn;
+            start += cn;
+        }
+        cache.pos = pos;
+        Ok(&cache.host_logits)
+    }
+
+    /// One chunk of `cn` positions per sequence starting at `pos`, ids in
+    /// `cache.host_ids`; with `head`, also the logits of its last position.
+    fn chunk_forward(
+        &self,
+        cache: &mut KvCache<B>,
+        pos: usize,
+        cn: usize,
+        head: bool,
+    ) -> Result<()> {
+        let (be, cfg, layout, params) =
+            (self.backend(), self.config(), self.layout(), self.buffer());
+        let (batch, c) = (cache.batch, cfg.d_model);
+        let bc = batch * cn;
+        let (s, buf) = (&cache.slots, &cache.scratch);
+        let ids = View::new(&cache.ids, 0, [bc]);
+        be.upload_ids(&cache.host_ids[..bc], ids)?;
+        be.embedding(
+            ids,
+            layout.wte_padded.on(params),
+            layout.wpe.on(params),
+            s.x[0].btc(buf, batch, cn),
+            pos,
+        )?;
+        let shape = AttentionShape {
+            batch,
+            heads: cfg.n_head,
+            q_len: cn,
+            k_len: pos + cn,
+        };
+        let ws_len = be.attention_workspace_len(shape).max(1);
+        if ws_len > s.workspace_len {
+            return Err(ModelError::State(format!(
+                "extend: the backend asks for {ws_len} floats of attention workspace, the cache has {}",
+                s.workspace_len
+            )));
+        }
+        let workspace = s.attn_workspace.flat(buf, ws_len);
+        for l in 0..cfg.n_layer {
+            let (x, y) = (s.x[l % 2].rows(buf, bc), s.x[(l + 1) % 2].rows(buf, bc));
+            let acts = BlockActs::<B> {
+                x,
+                ln_1: s.ln_1.rows(buf, bc),
+                ln_1_mean: s.ln_1_mean.flat(buf, bc),
+                ln_1_rstd: s.ln_1_rstd.flat(buf, bc),
+                qkv: s.qkv.btc(buf, batch, cn),
+                atty: s.atty.btc(buf, batch, cn),
+                proj: s.proj.rows(buf, bc),
+                residual_2: y,
+                ln_2: s.ln_2.rows(buf, bc),
+                ln_2_mean: s.ln_2_mean.flat(buf, bc),
+                ln_2_rstd: s.ln_2_rstd.flat(buf, bc),
+                fc_pre: s.fc_pre.rows(buf, bc),
+                fc: s.fc.rows(buf, bc),
+                residual_3: y,
+            };
+            let (keys, values) = (cache.heads(l, 0, pos + cn), cache.heads(l, 1, pos + cn));
+            let attention = |qkv: Tensor<'_, B>, atty: Tensor<'_, B>| -> Result<()> {
+                // Append this chunk's keys and values (the middle and last thirds of
+                // qkv) at positions pos..pos+cn.
+                for (which, cached) in [(1, keys), (2, values)] {
+                    let src = Matrix {
+                        buf: qkv.buf,
+                        offset: qkv.offset + which * c,
+                        batch,
+                        rows: cn,
+                        cols: c,
+                        batch_stride: cn * 3 * c,
+                        row_stride: 3 * c,
+                        col_stride: 1,
+                    };
+                    let dst = Matrix {
+                        buf: cached.buf,
+                        offset: cached.offset + pos * c,
+                        batch,
+                        rows: cn,
+                        cols: c,
+                        batch_stride: cached.batch_stride,
+                        row_stride: c,
+                        col_stride: 1,
+                    };
+                    be.copy(src, dst)?;
+                }
+                let [q, _, _] = Heads::split_qkv(qkv, cfg.n_head).expect("[B, T, 3C]");
+                let out = Heads::from_tensor(atty, cfg.n_head).expect("[B, T, C]");
+                Ok(be.attention_forward(q, keys, values, out, workspace, pos)?)
+            };
+            block::forward(
+                be,
+                &layout.layer(params, l),
+                &acts,
+                cfg.layer_norm_eps,
+                attention,
+            )?;
+        }
+        if !head {
+            return Ok(());
+        }
+        // The last position of each sequence: rows cn-1, 2cn-1, ... of the output.
+        let out = s.x[cfg.n_layer % 2].rows(buf, bc);
+        let last = s.last.rows(buf, batch);
+        let src = Matrix {
+            buf,
+            offset: out.offset + (cn - 1) * c,
+            batch: 1,
+            rows: batch,
+            cols: c,
+            batch_stride: 0,
+            row_stride: cn * c,
+            col_stride: 1,
+        };
+        be.copy(src, last.mat())?;
+        let ln_f = s.ln_f.rows(buf, batch);
+        be.layernorm(
+            last,
+            layout.ln_f_w.on(params),
+            layout.ln_f_b.on(params),
+            ln_f,
+            s.ln_f_mean.flat(buf, batch),
+            s.ln_f_rstd.flat(buf, batch),
+            cfg.layer_norm_eps,
+        )?;
+        let logits = s.logits.rows(buf, batch);
+        be.matmul(
+            ln_f.mat(),
+            layout.wte_padded.on(params).mat().t(),
+            None,
+            logits.mat(),
+            false,
+        )?;
+        be.download(logits, &mut cache.host_padded)?;
+        let (v, vp) = (cfg.vocab_size, cfg.padded_vocab_size());
+        for b in 0..batch {
+            cache.host_logits[b * v..(b + 1) * v]
+                .copy_from_slice(&cache.host_padded[b * vp..b * vp + v]);
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for KvCache<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvCache")
+            .field("batch", &self.batch)
+            .field("len", &self.pos)
+            .field("capacity", &self.max_len)
+            .finish()
+    }
+}

@@ -1,0 +1,8 @@
+//! Inference: the KV cache, generation and sampling.
+
+mod cache;
+mod generate;
+mod sample;
+
+pub use cache::{KvCache, PREFILL_CHUNK};
+pub use sample::Sampler;

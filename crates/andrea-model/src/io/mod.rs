@@ -1,0 +1,271 @@
+//! Saving and loading models as transformers does: a directory with `model.safetensors`
+//! (transformers' tensor names and layouts, F32) and `config.json` (`GPT2Config`), so
+//! `GPT2LMHeadModel.from_pretrained(dir)` loads an andrea model and andrea loads a
+//! directory transformers saved.
+//!
+//! Reading accepts what transformers writes for GPT-2: names with or without the
+//! `transformer.` prefix (`GPT2LMHeadModel` or `GPT2Model`), the tied `lm_head.weight`
+//! present or absent (if present it must equal the token embedding), the causal-mask
+//! buffers `attn.bias` / `attn.masked_bias` of older versions (ignored), and F32, F16,
+//! BF16 or F64 values. Every name, shape and dtype is checked before a value is used: a
+//! missing, unexpected or mis-shaped tensor is an error naming it.
+//!
+//! Every file is written atomically: to a temporary file in the same directory, synced,
+//! then renamed over the target, so a crash leaves the old file or the new one.
+
+pub(crate) mod hf_config;
+pub(crate) mod tensors;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use andrea_core::{Backend, ModelConfig};
+
+use crate::error::{ModelError, Result};
+use crate::model::Model;
+use tensors::{HostTensor, TensorFile};
+
+/// The weights file of a model directory.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// The config file of a model directory.
+pub const CONFIG_FILE: &str = "config.json";
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync the directory).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| ModelError::format(path, "not a file path"))?
+        .to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ModelError::io(path, e));
+    }
+    // Make the rename itself durable (best effort: not every platform syncs directories).
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| ModelError::io(path, e))
+}
+
+/// A checkpoint tensor name as andrea names it (`GPT2Model` checkpoints lack the prefix).
+fn canonical(name: &str) -> String {
+    let bare = ["wte.", "wpe.", "h.", "ln_f."];
+    if bare.iter().any(|p| name.starts_with(p)) {
+        format!("transformer.{name}")
+    } else {
+        name.to_string()
+    }
+}
+
+/// The causal-mask buffers older transformers versions saved: not parameters.
+fn is_mask_buffer(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("transformer.h.") else {
+        return false;
+    };
+    let Some((layer, suffix)) = rest.split_once('.') else {
+        return false;
+    };
+    layer.parse::<usize>().is_ok() && (suffix == "attn.bias" || suffix == "attn.masked_bias")
+}
+
+impl<B: Backend> Model<B> {
+    /// Saves the model to `dir` (created if needed) as `model.safetensors` + `config.json`.
+    pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+        self.save_safetensors(dir.join(WEIGHTS_FILE))?;
+        write_atomic(
+            &dir.join(CONFIG_FILE),
+            hf_config::to_json(self.config()).as_bytes(),
+        )
+    }
+
+    /// Writes the parameters alone to a safetensors file (transformers' names, F32).
+    pub fn save_safetensors(&self, path: impl AsRef<Path>) -> Result<()> {
+        let tensors = self
+            .params()
+            .iter()
+            .map(|p| {
+                Ok((
+                    p.name().to_string(),
+                    p.shape().to_vec(),
+                    self.read_param(p.name())?,
+                ))
+            })
+            .collect::<Result<Vec<HostTensor>>>()?;
+        let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+        write_atomic(path.as_ref(), &tensors::serialize(&tensors, meta)?)
+    }
+
+    /// Loads a model directory (andrea's or transformers') onto `backend`.
+    pub fn load(backend: B, dir: impl AsRef<Path>) -> Result<Self> {
+        let config = read_config(dir.as_ref())?;
+        let mut model = Model::zeros(backend, config)?;
+        model.load_safetensors(dir.as_ref().join(WEIGHTS_FILE))?;
+        Ok(model)
+    }
+
+    /// Replaces this model's parameters by those in `dir`, whose config must describe
+    /// the same shapes (an error names the first key that differs).
+    pub fn load_weights(&mut self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        let theirs = read_config(dir)?;
+        check_same_shape(self.config(), &theirs, &dir.join(CONFIG_FILE))?;
+        self.load_safetensors(dir.join(WEIGHTS_FILE))
+    }
+
+    /// Reads the parameters from a safetensors file. Nothing is changed unless every
+    /// tensor is present, expected and of the right shape.
+    pub fn load_safetensors(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let bytes = read(path)?;
+        let file = TensorFile::parse(path, &bytes)?;
+        // Pass 1: names, shapes and dtypes.
+        let mut plan: Vec<(String, String)> = Vec::new(); // (name in file, parameter)
+        let mut lm_head = None;
+        let mut seen = HashSet::new();
+        for name in file.names() {
+            let param = canonical(&name);
+            if is_mask_buffer(&param) {
+                continue;
+            }
+            let expected = if param == "lm_head.weight" {
+                lm_head = Some(name.clone());
+                self.param("transformer.wte.weight")?.shape.dims().to_vec()
+            } else {
+                let info =
+                    self.layout()
+                        .get(&param)
+                        .ok_or_else(|| ModelError::UnexpectedTensor {
+                            path: path.to_path_buf(),
+                            name: name.clone(),
+                        })?;
+                if !seen.insert(param.clone()) {
+                    return Err(ModelError::format(
+                        path,
+                        format!("tensor `{param}` appears twice (with and without `transformer.`)"),
+                    ));
+                }
+                plan.push((name.clone(), param.clone()));
+                info.shape().to_vec()
+            };
+            let got = file.shape(&name)?;
+            if got != expected {
+                return Err(ModelError::TensorShape {
+                    path: path.to_path_buf(),
+                    name,
+                    expected,
+                    got,
+                });
+            }
+            file.check_dtype(&name)?;
+        }
+        if let Some(p) = self.params().iter().find(|p| !seen.contains(p.name())) {
+            return Err(ModelError::MissingTensor {
+                path: path.to_path_buf(),
+                name: p.name().to_string(),
+            });
+        }
+        // Pass 2: values.
+        for (name, param) in &plan {
+            let values = file.read_f32(name)?;
+            self.write_param(param, &values)?;
+        }
+        if let Some(name) = lm_head {
+            if file.read_f32(&name)? != self.read_param("transformer.wte.weight")? {
+                return Err(ModelError::format(
+                    path,
+                    format!("`{name}` differs from `transformer.wte.weight`: andrea's output layer is tied to the token embedding"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads `dir/config.json`.
+pub fn read_config(dir: &Path) -> Result<ModelConfig> {
+    let path = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| ModelError::io(&path, e))?;
+    hf_config::from_json(&text, &path)
+}
+
+fn check_same_shape(ours: &ModelConfig, theirs: &ModelConfig, path: &Path) -> Result<()> {
+    let keys: [(&'static str, String, String); 7] = [
+        (
+            "vocab_size",
+            ours.vocab_size.to_string(),
+            theirs.vocab_size.to_string(),
+        ),
+        (
+            "context_length",
+            ours.context_length.to_string(),
+            theirs.context_length.to_string(),
+        ),
+        (
+            "d_model",
+            ours.d_model.to_string(),
+            theirs.d_model.to_string(),
+        ),
+        (
+            "n_layer",
+            ours.n_layer.to_string(),
+            theirs.n_layer.to_string(),
+        ),
+        ("n_head", ours.n_head.to_string(), theirs.n_head.to_string()),
+        (
+            "mlp_dim",
+            ours.mlp_dim().to_string(),
+            theirs.mlp_dim().to_string(),
+        ),
+        (
+            "layer_norm_eps",
+            ours.layer_norm_eps.to_string(),
+            theirs.layer_norm_eps.to_string(),
+        ),
+    ];
+    match keys.into_iter().find(|(_, a, b)| a != b) {
+        Some((key, expected, got)) => Err(ModelError::ConfigMismatch {
+            path: path.to_path_buf(),
+            key,
+            expected,
+            got,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_transformers_checkpoints() {
+        assert_eq!(canonical("h.0.ln_1.weight"), "transformer.h.0.ln_1.weight");
+        assert_eq!(
+            canonical("transformer.wte.weight"),
+            "transformer.wte.weight"
+        );
+        assert_eq!(canonical("lm_head.weight"), "lm_head.weight");
+        assert!(is_mask_buffer("transformer.h.11.attn.bias"));
+        assert!(is_mask_buffer("transformer.h.0.attn.masked_bias"));
+        assert!(!is_mask_buffer("transformer.h.0.attn.c_attn.bias"));
+        assert!(!is_mask_buffer("transformer.h.x.attn.bias"));
+    }
+}

@@ -1,0 +1,161 @@
+//! Training: [`Trainer`] owns a [`Model`], the gradient buffer, the AdamW moments and the
+//! activation arena, all allocated once; a step allocates nothing on the device.
+//!
+//! A step is `forward` (the loss), `backward` (gradients, accumulated `+=`, so several
+//! micro-batches add up) and `step` (clipping and AdamW, then the gradients are zeroed).
+
+mod optim;
+mod passes;
+mod slots;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use optim::StepStats;
+pub use slots::MemoryPlan;
+
+use andrea_core::{Backend, OptimizerConfig};
+
+use crate::error::{ModelError, Result};
+use crate::model::Model;
+use slots::TrainSlots;
+
+/// What the activation arena holds now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Empty,
+    /// After a forward pass of `batch` sequences with `counted` non-ignored targets.
+    Forward {
+        batch: usize,
+        counted: usize,
+    },
+    /// The logits have been overwritten by their gradient.
+    Backward,
+}
+
+/// A model plus everything training it needs. See the module docs.
+pub struct Trainer<B: Backend> {
+    model: Model<B>,
+    optimizer: OptimizerConfig,
+    grads: B::Buffer,
+    m: B::Buffer,
+    v: B::Buffer,
+    slots: TrainSlots,
+    acts: B::Buffer,
+    tokens: B::IdBuffer,
+    targets: B::IdBuffer,
+    host_losses: Vec<f32>,
+    phase: Phase,
+    /// Backward passes accumulated in the gradient buffer since the last step.
+    micro_batches: usize,
+    /// Optimizer steps taken.
+    steps: u64,
+}
+
+impl<B: Backend> Trainer<B> {
+    /// Allocates the training state for batches of up to `batch` sequences of exactly
+    /// `seq` tokens (`seq <= context_length`).
+    pub fn new(
+        model: Model<B>,
+        optimizer: OptimizerConfig,
+        batch: usize,
+        seq: usize,
+    ) -> Result<Self> {
+        optimizer.validate()?;
+        let context = model.config().context_length;
+        if seq == 0 || batch == 0 {
+            return Err(ModelError::batch(
+                "Trainer::new",
+                format!("batch and seq must be at least 1, got batch {batch}, seq {seq}"),
+            ));
+        }
+        if seq > context {
+            return Err(ModelError::SequenceTooLong { len: seq, context });
+        }
+        let be = model.backend();
+        let slots = TrainSlots::new(be, model.config(), batch, seq);
+        let len = model.layout().len;
+        let (grads, m, v) = (be.alloc(len)?, be.alloc(len)?, be.alloc(len)?);
+        let acts = be.alloc(slots.len)?;
+        let (tokens, targets) = (be.alloc_ids(batch * seq)?, be.alloc_ids(batch * seq)?);
+        Ok(Trainer {
+            model,
+            optimizer,
+            grads,
+            m,
+            v,
+            slots,
+            acts,
+            tokens,
+            targets,
+            host_losses: vec![0.0; batch * seq],
+            phase: Phase::Empty,
+            micro_batches: 0,
+            steps: 0,
+        })
+    }
+
+    pub fn model(&self) -> &Model<B> {
+        &self.model
+    }
+
+    /// The model, to change its parameters (the optimizer state is kept).
+    pub fn model_mut(&mut self) -> &mut Model<B> {
+        self.phase = Phase::Empty;
+        &mut self.model
+    }
+
+    pub fn into_model(self) -> Model<B> {
+        self.model
+    }
+
+    pub fn optimizer(&self) -> &OptimizerConfig {
+        &self.optimizer
+    }
+
+    /// Optimizer steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The largest batch and the sequence length the arena was sized for.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.slots.batch, self.slots.seq)
+    }
+
+    /// The memory this trainer holds on the device.
+    pub fn memory(&self) -> MemoryPlan {
+        MemoryPlan::new(
+            self.model.backend(),
+            self.model.config(),
+            self.slots.batch,
+            self.slots.seq,
+        )
+    }
+
+    /// A host copy of parameter `name`'s accumulated gradient (transformers shape).
+    pub fn read_grad(&self, name: &str) -> Result<Vec<f32>> {
+        let p = self
+            .model
+            .layout()
+            .get(name)
+            .ok_or_else(|| ModelError::UnknownParam(name.to_string()))?;
+        let mut host = vec![0.0; p.numel()];
+        self.model
+            .backend()
+            .download(p.slot.on(&self.grads), &mut host)?;
+        Ok(host)
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Trainer<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("model", &self.model)
+            .field("optimizer", &self.optimizer)
+            .field("batch", &self.slots.batch)
+            .field("seq", &self.slots.seq)
+            .field("steps", &self.steps)
+            .finish()
+    }
+}

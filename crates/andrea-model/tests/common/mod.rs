@@ -1,0 +1,31 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+pub mod f64_gpt;
+
+use andrea_core::ModelConfig;
+
+/// Deterministic pseudo-random token ids in `0..vocab` (test data only).
+pub fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// A small config that runs in milliseconds: vocabulary 70 (padded to 128), context 32,
+/// d_model 32, 2 blocks of 4 heads.
+pub fn small() -> ModelConfig {
+    ModelConfig::new(70, 32, 32, 2, 4)
+}
+
+/// The shipped tiny config (`configs/tiny.toml`).
+pub fn tiny() -> ModelConfig {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../configs/tiny.toml");
+    andrea_core::Config::from_toml_file(path).unwrap().model
+}
