@@ -417,7 +417,7 @@ fn bench_peak(c: &mut Criterion) {
         let src = randn(n, 1);
         let mut dst = vec![0.0f32; n];
         g.throughput(Throughput::Bytes((8 * n) as u64));
-        g.bench_function(format!("copy_{threads}t_{}MB", 4 * n >> 20), |bch| {
+        g.bench_function(format!("copy_{threads}t_{}MB", (4 * n) >> 20), |bch| {
             bch.iter(|| {
                 use rayon::prelude::*;
                 dst.par_chunks_mut(1 << 16)

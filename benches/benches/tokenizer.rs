@@ -5,8 +5,9 @@
 //! the same that `crates/andrea-tokenizer/scripts/compare_tokenizers.py` gives the
 //! Hugging Face `tokenizers` package), 10 MB (seed 1) to train on, 4 MB (seed 2) to
 //! encode with the vocabulary trained on the first. `ANDREA_TOK_BENCH_TEXT=<file>` uses
-//! a file instead (its first 10 MB for training and the whole file, up to 4 MB, for
-//! encoding).
+//! a file instead: its first 10 MB for training, the next 4 MB for encoding (the first
+//! 4 MB if the file is shorter than 14 MB). `compare_tokenizers.py --local-text --keep`
+//! leaves such a file (`local.txt`) of real text.
 //!
 //! `cargo bench -p andrea-benches --bench tokenizer` (all), or a filter such as
 //! `cargo bench -p andrea-benches --bench tokenizer -- encode`.
@@ -26,14 +27,20 @@ fn texts() -> (String, String) {
         Some(path) => {
             let text = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("ANDREA_TOK_BENCH_TEXT={path:?}: {e}"));
-            let cut = |n: usize| {
+            let boundary = |n: usize| {
                 let mut end = n.min(text.len());
                 while !text.is_char_boundary(end) {
                     end -= 1;
                 }
-                text[..end].to_string()
+                end
             };
-            (cut(TRAIN_BYTES), cut(ENCODE_BYTES))
+            let train_end = boundary(TRAIN_BYTES);
+            let (lo, hi) = if text.len() >= TRAIN_BYTES + ENCODE_BYTES {
+                (train_end, boundary(TRAIN_BYTES + ENCODE_BYTES))
+            } else {
+                (0, boundary(ENCODE_BYTES))
+            };
+            (text[..train_end].to_string(), text[lo..hi].to_string())
         }
         None => (
             sample_text::mixed_text(TRAIN_BYTES, 1),

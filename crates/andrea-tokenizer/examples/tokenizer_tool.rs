@@ -16,7 +16,9 @@ use andrea_tokenizer::{train_from_files, Tokenizer, TrainConfig};
 use std::time::Instant;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn need(args: &[String], name: &str) -> String {
@@ -47,7 +49,9 @@ fn run(args: &[String]) {
     match args.first().map(String::as_str) {
         Some("train") => {
             let input = need(args, "--input");
-            let merges = need(args, "--merges").parse().unwrap_or_else(|_| fail("bad --merges"));
+            let merges = need(args, "--merges")
+                .parse()
+                .unwrap_or_else(|_| fail("bad --merges"));
             let out = need(args, "--out");
             let config = TrainConfig {
                 merges,
@@ -55,7 +59,8 @@ fn run(args: &[String]) {
                 ..TrainConfig::default()
             };
             let t = Instant::now();
-            let (tok, report) = train_from_files(&[&input], &config).unwrap_or_else(|e| fail(&e.to_string()));
+            let (tok, report) =
+                train_from_files(&[&input], &config).unwrap_or_else(|e| fail(&e.to_string()));
             let seconds = t.elapsed().as_secs_f64();
             tok.save(&out).unwrap_or_else(|e| fail(&e.to_string()));
             println!(
@@ -72,22 +77,33 @@ fn run(args: &[String]) {
             );
         }
         Some("encode") => {
-            let tok = Tokenizer::load(need(args, "--tokenizer")).unwrap_or_else(|e| fail(&e.to_string()));
-            let text = std::fs::read_to_string(need(args, "--input")).unwrap_or_else(|e| fail(&e.to_string()));
+            let tok =
+                Tokenizer::load(need(args, "--tokenizer")).unwrap_or_else(|e| fail(&e.to_string()));
+            let text = std::fs::read_to_string(need(args, "--input"))
+                .unwrap_or_else(|e| fail(&e.to_string()));
             let repeat: usize = arg(args, "--repeat").map_or(5, |s| s.parse().unwrap_or(5));
             let docs_mode = args.iter().any(|a| a == "--docs");
-            let docs: Vec<&str> = if docs_mode { text.split_inclusive("\n\n").collect() } else { vec![] };
+            let docs: Vec<&str> = if docs_mode {
+                text.split_inclusive("\n\n").collect()
+            } else {
+                vec![]
+            };
             let mut times = Vec::new();
-            let mut tokens = 0;
+            let mut ids = Vec::new();
             for _ in 0..repeat.max(1) {
                 let t = Instant::now();
-                tokens = if docs_mode {
-                    tok.encode_batch(&docs).iter().map(Vec::len).sum()
+                if docs_mode {
+                    let batch = tok.encode_batch(&docs);
+                    times.push(t.elapsed().as_secs_f64());
+                    ids = batch.concat();
                 } else {
-                    tok.encode(&text).len()
-                };
-                times.push(t.elapsed().as_secs_f64());
+                    ids = tok.encode(&text);
+                    times.push(t.elapsed().as_secs_f64());
+                }
             }
+            // A checksum to compare with another tokenizer's ids.
+            let id_sum: u64 = ids.iter().map(|&i| i as u64).sum();
+            let id_sq_sum: u64 = ids.iter().map(|&i| (i as u64) * (i as u64)).sum();
             let s = median(times.clone());
             println!(
                 "{}",
@@ -95,7 +111,9 @@ fn run(args: &[String]) {
                     "median_seconds": s,
                     "mb_per_s": text.len() as f64 / s / 1e6,
                     "times": times,
-                    "tokens": tokens,
+                    "tokens": ids.len(),
+                    "id_sum": id_sum,
+                    "id_sq_sum": id_sq_sum,
                     "bytes": text.len(),
                     "threads": rayon::current_num_threads(),
                     "docs": docs.len(),
@@ -103,12 +121,17 @@ fn run(args: &[String]) {
             );
         }
         Some("ids") => {
-            let tok = Tokenizer::load(need(args, "--tokenizer")).unwrap_or_else(|e| fail(&e.to_string()));
+            let tok =
+                Tokenizer::load(need(args, "--tokenizer")).unwrap_or_else(|e| fail(&e.to_string()));
             let strings: Vec<String> = serde_json::from_str(
-                &std::fs::read_to_string(need(args, "--strings")).unwrap_or_else(|e| fail(&e.to_string())),
+                &std::fs::read_to_string(need(args, "--strings"))
+                    .unwrap_or_else(|e| fail(&e.to_string())),
             )
             .unwrap_or_else(|e| fail(&e.to_string()));
-            let ids: Vec<Vec<u32>> = strings.iter().map(|s| tok.encode_with_special_tokens(s)).collect();
+            let ids: Vec<Vec<u32>> = strings
+                .iter()
+                .map(|s| tok.encode_with_special_tokens(s))
+                .collect();
             println!("{}", serde_json::to_string(&ids).unwrap_or_default());
         }
         _ => fail("usage: tokenizer_tool train|encode|ids ... (see the source)"),

@@ -16,6 +16,8 @@ It writes, under crates/andrea-tokenizer/tests/fixtures/:
                      with special tokens recognised (`ids`) and as plain text (`ids_plain`)
 - hf_pretokenize.json  random strings over many character classes and the pieces
                      `tokenizers`' ByteLevel pre-tokenizer cuts them into
+- hf-vocab.json, hf-merges.txt  the same vocabulary in GPT-2's two-file format, as
+                     `tokenizers` writes it (`model.save`)
 
 Then, as a check of the other direction (nothing is written), it trains andrea on the same
 text, loads andrea's tokenizer.json into `tokenizers` and compares the ids of the test
@@ -153,6 +155,7 @@ def main():
     tok.train_from_iterator([text], trainer=trainer)
     hf_path = os.path.join(FIXTURES, "hf_tokenizer.json")
     tok.save(hf_path)
+    tok.model.save(FIXTURES, "hf")
 
     encodings = []
     for s in TEST_STRINGS:

@@ -39,7 +39,9 @@ impl MergeTable {
     /// `(rank, merged id)` of the pair, if it is a merge.
     #[inline(always)]
     fn get(&self, a: u32, b: u32) -> Option<(u32, u32)> {
-        self.map.get(&key(a, b)).map(|&v| ((v >> 32) as u32, v as u32))
+        self.map
+            .get(&key(a, b))
+            .map(|&v| ((v >> 32) as u32, v as u32))
     }
 
     /// Merges the tokens of one piece in place (`ids` holds the piece's byte tokens on
@@ -56,17 +58,23 @@ impl MergeTable {
     }
 
     fn apply_scan(&self, ids: &mut Vec<u32>) {
-        // ranks[i] = (rank, merged) of (ids[i], ids[i + 1]); u32::MAX rank = no merge.
-        let mut ranks = [(u32::MAX, 0u32); SCAN_MAX];
-        let n0 = ids.len();
-        for i in 0..n0 - 1 {
-            ranks[i] = self.get(ids[i], ids[i + 1]).unwrap_or((u32::MAX, 0));
+        // Fixed arrays on the stack; for pair i = (syms[i], syms[i + 1]): its rank
+        // (u32::MAX: no merge) and the token it merges to.
+        let mut syms = [0u32; SCAN_MAX];
+        let mut rank = [u32::MAX; SCAN_MAX];
+        let mut merged = [0u32; SCAN_MAX];
+        let mut n = ids.len();
+        syms[..n].copy_from_slice(ids);
+        for i in 0..n - 1 {
+            if let Some((r, m)) = self.get(syms[i], syms[i + 1]) {
+                rank[i] = r;
+                merged[i] = m;
+            }
         }
-        let mut n = n0;
-        loop {
+        while n > 1 {
             let mut best = u32::MAX;
             let mut at = 0;
-            for (i, &(r, _)) in ranks[..n - 1].iter().enumerate() {
+            for (i, &r) in rank[..n - 1].iter().enumerate() {
                 if r < best {
                     best = r;
                     at = i;
@@ -75,22 +83,25 @@ impl MergeTable {
             if best == u32::MAX {
                 break;
             }
-            ids[at] = ranks[at].1;
-            ids.remove(at + 1);
-            if at + 3 <= n {
-                ranks.copy_within(at + 2..n - 1, at + 1);
+            syms[at] = merged[at];
+            for j in at + 1..n - 1 {
+                syms[j] = syms[j + 1];
+            }
+            for j in at + 1..n.saturating_sub(2) {
+                rank[j] = rank[j + 1];
+                merged[j] = merged[j + 1];
             }
             n -= 1;
             if at + 1 < n {
-                ranks[at] = self.get(ids[at], ids[at + 1]).unwrap_or((u32::MAX, 0));
+                (rank[at], merged[at]) = self.get(syms[at], syms[at + 1]).unwrap_or((u32::MAX, 0));
             }
             if at > 0 {
-                ranks[at - 1] = self.get(ids[at - 1], ids[at]).unwrap_or((u32::MAX, 0));
-            }
-            if n < 2 {
-                break;
+                (rank[at - 1], merged[at - 1]) =
+                    self.get(syms[at - 1], syms[at]).unwrap_or((u32::MAX, 0));
             }
         }
+        ids.clear();
+        ids.extend_from_slice(&syms[..n]);
     }
 
     fn apply_heap(&self, ids: &mut Vec<u32>) {
@@ -158,11 +169,11 @@ mod tests {
     /// A toy vocabulary over ids 0..4 ("a", "b", "c", "d").
     fn table() -> MergeTable {
         MergeTable::new(&[
-            [0, 1, 10],  // a b -> ab
-            [10, 2, 11], // ab c -> abc
-            [0, 0, 12],  // a a -> aa
+            [0, 1, 10],   // a b -> ab
+            [10, 2, 11],  // ab c -> abc
+            [0, 0, 12],   // a a -> aa
             [12, 12, 13], // aa aa -> aaaa
-            [2, 3, 14],  // c d -> cd
+            [2, 3, 14],   // c d -> cd
         ])
     }
 

@@ -157,7 +157,9 @@ mod tests {
         // The order of the stand-ins is the order of the byte ids (what makes ties break
         // like the Hugging Face trainer's).
         for i in 1..256 {
-            assert!(BYTE_TO_CHAR[BYTE_ORDER[i - 1] as usize] < BYTE_TO_CHAR[BYTE_ORDER[i] as usize]);
+            assert!(
+                BYTE_TO_CHAR[BYTE_ORDER[i - 1] as usize] < BYTE_TO_CHAR[BYTE_ORDER[i] as usize]
+            );
         }
     }
 }

@@ -216,7 +216,11 @@ pub(crate) fn from_json(json: &str) -> Result<Tokenizer> {
     let de = &mut serde_json::Deserializer::from_str(json);
     let file: FileIn = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." { "(top level)".to_string() } else { path };
+        let field = if path == "." {
+            "(top level)".to_string()
+        } else {
+            path
+        };
         Error::format(field, e.into_inner().to_string())
     })?;
 
@@ -229,8 +233,8 @@ pub(crate) fn from_json(json: &str) -> Result<Tokenizer> {
             ),
         ));
     }
-    let add_prefix_space = check_byte_level(file.pre_tokenizer.as_ref(), "pre_tokenizer", true)?
-        .unwrap_or(false);
+    let add_prefix_space =
+        check_byte_level(file.pre_tokenizer.as_ref(), "pre_tokenizer", true)?.unwrap_or(false);
     check_byte_level(file.decoder.as_ref(), "decoder", false)?;
     check_byte_level(file.post_processor.as_ref(), "post_processor", false)?;
 
@@ -242,10 +246,16 @@ pub(crate) fn from_json(json: &str) -> Result<Tokenizer> {
         ));
     }
     if m.dropout.is_some_and(|d| d > 0.0) {
-        return Err(Error::format("model.dropout", "BPE dropout is not supported"));
+        return Err(Error::format(
+            "model.dropout",
+            "BPE dropout is not supported",
+        ));
     }
     for (field, v) in [
-        ("model.continuing_subword_prefix", &m.continuing_subword_prefix),
+        (
+            "model.continuing_subword_prefix",
+            &m.continuing_subword_prefix,
+        ),
         ("model.end_of_word_suffix", &m.end_of_word_suffix),
     ] {
         if v.as_deref().is_some_and(|s| !s.is_empty()) {
@@ -253,7 +263,10 @@ pub(crate) fn from_json(json: &str) -> Result<Tokenizer> {
         }
     }
     if m.byte_fallback {
-        return Err(Error::format("model.byte_fallback", "not supported by byte-level BPE"));
+        return Err(Error::format(
+            "model.byte_fallback",
+            "not supported by byte-level BPE",
+        ));
     }
 
     let merges = file
@@ -265,13 +278,19 @@ pub(crate) fn from_json(json: &str) -> Result<Tokenizer> {
             let field = format!("model.merges[{i}]");
             match m {
                 MergeIn::Pair([a, b]) => Ok((a, b, field)),
-                MergeIn::Joined(s) => split_merge(&s).map(|(a, b)| (a, b, field.clone())).ok_or_else(
-                    || Error::format(field, format!("expected \"left right\", found {s:?}")),
-                ),
+                MergeIn::Joined(s) => split_merge(&s)
+                    .map(|(a, b)| (a, b, field.clone()))
+                    .ok_or_else(|| {
+                        Error::format(field, format!("expected \"left right\", found {s:?}"))
+                    }),
             }
         })
         .collect::<Result<Vec<_>>>()?;
-    let added = file.added_tokens.into_iter().map(|t| (t.content, t.id)).collect();
+    let added = file
+        .added_tokens
+        .into_iter()
+        .map(|t| (t.content, t.id))
+        .collect();
     build(
         file.model.vocab,
         merges,
@@ -320,7 +339,9 @@ fn check_byte_level(v: Option<&Value>, field: &str, regex_matters: bool) -> Resu
                 ));
             }
             Ok(Some(
-                v.get("add_prefix_space").and_then(Value::as_bool).unwrap_or(false),
+                v.get("add_prefix_space")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
             ))
         }
         "Sequence" => {
@@ -330,7 +351,9 @@ fn check_byte_level(v: Option<&Value>, field: &str, regex_matters: bool) -> Resu
                 _ => "processors",
             };
             match v.get(key).and_then(Value::as_array).map(Vec::as_slice) {
-                Some([one]) => check_byte_level(Some(one), &format!("{field}.{key}[0]"), regex_matters),
+                Some([one]) => {
+                    check_byte_level(Some(one), &format!("{field}.{key}[0]"), regex_matters)
+                }
                 Some([]) if !regex_matters => Ok(None),
                 _ => Err(Error::format(
                     format!("{field}.{key}"),
@@ -413,7 +436,10 @@ fn build(
     let mut specials = Vec::new();
     for (content, id) in &added {
         if content.is_empty() {
-            return Err(Error::format("added_tokens", format!("token {id} has empty content")));
+            return Err(Error::format(
+                "added_tokens",
+                format!("token {id} has empty content"),
+            ));
         }
         tokens[*id as usize] = Some(content.as_bytes().into());
         if !specials.iter().any(|s: &SpecialToken| s.id == *id) {
@@ -427,7 +453,10 @@ fn build(
     for (a, b, field) in merges {
         let id = |s: &str| {
             vocab.get(s).copied().ok_or_else(|| {
-                Error::format(&field, format!("{s:?} (in \"{a} {b}\") is not in the vocabulary"))
+                Error::format(
+                    &field,
+                    format!("{s:?} (in \"{a} {b}\") is not in the vocabulary"),
+                )
             })
         };
         let (ia, ib) = (id(&a)?, id(&b)?);
@@ -442,7 +471,10 @@ fn build(
     }
     if let Some(unk) = unk_token {
         options.unk = Some(vocab.get(&unk).copied().ok_or_else(|| {
-            Error::format("model.unk_token", format!("{unk:?} is not in the vocabulary"))
+            Error::format(
+                "model.unk_token",
+                format!("{unk:?} is not in the vocabulary"),
+            )
         })?);
     }
     Tokenizer::from_parts(tokens, list, specials, options)
@@ -455,10 +487,18 @@ pub(crate) fn from_gpt2_files(vocab_path: &Path, merges_path: &Path) -> Result<T
     let de = &mut serde_json::Deserializer::from_str(&text);
     let vocab: HashMap<String, u32> = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        Error::format(if path == "." { "(top level)".into() } else { path }, e.into_inner().to_string())
-            .in_file(vocab_path)
+        Error::format(
+            if path == "." {
+                "(top level)".into()
+            } else {
+                path
+            },
+            e.into_inner().to_string(),
+        )
+        .in_file(vocab_path)
     })?;
-    let merges_text = std::fs::read_to_string(merges_path).map_err(|e| Error::io(merges_path, e))?;
+    let merges_text =
+        std::fs::read_to_string(merges_path).map_err(|e| Error::io(merges_path, e))?;
     let mut merges = Vec::new();
     for (n, line) in merges_text.lines().enumerate() {
         let line = line.trim_end_matches('\r');
@@ -469,8 +509,11 @@ pub(crate) fn from_gpt2_files(vocab_path: &Path, merges_path: &Path) -> Result<T
         match split_merge(line) {
             Some((a, b)) => merges.push((a, b, field)),
             None => {
-                return Err(Error::format(field, format!("expected \"left right\", found {line:?}"))
-                    .in_file(merges_path))
+                return Err(Error::format(
+                    field,
+                    format!("expected \"left right\", found {line:?}"),
+                )
+                .in_file(merges_path))
             }
         }
     }
@@ -480,7 +523,15 @@ pub(crate) fn from_gpt2_files(vocab_path: &Path, merges_path: &Path) -> Result<T
         .into_iter()
         .collect();
     // Field names of vocabulary problems refer to vocab.json, of merges to merges.txt.
-    build(vocab, merges, added, "(vocabulary)", Options::default(), None).map_err(|e| match &e {
+    build(
+        vocab,
+        merges,
+        added,
+        "(vocabulary)",
+        Options::default(),
+        None,
+    )
+    .map_err(|e| match &e {
         Error::Format { field, .. } if field.starts_with("line ") => e.in_file(merges_path),
         _ => e.in_file(vocab_path),
     })
@@ -502,7 +553,10 @@ mod tests {
         assert_eq!(back.vocab_size(), tok.vocab_size());
         let text = "the then <|endoftext|> théâtre\n\n";
         assert_eq!(back.encode(text), tok.encode(text));
-        assert_eq!(back.encode_with_special_tokens(text), tok.encode_with_special_tokens(text));
+        assert_eq!(
+            back.encode_with_special_tokens(text),
+            tok.encode_with_special_tokens(text)
+        );
         assert_eq!(to_json(&back), json);
         assert!(json.contains("\"Ġt he\""));
         assert!(json.contains("\"<|endoftext|>\": 259"));
@@ -527,12 +581,18 @@ mod tests {
         };
         assert_eq!(error_field("{}"), "(top level)");
         assert_eq!(error_field("not json"), "(top level)");
-        assert_eq!(error_field(&edit(&|v| v["model"]["vocab"] = Value::Null)), "model.vocab");
+        assert_eq!(
+            error_field(&edit(&|v| v["model"]["vocab"] = Value::Null)),
+            "model.vocab"
+        );
         assert_eq!(
             error_field(&edit(&|v| v["model"]["vocab"]["!"] = "x".into())),
             "model.vocab.!"
         );
-        assert_eq!(error_field(&edit(&|v| v["model"]["merges"][1] = 5.into())), "model.merges[1]");
+        assert_eq!(
+            error_field(&edit(&|v| v["model"]["merges"][1] = 5.into())),
+            "model.merges[1]"
+        );
         assert_eq!(
             error_field(&edit(&|v| v["model"]["merges"][1] = "Ġt".into())),
             "model.merges[1]"
@@ -541,7 +601,10 @@ mod tests {
             error_field(&edit(&|v| v["model"]["merges"][0] = "Ġ zz".into())),
             "model.merges[0]"
         );
-        assert_eq!(error_field(&edit(&|v| v["model"]["type"] = "WordPiece".into())), "model.type");
+        assert_eq!(
+            error_field(&edit(&|v| v["model"]["type"] = "WordPiece".into())),
+            "model.type"
+        );
         assert_eq!(
             error_field(&edit(&|v| v["pre_tokenizer"]["type"] = "Whitespace".into())),
             "pre_tokenizer.type"
@@ -550,13 +613,20 @@ mod tests {
             error_field(&edit(&|v| v["pre_tokenizer"]["use_regex"] = false.into())),
             "pre_tokenizer.use_regex"
         );
-        assert_eq!(error_field(&edit(&|v| v["pre_tokenizer"] = Value::Null)), "pre_tokenizer");
         assert_eq!(
-            error_field(&edit(&|v| v["normalizer"] = serde_json::json!({"type": "NFC"}))),
+            error_field(&edit(&|v| v["pre_tokenizer"] = Value::Null)),
+            "pre_tokenizer"
+        );
+        assert_eq!(
+            error_field(&edit(
+                &|v| v["normalizer"] = serde_json::json!({"type": "NFC"})
+            )),
             "normalizer"
         );
         assert_eq!(
-            error_field(&edit(&|v| v["post_processor"]["type"] = "TemplateProcessing".into())),
+            error_field(&edit(
+                &|v| v["post_processor"]["type"] = "TemplateProcessing".into()
+            )),
             "post_processor.type"
         );
         assert_eq!(
@@ -567,8 +637,14 @@ mod tests {
             error_field(&edit(&|v| v["model"]["vocab"]["zz"] = 0.into())),
             "model.vocab"
         );
-        assert_eq!(error_field(&edit(&|v| v["added_tokens"][0]["id"] = "x".into())), "added_tokens[0].id");
-        assert_eq!(error_field(&edit(&|v| v["model"]["dropout"] = 0.1.into())), "model.dropout");
+        assert_eq!(
+            error_field(&edit(&|v| v["added_tokens"][0]["id"] = "x".into())),
+            "added_tokens[0].id"
+        );
+        assert_eq!(
+            error_field(&edit(&|v| v["model"]["dropout"] = 0.1.into())),
+            "model.dropout"
+        );
     }
 
     #[test]
@@ -598,7 +674,10 @@ mod tests {
             .collect();
         std::fs::write(&merges, format!("#version: 0.2\n{}\n", lines.join("\n"))).unwrap();
         let back = from_gpt2_files(&vocab, &merges).unwrap();
-        assert_eq!(back.encode(" the<|endoftext|>"), tok.encode(" the<|endoftext|>"));
+        assert_eq!(
+            back.encode(" the<|endoftext|>"),
+            tok.encode(" the<|endoftext|>")
+        );
         assert_eq!(back.eot_id(), tok.eot_id());
         std::fs::write(&merges, "#version: 0.2\nĠ t\nbad\n").unwrap();
         match from_gpt2_files(&vocab, &merges) {

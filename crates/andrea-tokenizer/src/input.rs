@@ -78,7 +78,11 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 }
 
 /// The first safe cut at or after `from` that is not inside a special token.
-pub(crate) fn find_cut(text: &str, from: usize, specials: Option<&SpecialMatcher>) -> Option<usize> {
+pub(crate) fn find_cut(
+    text: &str,
+    from: usize,
+    specials: Option<&SpecialMatcher>,
+) -> Option<usize> {
     let mut from = from;
     loop {
         let p = safe_cut(text, from)?;
@@ -107,7 +111,11 @@ fn find_cut_bytes(bytes: &[u8], from: usize, specials: Option<&SpecialMatcher>) 
 }
 
 /// A safe cut at or after `from` in bytes, UTF-8 or not.
-pub(crate) fn find_cut_in(bytes: &[u8], from: usize, specials: Option<&SpecialMatcher>) -> Option<usize> {
+pub(crate) fn find_cut_in(
+    bytes: &[u8],
+    from: usize,
+    specials: Option<&SpecialMatcher>,
+) -> Option<usize> {
     match std::str::from_utf8(bytes) {
         Ok(t) => find_cut(t, from.max(1), specials),
         Err(_) => find_cut_bytes(bytes, from, specials),
@@ -116,7 +124,11 @@ pub(crate) fn find_cut_in(bytes: &[u8], from: usize, specials: Option<&SpecialMa
 
 /// Cuts `bytes` at safe positions into chunks of about `target` bytes (larger where no
 /// cut is found). Returns the chunk ends; the last is `bytes.len()`.
-pub(crate) fn chunk_ends(bytes: &[u8], target: usize, specials: Option<&SpecialMatcher>) -> Vec<usize> {
+pub(crate) fn chunk_ends(
+    bytes: &[u8],
+    target: usize,
+    specials: Option<&SpecialMatcher>,
+) -> Vec<usize> {
     let target = target.max(1);
     let mut ends = Vec::with_capacity(bytes.len() / target + 1);
     let text = std::str::from_utf8(bytes).ok();
@@ -299,7 +311,10 @@ mod tests {
         let text = "Hello, world! <|endoftext|>It's  a\n\n\ntest: x=1; ".repeat(500);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.txt");
-        std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
         let m = SpecialMatcher::new(&[crate::SpecialToken {
             content: "<|endoftext|>".into(),
             id: 0,
@@ -370,11 +385,19 @@ mod tests {
         let files = collect_files(&[dir.path()]).unwrap();
         let names: Vec<_> = files
             .iter()
-            .map(|f| f.strip_prefix(dir.path()).unwrap().to_string_lossy().into_owned())
+            .map(|f| {
+                f.strip_prefix(dir.path())
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         assert_eq!(names, ["a.txt", "b.txt", "sub/c.txt"]);
         assert!(collect_files(&[dir.path().join("missing")]).is_err());
         let empty = tempfile::tempdir().unwrap();
-        assert!(matches!(collect_files(&[empty.path()]), Err(Error::Invalid(_))));
+        assert!(matches!(
+            collect_files(&[empty.path()]),
+            Err(Error::Invalid(_))
+        ));
     }
 }

@@ -156,7 +156,9 @@ pub(crate) fn learn(
             break;
         }
         let (a, b) = (top.a, top.b);
-        let merged: Box<[u8]> = [&tokens[a as usize][..], &tokens[b as usize][..]].concat().into();
+        let merged: Box<[u8]> = [&tokens[a as usize][..], &tokens[b as usize][..]]
+            .concat()
+            .into();
         let c = match index.get(&merged) {
             Some(&id) => id,
             None => {
@@ -180,7 +182,12 @@ pub(crate) fn learn(
             let count = pairs.count[p as usize];
             if count > 0 {
                 let (a, b) = pairs.ids[p as usize];
-                heap.push(Candidate { count, a, b, pair: p });
+                heap.push(Candidate {
+                    count,
+                    a,
+                    b,
+                    pair: p,
+                });
             }
         }
     }
@@ -240,17 +247,29 @@ mod tests {
     fn most_frequent_pair_first_ties_to_smaller_ids() {
         let mut tokens = alphabet();
         let words = vec![
-            Word { count: 3, ..bytes("ab") },
-            Word { count: 3, ..bytes("cd") },
-            Word { count: 5, ..bytes("xy") },
+            Word {
+                count: 3,
+                ..bytes("ab")
+            },
+            Word {
+                count: 3,
+                ..bytes("cd")
+            },
+            Word {
+                count: 5,
+                ..bytes("xy")
+            },
         ];
         let merges = learn(words, &mut tokens, 3, 1, &ProgressBar::hidden());
         let a = |s: &str| s.as_bytes()[0] as u32;
-        assert_eq!(merges, [
-            [a("x"), a("y"), 256],
-            [a("a"), a("b"), 257],
-            [a("c"), a("d"), 258]
-        ]);
+        assert_eq!(
+            merges,
+            [
+                [a("x"), a("y"), 256],
+                [a("a"), a("b"), 257],
+                [a("c"), a("d"), 258]
+            ]
+        );
         assert_eq!(&*tokens[257], b"ab");
     }
 
@@ -258,14 +277,26 @@ mod tests {
     fn overlapping_occurrences_are_counted_once() {
         // "aaaa": pair (a, a) occurs 3 times, merges twice; then (aa, aa).
         let mut tokens = alphabet();
-        let merges = learn(vec![bytes("aaaa")], &mut tokens, 5, 1, &ProgressBar::hidden());
+        let merges = learn(
+            vec![bytes("aaaa")],
+            &mut tokens,
+            5,
+            1,
+            &ProgressBar::hidden(),
+        );
         assert_eq!(merges, [[97, 97, 256], [256, 256, 257]]);
     }
 
     #[test]
     fn stops_at_min_count() {
         let mut tokens = alphabet();
-        let words = vec![Word { count: 2, ..bytes("ab") }, bytes("cd")];
+        let words = vec![
+            Word {
+                count: 2,
+                ..bytes("ab")
+            },
+            bytes("cd"),
+        ];
         let merges = learn(words, &mut tokens, 10, 2, &ProgressBar::hidden());
         assert_eq!(merges.len(), 1);
     }

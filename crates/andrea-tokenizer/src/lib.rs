@@ -60,8 +60,8 @@
 //! decode, and the field of a malformed `tokenizer.json`; nothing a user passes in
 //! panics.
 
-pub mod byte_level;
 mod bpe;
+pub mod byte_level;
 mod cache;
 mod error;
 mod hf_json;

@@ -119,9 +119,8 @@ fn class_at(b: &[u8], i: usize, bmp: &[u8]) -> (Class, usize) {
         let u = ((b0 as u32 & 0x1F) << 6) | (b[i + 1] as u32 & 0x3F);
         (Class::from_u8(bmp[u as usize]), 2)
     } else if b0 < 0xF0 {
-        let u = ((b0 as u32 & 0x0F) << 12)
-            | ((b[i + 1] as u32 & 0x3F) << 6)
-            | (b[i + 2] as u32 & 0x3F);
+        let u =
+            ((b0 as u32 & 0x0F) << 12) | ((b[i + 1] as u32 & 0x3F) << 6) | (b[i + 2] as u32 & 0x3F);
         (Class::from_u8(bmp[u as usize]), 3)
     } else {
         let u = ((b0 as u32 & 0x07) << 18)
@@ -291,9 +290,10 @@ mod tests {
     #[test]
     fn rule_1_contractions() {
         assert_eq!(split("don't"), ["don", "'t"]);
-        assert_eq!(split("we're we've I'm he'll she'd it's"), [
-            "we", "'re", " we", "'ve", " I", "'m", " he", "'ll", " she", "'d", " it", "'s"
-        ]);
+        assert_eq!(
+            split("we're we've I'm he'll she'd it's"),
+            ["we", "'re", " we", "'ve", " I", "'m", " he", "'ll", " she", "'d", " it", "'s"]
+        );
         // Upper case is not a contraction (as in GPT-2): the apostrophe is "other".
         assert_eq!(split("IT'S"), ["IT", "'", "S"]);
         // A contraction is matched wherever an apostrophe starts a piece.
@@ -321,7 +321,10 @@ mod tests {
     #[test]
     fn rule_3_numbers_with_optional_space() {
         assert_eq!(split("abc123"), ["abc", "123"]);
-        assert_eq!(split("in 2024, 3.14"), ["in", " 2024", ",", " 3", ".", "14"]);
+        assert_eq!(
+            split("in 2024, 3.14"),
+            ["in", " 2024", ",", " 3", ".", "14"]
+        );
         assert_eq!(split("٣٤ ½ ⅷ"), ["٣٤", " ½", " ⅷ"]);
     }
 
@@ -376,5 +379,4 @@ mod tests {
             }
         }
     }
-
 }

@@ -34,6 +34,10 @@ impl Rng {
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
+
+    fn pick_str(&mut self, items: &[&'static str]) -> &'static str {
+        items[self.below(items.len())]
+    }
 }
 
 /// Draws ranks `0..n` with probability proportional to `1 / (rank + 2)^s`.
@@ -65,29 +69,29 @@ impl Zipf {
 const FUNCTION_WORDS: &[&str] = &[
     "the", "of", "and", "to", "a", "in", "is", "that", "for", "it", "as", "was", "with", "be",
     "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have",
-    "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has",
-    "there", "been", "if", "more", "when", "will", "would", "who", "so", "no", "she", "other",
-    "its", "may", "these", "what", "them", "than", "some", "him", "time", "into", "only", "do",
-    "new", "about", "two", "first", "then", "also", "after", "over", "such", "any", "where",
-    "most", "used", "could", "each", "many", "make", "like", "people", "between", "because",
-    "through", "while", "should", "during", "without", "however", "before", "under", "around",
+    "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there",
+    "been", "if", "more", "when", "will", "would", "who", "so", "no", "she", "other", "its", "may",
+    "these", "what", "them", "than", "some", "him", "time", "into", "only", "do", "new", "about",
+    "two", "first", "then", "also", "after", "over", "such", "any", "where", "most", "used",
+    "could", "each", "many", "make", "like", "people", "between", "because", "through", "while",
+    "should", "during", "without", "however", "before", "under", "around",
 ];
 
 const ONSETS: &[&str] = &[
-    "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
-    "br", "cl", "cr", "dr", "fl", "gr", "pl", "pr", "sc", "sl", "sp", "st", "str", "th", "tr",
-    "ch", "sh", "wh", "qu", "",
+    "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br",
+    "cl", "cr", "dr", "fl", "gr", "pl", "pr", "sc", "sl", "sp", "st", "str", "th", "tr", "ch",
+    "sh", "wh", "qu", "",
 ];
 const VOWELS: &[&str] = &[
     "a", "e", "i", "o", "u", "ea", "ou", "io", "ai", "ee", "oo", "y", "ie", "au",
 ];
 const CODAS: &[&str] = &[
-    "", "", "", "", "", "", "n", "r", "s", "t", "l", "m", "nd", "nt", "st", "ng", "ck", "rd", "ss", "ll",
-    "rt", "sh", "th", "x", "ct", "nk",
+    "", "", "", "", "", "", "n", "r", "s", "t", "l", "m", "nd", "nt", "st", "ng", "ck", "rd", "ss",
+    "ll", "rt", "sh", "th", "x", "ct", "nk",
 ];
 const SUFFIXES: &[&str] = &[
-    "", "", "", "", "", "", "", "", "", "", "", "s", "s", "ed", "ing", "ly", "tion", "ment", "ness", "able", "er", "est", "ous",
-    "ity", "ive", "al",
+    "", "", "", "", "", "", "", "", "", "", "", "s", "s", "ed", "ing", "ly", "tion", "ment",
+    "ness", "able", "er", "est", "ous", "ity", "ive", "al",
 ];
 const CONTRACTIONS: &[&str] = &["'s", "n't", "'re", "'ll", "'ve", "'d", "'m"];
 
@@ -97,11 +101,11 @@ fn made_up_word(index: usize) -> String {
     let syllables = 1 + rng.below(2) + usize::from(index > 8000 && rng.chance(0.5));
     let mut w = String::new();
     for _ in 0..syllables {
-        w.push_str(*rng.pick(ONSETS));
-        w.push_str(*rng.pick(VOWELS));
-        w.push_str(*rng.pick(CODAS));
+        w.push_str(rng.pick_str(ONSETS));
+        w.push_str(rng.pick_str(VOWELS));
+        w.push_str(rng.pick_str(CODAS));
     }
-    w.push_str(*rng.pick(SUFFIXES));
+    w.push_str(rng.pick_str(SUFFIXES));
     w
 }
 
@@ -120,25 +124,87 @@ struct Script {
 
 const SCRIPTS: &[Script] = &[
     // Cyrillic
-    Script { letters: &[(0x430, 0x44F)], marks: &[], word_len: (2, 9), spaced: true, stops: &[".", ",", "!", "?"] },
+    Script {
+        letters: &[(0x430, 0x44F)],
+        marks: &[],
+        word_len: (2, 9),
+        spaced: true,
+        stops: &[".", ",", "!", "?"],
+    },
     // Greek
-    Script { letters: &[(0x3B1, 0x3C9), (0x3AC, 0x3AF)], marks: &[], word_len: (2, 9), spaced: true, stops: &[".", ",", ";"] },
+    Script {
+        letters: &[(0x3B1, 0x3C9), (0x3AC, 0x3AF)],
+        marks: &[],
+        word_len: (2, 9),
+        spaced: true,
+        stops: &[".", ",", ";"],
+    },
     // CJK ideographs (a common block)
-    Script { letters: &[(0x4E00, 0x4FFF), (0x5B50, 0x5BFF), (0x6700, 0x67FF)], marks: &[], word_len: (1, 4), spaced: false, stops: &["，", "。", "、", "！"] },
+    Script {
+        letters: &[(0x4E00, 0x4FFF), (0x5B50, 0x5BFF), (0x6700, 0x67FF)],
+        marks: &[],
+        word_len: (1, 4),
+        spaced: false,
+        stops: &["，", "。", "、", "！"],
+    },
     // Japanese: hiragana with some katakana and kanji
-    Script { letters: &[(0x3041, 0x3093), (0x30A1, 0x30F3), (0x65E5, 0x65FF)], marks: &[], word_len: (1, 5), spaced: false, stops: &["。", "、", "「", "」"] },
+    Script {
+        letters: &[(0x3041, 0x3093), (0x30A1, 0x30F3), (0x65E5, 0x65FF)],
+        marks: &[],
+        word_len: (1, 5),
+        spaced: false,
+        stops: &["。", "、", "「", "」"],
+    },
     // Hangul syllables
-    Script { letters: &[(0xAC00, 0xAFFF), (0xB098, 0xB2E4)], marks: &[], word_len: (1, 4), spaced: true, stops: &[".", ",", "?"] },
+    Script {
+        letters: &[(0xAC00, 0xAFFF), (0xB098, 0xB2E4)],
+        marks: &[],
+        word_len: (1, 4),
+        spaced: true,
+        stops: &[".", ",", "?"],
+    },
     // Arabic
-    Script { letters: &[(0x627, 0x64A)], marks: &[(0x64B, 0x650)], word_len: (2, 7), spaced: true, stops: &["،", ".", "؟"] },
+    Script {
+        letters: &[(0x627, 0x64A)],
+        marks: &[(0x64B, 0x650)],
+        word_len: (2, 7),
+        spaced: true,
+        stops: &["،", ".", "؟"],
+    },
     // Devanagari: consonants and vowel signs
-    Script { letters: &[(0x915, 0x939)], marks: &[(0x93E, 0x94C)], word_len: (2, 6), spaced: true, stops: &["।", ",", "?"] },
+    Script {
+        letters: &[(0x915, 0x939)],
+        marks: &[(0x93E, 0x94C)],
+        word_len: (2, 6),
+        spaced: true,
+        stops: &["।", ",", "?"],
+    },
     // Accented Latin (French/German-like)
-    Script { letters: &[(0x61, 0x7A), (0x61, 0x7A), (0x61, 0x7A), (0xE0, 0xFC)], marks: &[], word_len: (2, 10), spaced: true, stops: &[".", ",", "!", "?", ";"] },
+    Script {
+        letters: &[(0x61, 0x7A), (0x61, 0x7A), (0x61, 0x7A), (0xE0, 0xFC)],
+        marks: &[],
+        word_len: (2, 10),
+        spaced: true,
+        stops: &[".", ",", "!", "?", ";"],
+    },
 ];
 
 const EMOJI: &[&str] = &[
-    "😀", "🎉", "👍", "👍🏽", "❤️", "🚀", "🔥", "✨", "🙏", "😂", "🤖", "📈", "✅", "⚠️", "👩‍💻",
+    "😀",
+    "🎉",
+    "👍",
+    "👍🏽",
+    "❤️",
+    "🚀",
+    "🔥",
+    "✨",
+    "🙏",
+    "😂",
+    "🤖",
+    "📈",
+    "✅",
+    "⚠️",
+    "👩‍💻",
 ];
 const OPERATORS: &[&str] = &[
     " = ", " == ", " += ", " -> ", " => ", " + ", " * ", " - ", " / ", " < ", " >= ", " && ",
@@ -245,7 +311,8 @@ impl Generator {
                 self.out.push_str(c);
             }
             if i + 1 < n && self.rng.chance(0.08) {
-                self.out.push_str(if self.rng.chance(0.8) { "," } else { ";" });
+                self.out
+                    .push_str(if self.rng.chance(0.8) { "," } else { ";" });
             } else if i + 1 < n && self.rng.chance(0.01) {
                 self.out.push_str(" -");
             }
@@ -258,7 +325,8 @@ impl Generator {
         let n = 1 + self.rng.below(7);
         for i in 0..n {
             if i > 0 {
-                self.out.push_str(if self.rng.chance(0.1) { "  " } else { " " });
+                self.out
+                    .push_str(if self.rng.chance(0.1) { "  " } else { " " });
             }
             self.sentence();
         }
@@ -277,7 +345,10 @@ impl Generator {
             2 => {
                 let b = self.word();
                 let mut c = b.chars();
-                let cap: String = c.next().map(|f| f.to_uppercase().collect()).unwrap_or_default();
+                let cap: String = c
+                    .next()
+                    .map(|f| f.to_uppercase().collect())
+                    .unwrap_or_default();
                 format!("{a}{cap}{}", c.as_str())
             }
             _ => format!("{a}{}", self.rng.below(10)),
@@ -416,7 +487,8 @@ impl Generator {
                         self.out.push_str(&" ".repeat(pad));
                         self.out.push('|');
                     }
-                    self.out.push_str(if self.rng.chance(0.2) { "\r\n" } else { "\n" });
+                    self.out
+                        .push_str(if self.rng.chance(0.2) { "\r\n" } else { "\n" });
                 }
             }
             _ => {
@@ -444,7 +516,9 @@ mod tests {
         assert_eq!(a, mixed_text(20_000, 1));
         assert_ne!(a, mixed_text(20_000, 2));
         assert!(a.len() <= 20_000 && a.len() > 19_990);
-        assert!(mixed_text(30_000, 1).as_bytes().starts_with(&a.as_bytes()[..10_000]));
+        assert!(mixed_text(30_000, 1)
+            .as_bytes()
+            .starts_with(&a.as_bytes()[..10_000]));
     }
 
     #[test]

@@ -103,11 +103,14 @@ impl SplitWriter {
     fn write(&mut self, mut ids: &[u32]) -> Result<()> {
         while !ids.is_empty() {
             if self.current.is_none() {
-                let path = self.dir.join(format!("{}_{:06}.bin", self.name, self.done.len()));
+                let path = self
+                    .dir
+                    .join(format!("{}_{:06}.bin", self.name, self.done.len()));
                 let tmp = path.with_extension("bin.tmp");
                 let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
                 let mut w = BufWriter::with_capacity(1 << 20, file);
-                w.write_all(&[0u8; HEADER_BYTES]).map_err(|e| Error::io(&tmp, e))?;
+                w.write_all(&[0u8; HEADER_BYTES])
+                    .map_err(|e| Error::io(&tmp, e))?;
                 self.current = Some((w, tmp, path, 0));
             }
             let Some((w, tmp, _, n)) = self.current.as_mut() else {
@@ -133,7 +136,9 @@ impl SplitWriter {
         let Some((w, tmp, path, n)) = self.current.take() else {
             return Ok(());
         };
-        let mut file = w.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
+        let mut file = w
+            .into_inner()
+            .map_err(|e| Error::io(&tmp, e.into_error()))?;
         let mut header = [0i32; SHARD_HEADER_INTS];
         header[0] = SHARD_MAGIC;
         header[1] = SHARD_VERSION;
@@ -193,8 +198,13 @@ pub fn write_shards<P: AsRef<Path>>(
     let mut val_bytes_left = (options.val_fraction * total as f64).ceil() as u64;
     let vocab = tokenizer.vocab_size() as u32;
     let mut val = SplitWriter::new(out_dir, &options.prefix, "val", options.shard_tokens, vocab);
-    let mut train =
-        SplitWriter::new(out_dir, &options.prefix, "train", options.shard_tokens, vocab);
+    let mut train = SplitWriter::new(
+        out_dir,
+        &options.prefix,
+        "train",
+        options.shard_tokens,
+        vocab,
+    );
     let special = options.special_tokens_in_text && !tokenizer.special_tokens().is_empty();
     let matcher = special.then(|| tokenizer.matcher());
     let bar = bytes_bar(options.show_progress, total, "encoding");
@@ -288,14 +298,23 @@ impl TokenShard {
                 map.len()
             )));
         }
-        let int = |i: usize| i32::from_le_bytes([map[4 * i], map[4 * i + 1], map[4 * i + 2], map[4 * i + 3]]);
+        let int = |i: usize| {
+            i32::from_le_bytes([map[4 * i], map[4 * i + 1], map[4 * i + 2], map[4 * i + 3]])
+        };
         if int(0) != SHARD_MAGIC {
-            return Err(bad(format!("bad magic {} (expected {SHARD_MAGIC})", int(0))));
+            return Err(bad(format!(
+                "bad magic {} (expected {SHARD_MAGIC})",
+                int(0)
+            )));
         }
         if int(1) != SHARD_VERSION {
-            return Err(bad(format!("unsupported version {} (expected {SHARD_VERSION})", int(1))));
+            return Err(bad(format!(
+                "unsupported version {} (expected {SHARD_VERSION})",
+                int(1)
+            )));
         }
-        let len = usize::try_from(int(2)).map_err(|_| bad(format!("negative token count {}", int(2))))?;
+        let len =
+            usize::try_from(int(2)).map_err(|_| bad(format!("negative token count {}", int(2))))?;
         let want = HEADER_BYTES + 2 * len;
         if map.len() != want {
             return Err(bad(format!(
@@ -330,7 +349,8 @@ impl TokenShard {
         &self.path
     }
 
-    /// The tokens, without copying.
+    /// The tokens, without copying (little-endian targets, where the file's byte order is
+    /// the machine's; [`TokenShard::read`] works everywhere).
     #[cfg(target_endian = "little")]
     pub fn tokens(&self) -> &[u16] {
         let bytes = &self.map[HEADER_BYTES..];

@@ -116,8 +116,14 @@ mod tests {
 
     fn matcher() -> SpecialMatcher {
         SpecialMatcher::new(&[
-            SpecialToken { content: "<|endoftext|>".into(), id: 9 },
-            SpecialToken { content: "<|end".into(), id: 8 },
+            SpecialToken {
+                content: "<|endoftext|>".into(),
+                id: 9,
+            },
+            SpecialToken {
+                content: "<|end".into(),
+                id: 8,
+            },
         ])
     }
 
@@ -132,12 +138,15 @@ mod tests {
     #[test]
     fn segments() {
         let m = matcher();
-        assert_eq!(m.segments("a<|endoftext|><|endoftext|>b"), [
-            Segment::Text("a"),
-            Segment::Special(9),
-            Segment::Special(9),
-            Segment::Text("b")
-        ]);
+        assert_eq!(
+            m.segments("a<|endoftext|><|endoftext|>b"),
+            [
+                Segment::Text("a"),
+                Segment::Special(9),
+                Segment::Special(9),
+                Segment::Text("b")
+            ]
+        );
         assert!(m.segments("").is_empty());
     }
 

@@ -5,8 +5,8 @@ use crate::bpe::MergeTable;
 use crate::byte_level::BYTE_ORDER;
 use crate::cache::{with_cache, PieceCache, KEY_MAX};
 use crate::error::{Error, Result};
-use crate::input::InvalidUtf8;
 use crate::input::chunk_ends;
+use crate::input::InvalidUtf8;
 use crate::pretokenize::pieces;
 use crate::special::{Segment, SpecialMatcher, SpecialToken};
 use rayon::prelude::*;
@@ -32,7 +32,6 @@ static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 ///
 /// A `Tokenizer` never changes after it is built, is `Send + Sync`, and is cheap to share
 /// behind a reference. Encoding keeps a small cache of encoded pieces per thread.
-#[derive(Debug)]
 pub struct Tokenizer {
     /// id -> bytes; `None` for an id the vocabulary does not use.
     tokens: Vec<Option<Box<[u8]>>>,
@@ -60,6 +59,17 @@ pub(crate) struct Options {
     /// BPE `unk_token`: the id given to a byte the vocabulary lacks (otherwise such a byte
     /// is dropped, as `tokenizers` does).
     pub unk: Option<u32>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("merges", &self.merge_list.len())
+            .field("special_tokens", &self.specials)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Clone for Tokenizer {
@@ -92,10 +102,15 @@ impl Tokenizer {
         B: AsRef<[u8]>,
         S: AsRef<str>,
     {
-        let mut tokens: Vec<Option<Box<[u8]>>> =
-            BYTE_ORDER.iter().map(|&b| Some(Box::from([b].as_slice()))).collect();
-        let mut index: FxHashMap<Box<[u8]>, u32> =
-            tokens.iter().enumerate().map(|(i, t)| (t.clone().unwrap(), i as u32)).collect();
+        let mut tokens: Vec<Option<Box<[u8]>>> = BYTE_ORDER
+            .iter()
+            .map(|&b| Some(Box::from([b].as_slice())))
+            .collect();
+        let mut index: FxHashMap<Box<[u8]>, u32> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone().unwrap(), i as u32))
+            .collect();
         let mut list = Vec::with_capacity(merges.len());
         for (rank, (a, b)) in merges.iter().enumerate() {
             let (a, b) = (a.as_ref(), b.as_ref());
@@ -213,7 +228,10 @@ impl Tokenizer {
 
     /// The id of the special token with this text.
     pub fn special_token_id(&self, content: &str) -> Option<u32> {
-        self.specials.iter().find(|s| s.content == content).map(|s| s.id)
+        self.specials
+            .iter()
+            .find(|s| s.content == content)
+            .map(|s| s.id)
     }
 
     /// The id of `<|endoftext|>`, if the vocabulary has it.

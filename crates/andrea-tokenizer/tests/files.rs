@@ -36,11 +36,16 @@ fn trains_from_a_directory_and_saves() {
     tok.save(&path).unwrap();
     let back = Tokenizer::load(&path).unwrap();
     let text = std::fs::read_to_string(dir.path().join("b/c.txt")).unwrap();
-    assert_eq!(back.encode_with_special_tokens(&text), tok.encode_with_special_tokens(&text));
+    assert_eq!(
+        back.encode_with_special_tokens(&text),
+        tok.encode_with_special_tokens(&text)
+    );
     // Training on the files one by one in the same order gives the same vocabulary.
-    let (again, _) =
-        train_from_files(&[dir.path().join("a.txt"), dir.path().join("b/c.txt")], &quiet(200))
-            .unwrap();
+    let (again, _) = train_from_files(
+        &[dir.path().join("a.txt"), dir.path().join("b/c.txt")],
+        &quiet(200),
+    )
+    .unwrap();
     assert_eq!(again.to_json_string(), tok.to_json_string());
 }
 
@@ -56,8 +61,13 @@ fn shards_hold_the_encoded_corpus() {
         show_progress: false,
         ..ShardOptions::default()
     };
-    let report = write_shards(&tok, &[dir.path().join("a.txt"), dir.path().join("b")], &out, &options)
-        .unwrap();
+    let report = write_shards(
+        &tok,
+        &[dir.path().join("a.txt"), dir.path().join("b")],
+        &out,
+        &options,
+    )
+    .unwrap();
     assert_eq!(report.files, 2);
     assert!(report.val_tokens > 0 && report.train_tokens > report.val_tokens * 2);
     assert!(report.train_shards.len() >= 2);
@@ -75,11 +85,15 @@ fn shards_hold_the_encoded_corpus() {
         all.extend(copy.iter().map(|&t| t as u32));
     }
     let mut want = vec![eot];
-    want.extend(tok.encode_with_special_tokens(&std::fs::read_to_string(dir.path().join("a.txt")).unwrap()));
+    want.extend(
+        tok.encode_with_special_tokens(&std::fs::read_to_string(dir.path().join("a.txt")).unwrap()),
+    );
     want.push(eot);
-    want.extend(tok.encode_with_special_tokens(
-        &std::fs::read_to_string(dir.path().join("b/c.txt")).unwrap(),
-    ));
+    want.extend(
+        tok.encode_with_special_tokens(
+            &std::fs::read_to_string(dir.path().join("b/c.txt")).unwrap(),
+        ),
+    );
     assert_eq!(all, want);
     assert_eq!(report.val_tokens + report.train_tokens, want.len() as u64);
 
@@ -100,7 +114,13 @@ fn damaged_shards_are_refused() {
         show_progress: false,
         ..ShardOptions::default()
     };
-    let report = write_shards(&tok, &[dir.path().join("x.txt")], &dir.path().join("s"), &options).unwrap();
+    let report = write_shards(
+        &tok,
+        &[dir.path().join("x.txt")],
+        &dir.path().join("s"),
+        &options,
+    )
+    .unwrap();
     assert!(report.val_shards.is_empty());
     let path = &report.train_shards[0];
     assert_eq!(TokenShard::open(path).unwrap().len(), 25);
@@ -126,7 +146,12 @@ fn damaged_shards_are_refused() {
     // A vocabulary too large for u16 shards, and an eot that is not there.
     let no_eot = Tokenizer::from_merges::<&str, &str, &str>(&[], &[]).unwrap();
     assert!(matches!(
-        write_shards(&no_eot, &[dir.path().join("x.txt")], &dir.path().join("s2"), &options),
+        write_shards(
+            &no_eot,
+            &[dir.path().join("x.txt")],
+            &dir.path().join("s2"),
+            &options
+        ),
         Err(Error::Invalid(_))
     ));
 }
@@ -142,7 +167,9 @@ fn invalid_utf8_is_reported_with_file_and_offset() {
     std::fs::write(&path, &bytes).unwrap();
 
     for err in [
-        train_from_files(&[&path], &quiet(10)).map(|_| ()).unwrap_err(),
+        train_from_files(&[&path], &quiet(10))
+            .map(|_| ())
+            .unwrap_err(),
         Tokenizer::from_merges::<&str, &str, &str>(&[], &[])
             .unwrap()
             .encode_file(&path, false, InvalidUtf8::Error)
@@ -157,7 +184,10 @@ fn invalid_utf8_is_reported_with_file_and_offset() {
             other => panic!("{other:?}"),
         }
         let msg = err.to_string();
-        assert!(msg.contains("bad.txt") && msg.contains(&at.to_string()), "{msg}");
+        assert!(
+            msg.contains("bad.txt") && msg.contains(&at.to_string()),
+            "{msg}"
+        );
     }
 
     // Through the byte path it trains and encodes, and decodes back exactly.
@@ -191,7 +221,10 @@ fn unknown_ids_and_missing_files_are_errors() {
         other => panic!("{other:?}"),
     }
     assert!(tok.stream_decoder().push(258).is_err());
-    assert!(matches!(Tokenizer::load("/nonexistent/tokenizer.json"), Err(Error::Io { .. })));
+    assert!(matches!(
+        Tokenizer::load("/nonexistent/tokenizer.json"),
+        Err(Error::Io { .. })
+    ));
     assert!(matches!(
         train_from_files(&["/nonexistent/dir"], &quiet(1)),
         Err(Error::Io { .. })
@@ -202,10 +235,16 @@ fn unknown_ids_and_missing_files_are_errors() {
     match Tokenizer::load(&path) {
         Err(e @ Error::Format { .. }) => {
             let msg = e.to_string();
-            assert!(msg.contains("tokenizer.json") && msg.contains("model.vocab"), "{msg}");
+            assert!(
+                msg.contains("tokenizer.json") && msg.contains("model.vocab"),
+                "{msg}"
+            );
         }
         other => panic!("{other:?}"),
     }
     // A merge whose parts are not tokens yet.
-    assert!(matches!(Tokenizer::from_merges(&[("ab", "c")], &[""; 0]), Err(Error::Invalid(_))));
+    assert!(matches!(
+        Tokenizer::from_merges(&[("ab", "c")], &[""; 0]),
+        Err(Error::Invalid(_))
+    ));
 }

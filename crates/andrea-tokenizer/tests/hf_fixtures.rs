@@ -6,7 +6,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn cases(name: &str) -> Vec<Value> {
@@ -16,7 +18,11 @@ fn cases(name: &str) -> Vec<Value> {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 #[test]
@@ -28,8 +34,16 @@ fn encodes_like_tokenizers_with_its_vocabulary() {
     assert!(cases.len() >= 25);
     for case in &cases {
         let text = case["text"].as_str().unwrap();
-        assert_eq!(tok.encode_with_special_tokens(text), ids(&case["ids"]), "{text:?}");
-        assert_eq!(tok.encode(text), ids(&case["ids_plain"]), "{text:?} (plain)");
+        assert_eq!(
+            tok.encode_with_special_tokens(text),
+            ids(&case["ids"]),
+            "{text:?}"
+        );
+        assert_eq!(
+            tok.encode(text),
+            ids(&case["ids_plain"]),
+            "{text:?} (plain)"
+        );
         assert_eq!(tok.decode(&ids(&case["ids"])).unwrap(), text);
     }
 }
@@ -75,4 +89,21 @@ fn trains_the_same_merges_as_tokenizers() {
     let text = std::fs::read_to_string(fixture("train.txt")).unwrap();
     let a: Vec<u32> = ours.encode(&text).iter().map(|&i| i + 1).collect();
     assert_eq!(a, hf.encode(&text));
+}
+
+#[test]
+fn reads_gpt2_files_written_by_tokenizers() {
+    let json = Tokenizer::load(fixture("hf_tokenizer.json")).unwrap();
+    let files =
+        Tokenizer::from_gpt2_files(fixture("hf-vocab.json"), fixture("hf-merges.txt")).unwrap();
+    assert_eq!(files.vocab_size(), json.vocab_size());
+    assert_eq!(files.eot_id(), json.eot_id());
+    for case in &cases("hf_encodings.json") {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(
+            files.encode_with_special_tokens(text),
+            ids(&case["ids"]),
+            "{text:?}"
+        );
+    }
 }

@@ -21,15 +21,53 @@ fn trained() -> &'static Tokenizer {
 /// Strings that stress pre-tokenization: mixes of every character class.
 fn tricky_string() -> impl Strategy<Value = String> {
     let atoms = prop::sample::select(vec![
-        "a", "Z", "é", "ж", "日", "한", "ب", "न", "\u{94d}", "\u{301}", "0", "7", "٣", "½", " ",
-        "  ", "\t", "\n", "\r\n", "\u{a0}", "\u{3000}", "'", "'s", "'ll", "'T", ".", ",", "!?",
-        "(", "\"", "😀", "👍🏽", "\u{200d}", "<|endoftext|>", "<|", "|>", "the", " the", "ing",
+        "a",
+        "Z",
+        "é",
+        "ж",
+        "日",
+        "한",
+        "ب",
+        "न",
+        "\u{94d}",
+        "\u{301}",
+        "0",
+        "7",
+        "٣",
+        "½",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\u{a0}",
+        "\u{3000}",
+        "'",
+        "'s",
+        "'ll",
+        "'T",
+        ".",
+        ",",
+        "!?",
+        "(",
+        "\"",
+        "😀",
+        "👍🏽",
+        "\u{200d}",
+        "<|endoftext|>",
+        "<|",
+        "|>",
+        "the",
+        " the",
+        "ing",
     ]);
     prop::collection::vec(atoms, 0..40).prop_map(|v| v.concat())
 }
 
 fn spelled(tok: &Tokenizer, ids: &[u32]) -> Vec<Vec<u8>> {
-    ids.iter().map(|&i| tok.token_bytes(i).unwrap().to_vec()).collect()
+    ids.iter()
+        .map(|&i| tok.token_bytes(i).unwrap().to_vec())
+        .collect()
 }
 
 proptest! {
@@ -106,8 +144,14 @@ proptest! {
 fn parallel_encoding_equals_sequential() {
     let tok = trained();
     let text = sample_text::mixed_text(1_200_000, 5);
-    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
     let a = one.install(|| tok.encode(&text));
     let b = two.install(|| tok.encode(&text));
     assert_eq!(a, b);
@@ -132,8 +176,16 @@ fn training_is_deterministic_across_thread_counts() {
         ..TrainConfig::default()
     };
     let run = |threads| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        pool.install(|| train_from_texts(&[&text], &config).unwrap().0.to_json_string())
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            train_from_texts(&[&text], &config)
+                .unwrap()
+                .0
+                .to_json_string()
+        })
     };
     assert_eq!(run(1), run(2));
 }
