@@ -1,0 +1,66 @@
+//! Device memory as the backend's buffer types.
+
+use std::cell::RefCell;
+
+use andrea_core::{DeviceMemory, View};
+use cust::memory::{DeviceBuffer, DeviceCopy};
+
+use super::driver::CuDevicePtr;
+
+/// `f32` elements in device memory (a cust `DeviceBuffer`, freed on drop).
+pub struct CudaBuffer {
+    pub(crate) buf: DeviceBuffer<f32>,
+}
+
+/// `u32` token ids in device memory, with a host copy.
+///
+/// No kernel writes ids, so the copy made by `upload_ids` is always exact: ops check id
+/// values and sort positions for the deterministic embedding backward on the host,
+/// without reading the device back.
+pub struct CudaIds {
+    pub(crate) buf: DeviceBuffer<u32>,
+    pub(crate) host: RefCell<Vec<u32>>,
+}
+
+impl DeviceMemory for CudaBuffer {
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+impl DeviceMemory for CudaIds {
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+fn base<T: DeviceCopy>(b: &DeviceBuffer<T>) -> CuDevicePtr {
+    b.as_device_ptr().as_raw()
+}
+
+/// Device address of a buffer's element 0.
+pub(crate) trait DeviceBase {
+    fn base(&self) -> CuDevicePtr;
+}
+
+impl DeviceBase for CudaBuffer {
+    fn base(&self) -> CuDevicePtr {
+        base(&self.buf)
+    }
+}
+
+impl DeviceBase for CudaIds {
+    fn base(&self) -> CuDevicePtr {
+        base(&self.buf)
+    }
+}
+
+/// Device address of element `offset` of `buf` (4-byte elements).
+pub(crate) fn addr<M: DeviceBase>(buf: &M, offset: usize) -> CuDevicePtr {
+    buf.base() + 4 * offset as u64
+}
+
+/// Device address of a view's first element.
+pub(crate) fn ptr<M: DeviceBase>(v: &View<'_, M>) -> CuDevicePtr {
+    addr(v.buf, v.offset)
+}

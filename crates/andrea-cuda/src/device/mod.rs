@@ -1,0 +1,341 @@
+//! `CudaBackend`: context, stream, kernels and memory. The ops are in the sibling
+//! modules, one per op family, each validating with `andrea_core::check`, planning with
+//! [`crate::plan`] and launching through [`launch`].
+
+mod backend;
+mod buffer;
+mod driver;
+mod launch;
+mod ops_attention;
+mod ops_embedding;
+mod ops_linalg;
+mod ops_pointwise;
+mod ops_rows;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+
+use andrea_core::{Error, Result, View};
+use cust::context::Context;
+use cust::device::{Device, DeviceAttribute};
+use cust::memory::bytemuck::Zeroable;
+use cust::memory::{DeviceBuffer, DeviceCopy};
+use cust::stream::{Stream, StreamFlags};
+use cust::CudaFlags;
+
+pub use buffer::{CudaBuffer, CudaIds};
+use driver::{CuFunction, CuModule, CuStream};
+
+use crate::plan::reduce::SQ_MAX_PARTIALS;
+use crate::precision::Precision;
+use crate::ptx;
+
+/// A loaded PTX module, unloaded on drop.
+struct LoadedModule(CuModule);
+
+impl Drop for LoadedModule {
+    fn drop(&mut self) {
+        // SAFETY: loaded by `load_modules`, unloaded once.
+        unsafe { driver::cuModuleUnload(self.0) };
+    }
+}
+
+/// andrea's [`andrea_core::Backend`] on one NVIDIA GPU.
+///
+/// Ops are queued in order on one stream; [`andrea_core::Backend::download`],
+/// [`andrea_core::Backend::sum_squares`] and [`andrea_core::Backend::synchronize`] wait
+/// for it. Set `ANDREA_CUDA_SYNC=1` to synchronise after every launch, so that a fault
+/// is reported by the kernel that caused it. The backend is used from one thread (it
+/// holds driver handles); its buffers are `Send`.
+pub struct CudaBackend {
+    precision: Precision,
+    device_name: String,
+    compute_capability: (i32, i32),
+    sync_each_launch: bool,
+    functions: HashMap<&'static str, CuFunction>,
+    /// Column-sum partials; grows to the largest need, then is reused.
+    scratch: RefCell<Option<DeviceBuffer<f32>>>,
+    /// Sorted token positions for the embedding backward.
+    id_scratch: RefCell<Option<DeviceBuffer<u32>>>,
+    sq_partials: DeviceBuffer<f64>,
+    sq_total: DeviceBuffer<f64>,
+    // Dropped in declaration order: modules and the stream before the context.
+    _modules: Vec<LoadedModule>,
+    stream: Stream,
+    context: Context,
+}
+
+impl CudaBackend {
+    /// The backend on GPU 0 in the default precision ([`Precision::FAST`]).
+    pub fn new() -> Result<Self> {
+        Self::with_precision(Precision::default())
+    }
+
+    /// The backend on GPU 0 in `precision`.
+    pub fn with_precision(precision: Precision) -> Result<Self> {
+        Self::on_device(0, precision)
+    }
+
+    /// The backend on GPU `ordinal`. Errors: [`Error::NoDevice`] when there is no GPU or
+    /// driver, a driver too old for the PTX, a GPU older than compute capability 8.0.
+    pub fn on_device(ordinal: u32, precision: Precision) -> Result<Self> {
+        let name = "CUDA";
+        cust::init(CudaFlags::empty()).map_err(|e| driver::from_cust(e, "cuInit", name, None))?;
+        let mut version = 0;
+        // SAFETY: writes one int.
+        driver::check(unsafe { driver::cuDriverGetVersion(&mut version) }, || {
+            "cuDriverGetVersion".into()
+        })?;
+        if version < driver::MIN_DRIVER_VERSION {
+            return Err(driver::driver_too_old(version));
+        }
+        let count = Device::num_devices()
+            .map_err(|e| driver::from_cust(e, "cuDeviceGetCount", name, None))?;
+        if ordinal >= count {
+            return Err(driver::no_device(&format!(
+                "GPU {ordinal} requested, {count} present"
+            )));
+        }
+        let device = Device::get_device(ordinal)
+            .map_err(|e| driver::from_cust(e, "cuDeviceGet", name, None))?;
+        let device_name = device.name().unwrap_or_else(|_| format!("GPU {ordinal}"));
+        let attr = |a| {
+            device
+                .get_attribute(a)
+                .map_err(|e| driver::from_cust(e, "cuDeviceGetAttribute", &device_name, None))
+        };
+        let cc = (
+            attr(DeviceAttribute::ComputeCapabilityMajor)?,
+            attr(DeviceAttribute::ComputeCapabilityMinor)?,
+        );
+        if cc.0 < 8 {
+            return Err(Error::Device {
+                context: format!("CUDA device {device_name}"),
+                message: format!(
+                    "compute capability {}.{}: andrea's kernels need 8.0 (Ampere) or newer",
+                    cc.0, cc.1
+                ),
+            });
+        }
+        let context = Context::new(device)
+            .map_err(|e| driver::from_cust(e, "creating the CUDA context", &device_name, None))?;
+        // cust 0.3 always makes a blocking stream (ordered with the legacy default stream),
+        // which is what `alloc_zeroed`'s legacy-stream memset relies on.
+        let stream = Stream::new(StreamFlags::DEFAULT, None)
+            .map_err(|e| driver::from_cust(e, "creating the CUDA stream", &device_name, None))?;
+        let (modules, functions) = load_modules(version)?;
+        let sq = |n| alloc_zeroed::<f64>(n, &device_name);
+        Ok(CudaBackend {
+            precision,
+            compute_capability: cc,
+            sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
+            functions,
+            scratch: RefCell::new(None),
+            id_scratch: RefCell::new(None),
+            sq_partials: sq(SQ_MAX_PARTIALS)?,
+            sq_total: sq(1)?,
+            _modules: modules,
+            stream,
+            context,
+            device_name,
+        })
+    }
+
+    /// The arithmetic in use.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The GPU's name, as the driver reports it.
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    /// `(major, minor)` compute capability.
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// Makes the backend's context current on the calling thread.
+    fn bind(&self) -> Result<()> {
+        // SAFETY: the context lives as long as `self`.
+        let code = unsafe { driver::cuCtxSetCurrent(self.context.as_raw() as driver::CuContext) };
+        driver::check(code, || "making the CUDA context current".into())
+    }
+
+    fn raw_stream(&self) -> CuStream {
+        self.stream.as_inner() as CuStream
+    }
+
+    fn sync(&self, what: &str) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the backend's own stream.
+        let code = unsafe { driver::cuStreamSynchronize(self.raw_stream()) };
+        driver::check(code, || {
+            format!("{what} (waiting for the GPU; an earlier kernel may have failed, ANDREA_CUDA_SYNC=1 names it)")
+        })
+    }
+
+    fn alloc_buffer<T: DeviceCopy + Zeroable>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.bind()?;
+        let b = alloc_zeroed::<T>(len, &self.device_name)?;
+        Ok(b)
+    }
+
+    /// Queues `dst[..] = src` (host to device). The driver stages pageable host memory
+    /// before returning, so `src` may be reused at once.
+    fn copy_to_device<T: Copy>(
+        &self,
+        dst: driver::CuDevicePtr,
+        src: &[T],
+        what: &str,
+    ) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `dst` has room for `src` (the caller checked the view).
+        let code = unsafe {
+            driver::cuMemcpyHtoDAsync_v2(
+                dst,
+                src.as_ptr() as *const c_void,
+                std::mem::size_of_val(src),
+                self.raw_stream(),
+            )
+        };
+        driver::check(code, || what.to_string())
+    }
+
+    /// `dst = src` (device to host), after the queued work.
+    fn copy_to_host<T: Copy>(
+        &self,
+        dst: &mut [T],
+        src: driver::CuDevicePtr,
+        what: &str,
+    ) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `src` holds `dst.len()` elements (the caller checked the view); the
+        // stream is synchronised before `dst` is read.
+        let code = unsafe {
+            driver::cuMemcpyDtoHAsync_v2(
+                dst.as_mut_ptr() as *mut c_void,
+                src,
+                std::mem::size_of_val(dst),
+                self.raw_stream(),
+            )
+        };
+        driver::check(code, || what.to_string())?;
+        self.sync(what)
+    }
+
+    /// `n` 32-bit words at `dst` set to `bits`.
+    fn memset32(&self, dst: driver::CuDevicePtr, bits: u32, n: usize, what: &str) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `dst` holds `n` words (the caller checked the view).
+        let code = unsafe { driver::cuMemsetD32Async(dst, bits, n, self.raw_stream()) };
+        driver::check(code, || what.to_string())
+    }
+
+    /// The scratch buffer, at least `len` floats: `(base address)`.
+    fn scratch(&self, len: usize) -> Result<driver::CuDevicePtr> {
+        let mut s = self.scratch.borrow_mut();
+        if s.as_ref().is_none_or(|b| b.len() < len) {
+            *s = None;
+            *s = Some(self.alloc_buffer::<f32>(len.max(1))?);
+        }
+        Ok(s.as_ref().map(|b| b.as_device_ptr().as_raw()).unwrap_or(0))
+    }
+
+    /// The id scratch buffer holding `data` (uploaded on the stream).
+    fn id_scratch_with(&self, data: &[u32]) -> Result<driver::CuDevicePtr> {
+        let mut s = self.id_scratch.borrow_mut();
+        if s.as_ref().is_none_or(|b| b.len() < data.len()) {
+            *s = None;
+            *s = Some(self.alloc_buffer::<u32>(data.len().max(1))?);
+        }
+        let base = s.as_ref().map(|b| b.as_device_ptr().as_raw()).unwrap_or(0);
+        self.copy_to_device(
+            base,
+            data,
+            "embedding_backward: uploading the sorted token positions",
+        )?;
+        Ok(base)
+    }
+
+    fn view_ptr<M: buffer::DeviceBase>(v: &View<'_, M>) -> driver::CuDevicePtr {
+        buffer::ptr(v)
+    }
+}
+
+/// A zeroed device buffer of `len` elements (`cuMemAlloc` + a memset on the legacy
+/// default stream, which the backend's blocking stream is ordered after).
+fn alloc_zeroed<T: DeviceCopy + Zeroable>(len: usize, device: &str) -> Result<DeviceBuffer<T>> {
+    let bytes = len.saturating_mul(std::mem::size_of::<T>());
+    if len == 0 {
+        // No allocation (a null pointer that no op dereferences: every view is empty).
+        // SAFETY: zero elements; nothing is uninitialised.
+        return unsafe { DeviceBuffer::uninitialized(0) }
+            .map_err(|e| driver::from_cust(e, "allocating device memory", device, Some(0)));
+    }
+    DeviceBuffer::zeroed(len)
+        .map_err(|e| driver::from_cust(e, "allocating device memory", device, Some(bytes)))
+}
+
+type Loaded = (Vec<LoadedModule>, HashMap<&'static str, CuFunction>);
+
+/// Loads every PTX module (the driver JIT-compiles it for this GPU) and looks up its
+/// kernels.
+fn load_modules(driver_version: i32) -> Result<Loaded> {
+    let mut modules = Vec::new();
+    let mut functions = HashMap::new();
+    for m in ptx::MODULES {
+        let src = CString::new(m.source).map_err(|_| Error::Device {
+            context: format!("loading PTX module `{}`", m.name),
+            message: "the PTX text contains a NUL byte".into(),
+        })?;
+        let mut module: CuModule = std::ptr::null_mut();
+        // SAFETY: `src` is NUL-terminated PTX; no JIT options.
+        let code = unsafe {
+            driver::cuModuleLoadDataEx(
+                &mut module,
+                src.as_ptr() as *const c_void,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        match code {
+            driver::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            | driver::CUDA_ERROR_INVALID_PTX
+            | driver::CUDA_ERROR_NO_BINARY_FOR_GPU => {
+                return Err(driver::driver_too_old(driver_version));
+            }
+            driver::CUDA_ERROR_OUT_OF_MEMORY => {
+                return Err(Error::OutOfMemory {
+                    device: "CUDA".into(),
+                    bytes: m.source.len(),
+                })
+            }
+            _ => driver::check(code, || format!("loading PTX module `{}`", m.name))?,
+        }
+        modules.push(LoadedModule(module));
+        for entry in ptx::entries(m) {
+            let cname = CString::new(entry).unwrap_or_default();
+            let mut f: CuFunction = std::ptr::null_mut();
+            // SAFETY: `module` was loaded above; `cname` is NUL-terminated.
+            let code = unsafe { driver::cuModuleGetFunction(&mut f, module, cname.as_ptr()) };
+            driver::check(code, || {
+                format!("finding kernel `{entry}` in module `{}`", m.name)
+            })?;
+            functions.insert(entry, f);
+        }
+    }
+    Ok((modules, functions))
+}

@@ -1,0 +1,186 @@
+//! matmul, linear_gelu (matmul with the GELU epilogue), bias_backward, strided copy.
+
+use andrea_core::check::{self, Region};
+use andrea_core::{Mat, Result, Tensor};
+
+use super::buffer::addr;
+use super::launch::Args;
+use super::CudaBackend;
+use crate::plan::{self, elementwise, int, long, matmul, reduce};
+use crate::MatmulPrecision;
+
+fn operand<M>(m: &andrea_core::Matrix<'_, M>) -> matmul::Operand {
+    matmul::Operand {
+        offset: m.offset,
+        batch: m.batch,
+        rows: m.rows,
+        cols: m.cols,
+        bs: if m.batch == 1 { 0 } else { m.batch_stride },
+        rs: m.row_stride,
+        cs: m.col_stride,
+    }
+}
+
+impl CudaBackend {
+    pub(super) fn op_copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
+        const OP: &str = "copy";
+        check::copy(&src, &dst)?;
+        let n = src.batch * src.rows * src.cols;
+        let l = elementwise::launch(OP, "copy_strided", "copy_strided", n, &[1])?;
+        let s = |m: &Mat<'_, Self>| [m.batch_stride, m.row_stride, m.col_stride].map(long);
+        let (ss, ds) = (s(&src), s(&dst));
+        self.launch(
+            &l,
+            Args::new()
+                .ptr(addr(src.buf, src.offset))
+                .ptr(addr(dst.buf, dst.offset))
+                .int(int(OP, "batch", src.batch)?)
+                .int(int(OP, "rows", src.rows)?)
+                .int(int(OP, "cols", src.cols)?)
+                .long(ss[0])
+                .long(ss[1])
+                .long(ss[2])
+                .long(ds[0])
+                .long(ds[1])
+                .long(ds[2]),
+        )
+    }
+
+    /// `c (+)= a·b (+ bias)`, and `gelu_out = GELU(c)` when given (same layout as `c`).
+    fn matmul_launch(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+        accumulate: bool,
+        gelu_out: Option<Tensor<'_, Self>>,
+        precision: MatmulPrecision,
+    ) -> Result<()> {
+        let (ao, bo, co) = (operand(&a), operand(&b), operand(&c));
+        let p = matmul::plan(&ao, &bo, c.batch, precision)?;
+        let gelu_mode = match (gelu_out, self.precision.approx_tanh) {
+            (None, _) => 0,
+            (Some(_), false) => 1,
+            (Some(_), true) => 2,
+        };
+        for (b0, l) in &p.launches {
+            let at = |o: &matmul::Operand, buf| addr(buf, o.offset + b0 * o.bs);
+            let gelu_ptr = gelu_out
+                .map(|g| addr(g.buf, g.offset + b0 * co.bs))
+                .unwrap_or(0);
+            self.launch(
+                l,
+                Args::new()
+                    .ptr(at(&ao, a.buf))
+                    .ptr(at(&bo, b.buf))
+                    .ptr(bias.map(|t| addr(t.buf, t.offset)).unwrap_or(0))
+                    .ptr(at(&co, c.buf))
+                    .ptr(gelu_ptr)
+                    .int(p.m)
+                    .int(p.n)
+                    .int(p.k)
+                    .long(long(ao.bs))
+                    .long(long(ao.rs))
+                    .long(long(ao.cs))
+                    .long(long(bo.bs))
+                    .long(long(bo.rs))
+                    .long(long(bo.cs))
+                    .long(long(co.bs))
+                    .long(long(co.rs))
+                    .long(long(co.cs))
+                    .int(p.a_mode as i32)
+                    .int(p.b_mode as i32)
+                    .int(accumulate as i32)
+                    .int(gelu_mode),
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn op_matmul(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+        accumulate: bool,
+    ) -> Result<()> {
+        check::matmul(&a, &b, bias.as_ref(), &c)?;
+        self.matmul_launch(a, b, bias, c, accumulate, None, self.precision.matmul)
+    }
+
+    pub(super) fn op_linear_gelu(
+        &self,
+        x: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        bias: Tensor<'_, Self>,
+        pre: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        const OP: &str = "linear_gelu";
+        check::matmul(&x, &w, Some(&bias), &pre.mat())?;
+        check::elementwise(OP, &[("pre", &pre)], ("out", &out), false)?;
+        check::disjoint(
+            OP,
+            &[Region::of("out", &out)],
+            &[
+                Region::of_matrix("x", &x),
+                Region::of_matrix("w", &w),
+                Region::of("bias", &bias),
+            ],
+            false,
+        )?;
+        self.matmul_launch(
+            x,
+            w,
+            Some(bias),
+            pre.mat(),
+            false,
+            Some(out),
+            self.precision.matmul,
+        )
+    }
+
+    pub(super) fn op_bias_backward(
+        &self,
+        dout: Tensor<'_, Self>,
+        dbias: Tensor<'_, Self>,
+    ) -> Result<()> {
+        const OP: &str = "bias_backward";
+        let (n, m) = check::bias_backward(&dout, &dbias)?;
+        let p = reduce::column_sums(OP, "column_partials", n, m)?;
+        let scratch = self.scratch(p.scratch_len(m, 1))?;
+        self.launch(
+            &p.partials,
+            Args::new()
+                .ptr(addr(dout.buf, dout.offset))
+                .int(int(OP, "rows", n)?)
+                .int(int(OP, "columns", m)?)
+                .int(int(OP, "rows per chunk", p.rows_per_chunk)?)
+                .ptr(scratch),
+        )?;
+        self.column_finish(&p, scratch, m, m, addr(dbias.buf, dbias.offset))
+    }
+
+    /// `out[j] += Σ_c partial[c·stride + j]` (bias.cu's column_finish).
+    pub(super) fn column_finish(
+        &self,
+        p: &reduce::ColumnSums,
+        partial: u64,
+        cols: usize,
+        stride: usize,
+        out: u64,
+    ) -> Result<()> {
+        const OP: &str = "column_finish";
+        self.launch(
+            &p.finish,
+            Args::new()
+                .ptr(partial)
+                .int(plan::int(OP, "chunks", p.chunks)?)
+                .int(plan::int(OP, "columns", cols)?)
+                .long(long(stride))
+                .ptr(out),
+        )
+    }
+}

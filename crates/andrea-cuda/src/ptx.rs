@@ -1,0 +1,173 @@
+//! The PTX the kernels compile to, committed under `ptx/` by `cargo xtask build-kernels`
+//! (from `kernels/*.cu`, virtual architecture compute_80, nvcc 13.0: PTX ISA 9.0, which
+//! needs a driver of the CUDA 13.0 era, 580 or newer). The crate never runs nvcc.
+
+/// One compiled `kernels/<name>.cu`.
+#[derive(Debug, Clone, Copy)]
+pub struct PtxModule {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+macro_rules! modules {
+    ($($name:literal)*) => {
+        /// Every module, loaded once when the backend starts.
+        pub const MODULES: &[PtxModule] = &[
+            $(PtxModule { name: $name, source: include_str!(concat!("../ptx/", $name, ".ptx")) },)*
+        ];
+    };
+}
+
+modules! {
+    "adamw" "attention" "bias" "elementwise" "embedding" "gelu" "layernorm" "loss" "matmul"
+    "norm" "softmax"
+}
+
+/// The PTX ISA version the modules declare (`.version`), for the driver-too-old message.
+pub fn isa_version() -> &'static str {
+    MODULES
+        .first()
+        .and_then(|m| {
+            m.source
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(".version "))
+        })
+        .unwrap_or("unknown")
+}
+
+/// The names of the kernels a module defines (its `.entry` directives).
+pub fn entries(m: &PtxModule) -> impl Iterator<Item = &'static str> {
+    m.source.lines().filter_map(|l| {
+        let rest = l.trim_start().strip_prefix(".visible .entry ")?;
+        Some(rest.split('(').next().unwrap_or(rest).trim())
+    })
+}
+
+/// The module that defines kernel `name`.
+pub fn module_of(name: &str) -> Option<&'static PtxModule> {
+    MODULES.iter().find(|m| entries(m).any(|e| e == name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_module_has_kernels_and_names_are_unique() {
+        let mut all: Vec<&str> = MODULES.iter().flat_map(entries).collect();
+        for m in MODULES {
+            assert!(entries(m).count() > 0, "{} has no .entry", m.name);
+        }
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "a kernel name is defined twice");
+    }
+
+    #[test]
+    fn ptx_is_isa_9_for_compute_80() {
+        assert_eq!(isa_version(), "9.0");
+        for m in MODULES {
+            assert!(
+                m.source.contains(".target sm_80"),
+                "{} is not compute_80",
+                m.name
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod names {
+    //! Every kernel name the plans and the ops launch exists in the committed PTX.
+    use super::module_of;
+    use crate::plan;
+    use andrea_core::check::AttentionDims;
+
+    /// Quoted names in the ops' sources that look like kernel names (`"x_v1"`, ...).
+    fn literal_kernel_names(src: &str) -> Vec<&str> {
+        src.split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|s| {
+                !s.is_empty()
+                    && s.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                    && (s.ends_with("_v1")
+                        || s.ends_with("_v4")
+                        || s.contains("forward_")
+                        || s.contains("backward_"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn names_in_the_ops_exist() {
+        let sources = [
+            include_str!("device/ops_linalg.rs"),
+            include_str!("device/ops_pointwise.rs"),
+            include_str!("device/ops_rows.rs"),
+            include_str!("device/ops_embedding.rs"),
+            include_str!("device/ops_attention.rs"),
+        ];
+        let names: Vec<&str> = sources
+            .iter()
+            .flat_map(|s| literal_kernel_names(s))
+            .collect();
+        assert!(names.len() >= 20, "found only {names:?}");
+        for n in names
+            .into_iter()
+            .chain(["copy_strided", "column_partials", "softmax_backward"])
+        {
+            assert!(
+                module_of(n).is_some(),
+                "kernel `{n}` is launched but not in the PTX"
+            );
+        }
+    }
+
+    #[test]
+    fn names_from_the_plans_exist() {
+        let mut launches = vec![
+            plan::rows::cross_entropy(3).unwrap(),
+            plan::reduce::sum_squares(10, 0).unwrap().partials,
+            plan::reduce::sum_squares(10, 1).unwrap().partials,
+            plan::reduce::sum_squares(10, 1).unwrap().finish,
+            plan::reduce::column_sums("x", "column_partials", 10, 10)
+                .unwrap()
+                .finish,
+        ];
+        let (wte, wpe) = plan::embedding::backward(3, 4).unwrap();
+        launches.extend([
+            wte,
+            wpe,
+            plan::embedding::forward(3, 4, &[0]).unwrap(),
+            plan::embedding::forward(3, 5, &[0]).unwrap(),
+        ]);
+        for d in [1, 64, 128] {
+            let dims = AttentionDims {
+                batch: 1,
+                heads: 1,
+                head_dim: d,
+                q_len: 5,
+                k_len: 5,
+            };
+            let (dq, dkdv) = plan::attention::backward(&dims).unwrap();
+            launches.extend([plan::attention::forward(&dims).unwrap(), dq, dkdv]);
+        }
+        let mut names: Vec<&str> = launches.iter().map(|l| l.kernel).collect();
+        for k in [
+            plan::matmul::MatmulKernel::Simt,
+            plan::matmul::MatmulKernel::TensorTf32,
+            plan::matmul::MatmulKernel::TensorBf16,
+        ] {
+            names.push(k.name());
+        }
+        for n in names {
+            assert!(
+                module_of(n).is_some(),
+                "plan returns kernel `{n}`, not in the PTX"
+            );
+        }
+    }
+}

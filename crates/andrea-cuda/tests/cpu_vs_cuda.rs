@@ -1,0 +1,252 @@
+//! CPU vs CUDA, op by op, in the CUDA backend's fast modes (TF32 or BF16 tensor cores,
+//! hardware tanh), with tolerances derived from those formats; the FP32 mode is held to
+//! the float64 references by `conformance.rs`. Inputs are in [-1, 1] unless stated.
+//!
+//! Tolerances (`u_op` is the operand format's unit roundoff: TF32 2⁻¹¹, BF16 2⁻⁸):
+//!
+//! * matmul: each product `a·b` has relative error <= 2·u_op from rounding both operands,
+//!   and the FP32 sums (on both backends) add <= K·2⁻²⁴ relative to `Σ|a|·|b|`, so
+//!   `|gpu - cpu| <= (2·u_op + 2·K·2⁻²⁴)·Σ_k |a_ik|·|b_kj| + 1e-6`, times 2 for headroom.
+//! * GELU with tanh.approx.f32: the instruction's relative error is <= 2⁻¹⁰·⁹⁸⁷ (PTX
+//!   ISA), so `|Δgelu| <= 0.5·|x|·2⁻¹⁰·⁹⁸⁷ + 1e-6`, and `|Δgelu'| <= 2⁻¹⁰·⁹⁸⁷·(0.5 +
+//!   |x|·|t|·k0·(1 + 3·k1·x²))·|dout| + 2e-6` (t = tanh(u), |t| <= 1); times 2.
+//!
+//! Without a device every test prints SKIPPED and passes (ANDREA_REQUIRE_DEVICE=1 makes it
+//! fail). Whole-model comparisons (a training step and a generation step of the tiny
+//! model) belong with andrea-model and are not here yet.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use andrea_core::{Backend, Matrix, View};
+use andrea_cuda::{MatmulPrecision, Precision};
+use common::{buf, compare, cpu, cuda, data, read};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+const U24: f64 = 1.0 / 16_777_216.0;
+
+fn unit_roundoff(p: MatmulPrecision) -> f64 {
+    match p {
+        MatmulPrecision::Fp32 => U24,
+        MatmulPrecision::Tf32 => 1.0 / 2048.0,
+        MatmulPrecision::Bf16 => 1.0 / 256.0,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MatmulCase {
+    m: usize,
+    n: usize,
+    k: usize,
+    transpose_b: bool,
+    bias: bool,
+    accumulate: bool,
+    seed: u64,
+}
+
+fn matmul_case() -> impl Strategy<Value = MatmulCase> {
+    // Small odd shapes (edge tiles, the FP32 fallback) and shapes past the tensor-core
+    // threshold (2^22 multiply-adds, M and N >= 64).
+    let small = (1usize..90, 1usize..90, 1usize..90);
+    let big = (64usize..400, 64usize..400, 100usize..300);
+    (
+        prop_oneof![small, big],
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |((m, n, k), transpose_b, bias, accumulate, seed)| MatmulCase {
+                m,
+                n,
+                k,
+                transpose_b,
+                bias,
+                accumulate,
+                seed,
+            },
+        )
+}
+
+/// `c (+)= a·b (+ bias)` on `be`; returns the whole `c` buffer.
+fn run_matmul<B: Backend>(
+    be: &B,
+    c: &MatmulCase,
+    a: &[f32],
+    b: &[f32],
+    bias: &[f32],
+    c0: &[f32],
+) -> Vec<f32> {
+    let (ab, bb, biasb, cb) = (buf(be, a), buf(be, b), buf(be, bias), buf(be, c0));
+    let am = View::new(&ab, 0, [c.m, c.k]).mat();
+    let bm: Matrix<'_, B::Buffer> = if c.transpose_b {
+        View::new(&bb, 0, [c.n, c.k]).mat().t()
+    } else {
+        View::new(&bb, 0, [c.k, c.n]).mat()
+    };
+    let bias_v = c.bias.then(|| View::new(&biasb, 0, [c.n]));
+    be.matmul(
+        am,
+        bm,
+        bias_v,
+        View::new(&cb, 0, [c.m, c.n]).mat(),
+        c.accumulate,
+    )
+    .expect("matmul");
+    read(be, &cb)
+}
+
+fn matmul_vs_cpu(name: &str, precision: Precision) {
+    let Some(gpu) = cuda(name, precision) else {
+        return;
+    };
+    let host = cpu();
+    let u = unit_roundoff(precision.matmul);
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&matmul_case(), |c| {
+            let a = data(c.seed, c.m * c.k, -1.0, 1.0);
+            let b = data(c.seed + 1, c.k * c.n, -1.0, 1.0);
+            let bias = data(c.seed + 2, c.n, -1.0, 1.0);
+            let c0 = data(c.seed + 3, c.m * c.n, -1.0, 1.0);
+            let want = run_matmul(&host, &c, &a, &b, &bias, &c0);
+            let got = run_matmul(&gpu, &c, &a, &b, &bias, &c0);
+            let b_at = |kk: usize, j: usize| {
+                if c.transpose_b {
+                    b[j * c.k + kk]
+                } else {
+                    b[kk * c.n + j]
+                }
+            };
+            let bound = |idx: usize| {
+                let (i, j) = (idx / c.n, idx % c.n);
+                let mag: f64 = (0..c.k)
+                    .map(|kk| (a[i * c.k + kk] * b_at(kk, j)).abs() as f64)
+                    .sum();
+                2.0 * ((2.0 * u + 2.0 * c.k as f64 * U24) * (mag + 2.0) + 1e-6)
+            };
+            compare(name, &got, &want, bound).map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+#[test]
+fn matmul_tf32_vs_cpu() {
+    matmul_vs_cpu("matmul_tf32_vs_cpu", Precision::FAST);
+}
+
+#[test]
+fn matmul_bf16_vs_cpu() {
+    matmul_vs_cpu("matmul_bf16_vs_cpu", Precision::BF16);
+}
+
+#[test]
+fn matmul_fp32_vs_cpu() {
+    matmul_vs_cpu("matmul_fp32_vs_cpu", Precision::FP32);
+}
+
+const TANH_APPROX_REL: f64 = 4.97e-4; // 2^-10.987
+const K0: f64 = 0.797_884_560_802_865_4;
+const K1: f64 = 0.044715;
+
+fn gelu_bound(x: f32) -> f64 {
+    let x = x.abs() as f64;
+    2.0 * (0.5 * x * TANH_APPROX_REL + 1e-6)
+}
+
+fn gelu_grad_bound(x: f32, dout: f32) -> f64 {
+    let x = x.abs() as f64;
+    let du = K0 * (1.0 + 3.0 * K1 * x * x);
+    2.0 * (TANH_APPROX_REL * (0.5 + x * du) * dout.abs() as f64 + 2e-6)
+}
+
+fn run_gelu<B: Backend>(be: &B, x: &[f32], dout: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let (xb, ob, db, gb) = (
+        buf(be, x),
+        buf(be, &vec![0.0; x.len()]),
+        buf(be, dout),
+        buf(be, &vec![0.0; x.len()]),
+    );
+    be.gelu(View::whole(&xb), View::whole(&ob)).expect("gelu");
+    be.gelu_backward(View::whole(&xb), View::whole(&db), View::whole(&gb))
+        .expect("gelu_backward");
+    (read(be, &ob), read(be, &gb))
+}
+
+#[test]
+fn gelu_tanh_approx_vs_cpu() {
+    let Some(gpu) = cuda("gelu_tanh_approx_vs_cpu", Precision::FAST) else {
+        return;
+    };
+    let host = cpu();
+    for (seed, n) in [(1u64, 1usize), (2, 7), (3, 1000), (4, 100_003)] {
+        let x = data(seed, n, -8.0, 8.0);
+        let dout = data(seed + 10, n, -1.0, 1.0);
+        let (want_y, want_d) = run_gelu(&host, &x, &dout);
+        let (got_y, got_d) = run_gelu(&gpu, &x, &dout);
+        compare("gelu (tanh.approx)", &got_y, &want_y, |i| gelu_bound(x[i])).unwrap();
+        compare("gelu_backward (tanh.approx)", &got_d, &want_d, |i| {
+            gelu_grad_bound(x[i], dout[i])
+        })
+        .unwrap();
+    }
+}
+
+/// linear_gelu = matmul with bias, then GELU: `pre` within the matmul bound, `out`
+/// within the GELU bound applied to the GPU's own `pre` plus the matmul error times
+/// max |gelu'| (<= 1.13).
+#[test]
+fn linear_gelu_fast_vs_cpu() {
+    let Some(gpu) = cuda("linear_gelu_fast_vs_cpu", Precision::FAST) else {
+        return;
+    };
+    let host = cpu();
+    let (m, k, n) = (256usize, 192usize, 300usize);
+    let x = data(1, m * k, -1.0, 1.0);
+    let w = data(2, k * n, -1.0, 1.0);
+    let bias = data(3, n, -1.0, 1.0);
+    fn go<B: Backend>(
+        be: &B,
+        x: &[f32],
+        w: &[f32],
+        bias: &[f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let (xb, wb, bb) = (buf(be, x), buf(be, w), buf(be, bias));
+        let (pre, out) = (buf(be, &vec![0.0; m * n]), buf(be, &vec![0.0; m * n]));
+        be.linear_gelu(
+            View::new(&xb, 0, [m, k]).mat(),
+            View::new(&wb, 0, [k, n]).mat(),
+            View::whole(&bb),
+            View::new(&pre, 0, [m, n]),
+            View::new(&out, 0, [m, n]),
+        )
+        .expect("linear_gelu");
+        (read(be, &pre), read(be, &out))
+    }
+    let (want_pre, want_out) = go(&host, &x, &w, &bias, m, k, n);
+    let (got_pre, got_out) = go(&gpu, &x, &w, &bias, m, k, n);
+    let mm = |idx: usize| {
+        let (i, j) = (idx / n, idx % n);
+        let mag: f64 = (0..k)
+            .map(|kk| (x[i * k + kk] * w[kk * n + j]).abs() as f64)
+            .sum();
+        2.0 * ((2.0 / 2048.0 + 2.0 * k as f64 * U24) * (mag + 1.0) + 1e-6)
+    };
+    compare("linear_gelu pre (TF32)", &got_pre, &want_pre, mm).unwrap();
+    compare(
+        "linear_gelu out (TF32, tanh.approx)",
+        &got_out,
+        &want_out,
+        |i| 1.13 * mm(i) + gelu_bound(got_pre[i]),
+    )
+    .unwrap();
+}

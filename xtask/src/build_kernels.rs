@@ -1,0 +1,281 @@
+//! `cargo xtask build-kernels [--check]`: compiles every `kernels/*.cu` to PTX for the
+//! virtual architecture compute_80 and writes `crates/andrea-cuda/ptx/<name>.ptx`
+//! (committed: the crate builds without nvcc), then assembles each PTX with ptxas for
+//! sm_80 and sm_90 and prints every kernel's registers, shared memory and spills.
+//!
+//! `--check` writes nothing: it fails when a committed PTX file differs from what the
+//! sources compile to (comment lines, which carry the compiler's build stamp, are
+//! ignored), when a `.cu` has no PTX or a PTX no `.cu`, or when a committed file does not
+//! assemble. Both modes fail on any register spill.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::nvcc::{self, Toolchain};
+
+/// The virtual architecture the PTX targets (Ampere and later; nothing needs more).
+pub const VIRTUAL_ARCH: &str = "compute_80";
+/// Real architectures ptxas reports on.
+pub const REPORT_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+
+/// One kernel as ptxas reports it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct KernelInfo {
+    pub name: String,
+    pub arch: String,
+    pub registers: u32,
+    pub smem_bytes: u32,
+    pub stack_bytes: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+}
+
+fn number_before(line: &str, unit: &str) -> Option<u32> {
+    let i = line.find(unit)?;
+    line[..i].split_whitespace().last()?.parse().ok()
+}
+
+/// Parses `ptxas -v` output.
+pub fn parse_ptxas(text: &str) -> Vec<KernelInfo> {
+    let mut out: Vec<KernelInfo> = Vec::new();
+    for line in text.lines() {
+        if let Some(i) = line.find("Compiling entry function '") {
+            let rest = &line[i + "Compiling entry function '".len()..];
+            let name = rest.split('\'').next().unwrap_or("").to_string();
+            let arch = rest
+                .split("for '")
+                .nth(1)
+                .unwrap_or("")
+                .trim_end_matches('\'');
+            out.push(KernelInfo {
+                name,
+                arch: arch.to_string(),
+                ..Default::default()
+            });
+        } else if let Some(k) = out.last_mut() {
+            if line.contains("bytes stack frame") {
+                k.stack_bytes = number_before(line, "bytes stack frame").unwrap_or(0);
+                k.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+                k.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
+            } else if line.contains("Used") && line.contains("registers") {
+                k.registers = number_before(line, "registers").unwrap_or(0);
+                k.smem_bytes = number_before(line, "bytes smem").unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
+/// PTX without comment lines, for comparing builds of different nvcc patch releases.
+pub fn normalize(ptx: &str) -> String {
+    ptx.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn sources(root: &Path) -> Result<Vec<PathBuf>, String> {
+    let dir = root.join("kernels");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+fn stem(p: &Path) -> String {
+    p.file_stem()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn compile(tc: &Toolchain, src: &Path, out: &Path) -> Result<(), String> {
+    let o = Command::new(&tc.nvcc)
+        .args(["-ptx", "-O3", "-std=c++17"])
+        .arg(format!("-arch={VIRTUAL_ARCH}"))
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .output()
+        .map_err(|e| format!("running {}: {e}", tc.nvcc.display()))?;
+    if !o.status.success() {
+        return Err(format!(
+            "nvcc failed on {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    Ok(())
+}
+
+fn assemble(tc: &Toolchain, ptx: &Path, arch: &str) -> Result<Vec<KernelInfo>, String> {
+    let o = Command::new(&tc.ptxas)
+        .arg(format!("-arch={arch}"))
+        .args(["-v", "-o", "/dev/null"])
+        .arg(ptx)
+        .output()
+        .map_err(|e| format!("running {}: {e}", tc.ptxas.display()))?;
+    let text =
+        String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    if !o.status.success() {
+        return Err(format!(
+            "{} does not assemble for {arch}:\n{text}",
+            ptx.display()
+        ));
+    }
+    Ok(parse_ptxas(&text))
+}
+
+pub fn run(root: &Path, check: bool) -> Result<(), String> {
+    let tc = nvcc::find(root)?;
+    println!("nvcc: {}", tc.nvcc.display());
+    let ptx_dir = root.join("crates/andrea-cuda/ptx");
+    let tmp = root.join("target/xtask/ptx-build");
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    if !check {
+        std::fs::create_dir_all(&ptx_dir).map_err(|e| format!("{}: {e}", ptx_dir.display()))?;
+    }
+    let srcs = sources(root)?;
+    let mut problems = Vec::new();
+    let mut infos = Vec::new();
+    for src in &srcs {
+        let name = stem(src);
+        let built = tmp.join(format!("{name}.ptx"));
+        compile(&tc, src, &built)?;
+        let fresh =
+            std::fs::read_to_string(&built).map_err(|e| format!("{}: {e}", built.display()))?;
+        let committed_path = ptx_dir.join(format!("{name}.ptx"));
+        let committed = std::fs::read_to_string(&committed_path).ok();
+        let target = if check {
+            match &committed {
+                None => {
+                    problems.push(format!("{}: missing (run `cargo xtask build-kernels`)", committed_path.display()));
+                    continue;
+                }
+                Some(c) if normalize(c) != normalize(&fresh) => problems.push(format!(
+                    "{}: stale, kernels/{name}.cu compiles to different PTX (run `cargo xtask build-kernels`)",
+                    committed_path.display()
+                )),
+                Some(_) => {}
+            }
+            committed_path.clone()
+        } else {
+            if committed.as_deref() != Some(fresh.as_str()) {
+                std::fs::write(&committed_path, &fresh)
+                    .map_err(|e| format!("{}: {e}", committed_path.display()))?;
+                println!("wrote {}", committed_path.display());
+            }
+            committed_path.clone()
+        };
+        for arch in REPORT_ARCHS {
+            match assemble(&tc, &target, arch) {
+                Ok(k) => infos.extend(k.into_iter().map(|k| (name.clone(), k))),
+                Err(e) => problems.push(e),
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&ptx_dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "ptx")
+                && !srcs.iter().any(|s| stem(s) == stem(&p))
+            {
+                problems.push(format!(
+                    "{}: no kernels/{}.cu for it",
+                    p.display(),
+                    stem(&p)
+                ));
+            }
+        }
+    }
+    print_table(&infos);
+    for (file, k) in &infos {
+        if k.spill_stores > 0 || k.spill_loads > 0 {
+            problems.push(format!(
+                "{file}.cu: {} spills on {} ({} B stores, {} B loads)",
+                k.name, k.arch, k.spill_stores, k.spill_loads
+            ));
+        }
+    }
+    if problems.is_empty() {
+        println!(
+            "{} kernels in {} files: PTX {}, assembles for {} with no spills",
+            infos.len() / REPORT_ARCHS.len(),
+            srcs.len(),
+            if check { "up to date" } else { "written" },
+            REPORT_ARCHS.join(" and ")
+        );
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+fn print_table(infos: &[(String, KernelInfo)]) {
+    println!(
+        "\n{:<12} {:<30} {:>6} {:>5} {:>9} {:>7} {:>7}",
+        "file", "kernel", "arch", "regs", "smem (B)", "stack", "spills"
+    );
+    for (file, k) in infos {
+        println!(
+            "{:<12} {:<30} {:>6} {:>5} {:>9} {:>7} {:>7}",
+            file,
+            k.name,
+            k.arch,
+            k.registers,
+            k.smem_bytes,
+            k.stack_bytes,
+            k.spill_stores + k.spill_loads
+        );
+    }
+    println!("(smem is static shared memory; attention kernels add dynamic shared memory at launch, see plan::attention)\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ptxas_verbose_output() {
+        let text = "ptxas info    : 0 bytes gmem\n\
+ptxas info    : Compiling entry function 'matmul_simt' for 'sm_80'\n\
+ptxas info    : Function properties for matmul_simt\n\
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+ptxas info    : Used 64 registers, used 1 barriers, 8704 bytes smem, 496 bytes cmem[0]\n\
+ptxas info    : Compiling entry function 'add_v1' for 'sm_90'\n\
+ptxas info    : Function properties for add_v1\n\
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+ptxas info    : Used 10 registers\n";
+        let k = parse_ptxas(text);
+        assert_eq!(k.len(), 2);
+        assert_eq!(
+            k[0],
+            KernelInfo {
+                name: "matmul_simt".into(),
+                arch: "sm_80".into(),
+                registers: 64,
+                smem_bytes: 8704,
+                stack_bytes: 8,
+                spill_stores: 4,
+                spill_loads: 12,
+            }
+        );
+        assert_eq!(
+            (k[1].name.as_str(), k[1].registers, k[1].smem_bytes),
+            ("add_v1", 10, 0)
+        );
+    }
+
+    #[test]
+    fn normalize_ignores_comments_and_trailing_space() {
+        let a = "//\n// Generated by NVIDIA NVVM Compiler\n// Cuda compilation tools, release 13.0, V13.0.88\n.version 9.0  \n.entry x()\n";
+        let b = "// Cuda compilation tools, release 13.0, V13.0.99\n.version 9.0\n.entry x()";
+        assert_eq!(normalize(a), normalize(b));
+        assert_ne!(normalize(a), normalize(".version 9.0\n.entry y()"));
+    }
+}
