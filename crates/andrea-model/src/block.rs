@@ -11,6 +11,12 @@
 //! fc   = GELU(ln_2 · mlp.c_fc.weight + b)  fc_pre, fc:       [N, M]
 //! r3   = r2 + fc · mlp.c_proj.weight + b   mlp.c_proj:       [M, C]
 //! ```
+//!
+//! Each residual add is fused with the LayerNorm that reads its result: `r2` with
+//! `ln_2`, and `r3` with the *next* block's `ln_1` (or `ln_f` after the last block), so
+//! [`forward`] starts from an `ln_1` its caller computed ([`ln_1`] for the first block)
+//! and ends with the next one ([`Norm`]). That is one pass over the residual stream and
+//! one backend call fewer per block.
 
 use andrea_core::{Backend, Heads, Tensor};
 
@@ -55,13 +61,36 @@ pub(crate) struct BlockGrads<'a, B: Backend> {
     pub d_qkv: Tensor<'a, B>,
 }
 
-/// The forward pass of one block. `attention(qkv, atty)` writes the attention output.
-pub(crate) fn forward<'a, B: Backend>(
+/// The LayerNorm applied to a block's output, `[N, C]`: the next block's `ln_1`, or
+/// `ln_f` after the last block.
+pub(crate) struct Norm<'a, B: Backend> {
+    pub weight: Tensor<'a, B>,
+    pub bias: Tensor<'a, B>,
+    pub out: Tensor<'a, B>,
+    pub mean: Tensor<'a, B>,
+    pub rstd: Tensor<'a, B>,
+}
+
+impl<'a, B: Backend> Norm<'a, B> {
+    /// The `ln_1` of the block with parameters `p` and activations `a`.
+    pub fn ln_1(p: &LayerParams<'a, B::Buffer>, a: &BlockActs<'a, B>) -> Self {
+        Norm {
+            weight: p.ln_1_w,
+            bias: p.ln_1_b,
+            out: a.ln_1,
+            mean: a.ln_1_mean,
+            rstd: a.ln_1_rstd,
+        }
+    }
+}
+
+/// `ln_1 = LayerNorm(x)` of the first block (later blocks get theirs from the block
+/// before, fused with its last residual add).
+pub(crate) fn ln_1<B: Backend>(
     be: &B,
     p: &LayerParams<'_, B::Buffer>,
-    a: &BlockActs<'a, B>,
+    a: &BlockActs<'_, B>,
     eps: f32,
-    attention: impl FnOnce(Tensor<'a, B>, Tensor<'a, B>) -> Result<()>,
 ) -> Result<()> {
     be.layernorm(
         a.x,
@@ -72,6 +101,20 @@ pub(crate) fn forward<'a, B: Backend>(
         a.ln_1_rstd,
         eps,
     )?;
+    Ok(())
+}
+
+/// The forward pass of one block, from `a.ln_1` (already `LayerNorm(a.x)`) to
+/// `a.residual_3` and `next`, the LayerNorm of `a.residual_3`. `attention(qkv, atty)`
+/// writes the attention output.
+pub(crate) fn forward<'a, B: Backend>(
+    be: &B,
+    p: &LayerParams<'_, B::Buffer>,
+    a: &BlockActs<'a, B>,
+    next: &Norm<'_, B>,
+    eps: f32,
+    attention: impl FnOnce(Tensor<'a, B>, Tensor<'a, B>) -> Result<()>,
+) -> Result<()> {
     be.matmul(
         a.ln_1.mat(),
         p.c_attn_w.mat(),
@@ -106,7 +149,17 @@ pub(crate) fn forward<'a, B: Backend>(
         a.proj.mat(),
         false,
     )?;
-    be.add(a.residual_2, a.proj, a.residual_3)?;
+    be.residual_layernorm(
+        a.residual_2,
+        a.proj,
+        a.residual_3,
+        next.weight,
+        next.bias,
+        next.out,
+        next.mean,
+        next.rstd,
+        eps,
+    )?;
     Ok(())
 }
 

@@ -11,7 +11,7 @@
 use andrea_core::{AttentionShape, Backend, Heads, Matrix, ModelConfig, Tensor, View};
 
 use crate::arena::{Act, Arena};
-use crate::block::{self, BlockActs};
+use crate::block::{self, BlockActs, Norm};
 use crate::error::{ModelError, Result};
 use crate::model::Model;
 
@@ -36,11 +36,7 @@ struct CacheSlots {
     fc: Act,
     attn_workspace: Act,
     workspace_len: usize,
-    /// The last position of each sequence, `[B, C]`, its final LayerNorm and logits.
-    last: Act,
-    ln_f: Act,
-    ln_f_mean: Act,
-    ln_f_rstd: Act,
+    /// The logits of the last position of each sequence, `[B, Vp]`.
     logits: Act,
     len: usize,
 }
@@ -53,7 +49,8 @@ pub struct KvCache<B: Backend> {
     max_len: usize,
     chunk: usize,
     pos: usize,
-    /// `[n_layer, 2 (keys, values), B, max_len, C]`.
+    /// `[n_layer, B, max_len, 2C]`: at each position the keys, then the values, as they
+    /// lie in the QKV projection (its last two thirds), so one copy appends both.
     kv: B::Buffer,
     slots: CacheSlots,
     scratch: B::Buffer,
@@ -90,16 +87,16 @@ impl<B: Backend> KvCache<B> {
     /// Keys (`which = 0`) or values (`1`) of block `l`, positions `0..seq`.
     fn heads(&self, l: usize, which: usize, seq: usize) -> Heads<'_, B::Buffer> {
         let c = self.config.d_model;
-        let per_batch = self.max_len * c;
+        let per_batch = self.max_len * 2 * c;
         Heads {
             buf: &self.kv,
-            offset: (2 * l + which) * self.batch * per_batch,
+            offset: l * self.batch * per_batch + which * c,
             batch: self.batch,
             seq,
             heads: self.config.n_head,
             head_dim: c / self.config.n_head,
             batch_stride: per_batch,
-            seq_stride: c,
+            seq_stride: 2 * c,
         }
     }
 }
@@ -148,10 +145,6 @@ impl<B: Backend> Model<B> {
             fc: a.take(bc, m),
             attn_workspace: a.take(workspace_len, 1),
             workspace_len,
-            last: a.take(batch, c),
-            ln_f: a.take(batch, c),
-            ln_f_mean: a.take(batch, 1),
-            ln_f_rstd: a.take(batch, 1),
             logits: a.take(batch, cfg.padded_vocab_size()),
             len: a.len,
         };
@@ -265,6 +258,20 @@ impl<B: Backend> Model<B> {
             )));
         }
         let workspace = s.attn_workspace.flat(buf, ws_len);
+        // One scratch ln_1 serves every block: a block reads it (its QKV projection)
+        // before writing the next block's into it, and the last block writes ln_f there.
+        let eps = cfg.layer_norm_eps;
+        let norm = |weight, bias| Norm {
+            weight,
+            bias,
+            out: s.ln_1.rows(buf, bc),
+            mean: s.ln_1_mean.flat(buf, bc),
+            rstd: s.ln_1_rstd.flat(buf, bc),
+        };
+        let first = layout.layer(params, 0);
+        let x0 = s.x[0].rows(buf, bc);
+        let ln = norm(first.ln_1_w, first.ln_1_b);
+        be.layernorm(x0, ln.weight, ln.bias, ln.out, ln.mean, ln.rstd, eps)?;
         for l in 0..cfg.n_layer {
             let (x, y) = (s.x[l % 2].rows(buf, bc), s.x[(l + 1) % 2].rows(buf, bc));
             let acts = BlockActs::<B> {
@@ -285,52 +292,49 @@ impl<B: Backend> Model<B> {
             };
             let (keys, values) = (cache.heads(l, 0, pos + cn), cache.heads(l, 1, pos + cn));
             let attention = |qkv: Tensor<'_, B>, atty: Tensor<'_, B>| -> Result<()> {
-                // Append this chunk's keys and values (the middle and last thirds of
-                // qkv) at positions pos..pos+cn.
-                for (which, cached) in [(1, keys), (2, values)] {
-                    let src = Matrix {
-                        buf: qkv.buf,
-                        offset: qkv.offset + which * c,
-                        batch,
-                        rows: cn,
-                        cols: c,
-                        batch_stride: cn * 3 * c,
-                        row_stride: 3 * c,
-                        col_stride: 1,
-                    };
-                    let dst = Matrix {
-                        buf: cached.buf,
-                        offset: cached.offset + pos * c,
-                        batch,
-                        rows: cn,
-                        cols: c,
-                        batch_stride: cached.batch_stride,
-                        row_stride: c,
-                        col_stride: 1,
-                    };
-                    be.copy(src, dst)?;
-                }
+                // Append this chunk's keys and values (the last two thirds of qkv) at
+                // positions pos..pos+cn.
+                let src = Matrix {
+                    buf: qkv.buf,
+                    offset: qkv.offset + c,
+                    batch,
+                    rows: cn,
+                    cols: 2 * c,
+                    batch_stride: cn * 3 * c,
+                    row_stride: 3 * c,
+                    col_stride: 1,
+                };
+                let dst = Matrix {
+                    buf: keys.buf,
+                    offset: keys.offset + pos * keys.seq_stride,
+                    batch,
+                    rows: cn,
+                    cols: 2 * c,
+                    batch_stride: keys.batch_stride,
+                    row_stride: keys.seq_stride,
+                    col_stride: 1,
+                };
+                be.copy(src, dst)?;
                 let [q, _, _] = Heads::split_qkv(qkv, cfg.n_head).expect("[B, T, 3C]");
                 let out = Heads::from_tensor(atty, cfg.n_head).expect("[B, T, C]");
                 Ok(be.attention_forward(q, keys, values, out, workspace, pos)?)
             };
-            block::forward(
-                be,
-                &layout.layer(params, l),
-                &acts,
-                cfg.layer_norm_eps,
-                attention,
-            )?;
+            let next = if l + 1 < cfg.n_layer {
+                let p = layout.layer(params, l + 1);
+                norm(p.ln_1_w, p.ln_1_b)
+            } else {
+                norm(layout.ln_f_w.on(params), layout.ln_f_b.on(params))
+            };
+            block::forward(be, &layout.layer(params, l), &acts, &next, eps, attention)?;
         }
         if !head {
             return Ok(());
         }
-        // The last position of each sequence: rows cn-1, 2cn-1, ... of the output.
-        let out = s.x[cfg.n_layer % 2].rows(buf, bc);
-        let last = s.last.rows(buf, batch);
-        let src = Matrix {
+        // ln_f of the last position of each sequence: rows cn-1, 2cn-1, ... of the
+        // LayerNorm the last block wrote.
+        let ln_f = Matrix {
             buf,
-            offset: out.offset + (cn - 1) * c,
+            offset: s.ln_1.rows(buf, bc).offset + (cn - 1) * c,
             batch: 1,
             rows: batch,
             cols: c,
@@ -338,20 +342,9 @@ impl<B: Backend> Model<B> {
             row_stride: cn * c,
             col_stride: 1,
         };
-        be.copy(src, last.mat())?;
-        let ln_f = s.ln_f.rows(buf, batch);
-        be.layernorm(
-            last,
-            layout.ln_f_w.on(params),
-            layout.ln_f_b.on(params),
-            ln_f,
-            s.ln_f_mean.flat(buf, batch),
-            s.ln_f_rstd.flat(buf, batch),
-            cfg.layer_norm_eps,
-        )?;
         let logits = s.logits.rows(buf, batch);
         be.matmul(
-            ln_f.mat(),
+            ln_f,
             layout.wte_padded.on(params).mat().t(),
             None,
             logits.mat(),

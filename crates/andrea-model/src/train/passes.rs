@@ -3,7 +3,7 @@
 use andrea_core::{AttentionShape, Backend, Heads, View, IGNORE_INDEX};
 
 use super::{Phase, Trainer};
-use crate::block;
+use crate::block::{self, Norm};
 use crate::error::{ModelError, Result};
 
 impl<B: Backend> Trainer<B> {
@@ -84,6 +84,8 @@ impl<B: Backend> Trainer<B> {
             0,
         )?;
         let ws_len = be.attention_workspace_len(self.attention_shape(b)).max(1);
+        let eps = cfg.layer_norm_eps;
+        block::ln_1(be, &layout.layer(params, 0), &s.block::<B>(acts, 0, b), eps)?;
         for l in 0..cfg.n_layer {
             let workspace = s.blocks[l].attn_workspace.flat(acts, ws_len);
             let attention = |qkv, atty| -> Result<()> {
@@ -91,25 +93,21 @@ impl<B: Backend> Trainer<B> {
                 let out = Heads::from_tensor(atty, cfg.n_head).expect("[B, T, C]");
                 Ok(be.attention_forward(q, k, v, out, workspace, 0)?)
             };
+            // The block's output goes through the next block's ln_1, or ln_f.
+            let next = if l + 1 < cfg.n_layer {
+                Norm::ln_1(&layout.layer(params, l + 1), &s.block::<B>(acts, l + 1, b))
+            } else {
+                Norm {
+                    weight: layout.ln_f_w.on(params),
+                    bias: layout.ln_f_b.on(params),
+                    out: s.ln_f.rows(acts, n),
+                    mean: s.ln_f_mean.flat(acts, n),
+                    rstd: s.ln_f_rstd.flat(acts, n),
+                }
+            };
             let a = s.block::<B>(acts, l, b);
-            block::forward(
-                be,
-                &layout.layer(params, l),
-                &a,
-                cfg.layer_norm_eps,
-                attention,
-            )?;
+            block::forward(be, &layout.layer(params, l), &a, &next, eps, attention)?;
         }
-        let last = s.blocks[cfg.n_layer - 1].residual_3.rows(acts, n);
-        be.layernorm(
-            last,
-            layout.ln_f_w.on(params),
-            layout.ln_f_b.on(params),
-            s.ln_f.rows(acts, n),
-            s.ln_f_mean.flat(acts, n),
-            s.ln_f_rstd.flat(acts, n),
-            cfg.layer_norm_eps,
-        )?;
         // Tied output layer: logits = ln_f · wteᵀ over the padded vocabulary.
         let logits = s.logits.rows(acts, n);
         be.matmul(

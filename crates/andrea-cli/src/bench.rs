@@ -1,0 +1,64 @@
+//! `andrea bench train|decode`: tokens per second of full training steps or of KV-cache
+//! decoding on a freshly initialised model, measured by `andrea_model::bench` (warm-up,
+//! then the median over the timed steps).
+
+use andrea::model::bench::{self, BenchReport, DecodeBench, TrainBench};
+use andrea::DefaultBackend;
+use anyhow::{bail, Result};
+
+use crate::cli::{BenchArgs, BenchKind};
+use crate::settings::FileConfig;
+
+pub fn run(args: &BenchArgs, backend: DefaultBackend) -> Result<()> {
+    let file = FileConfig::read(&args.config)?;
+    let config = file.model;
+    let seq = args.seq_len.unwrap_or(config.context_length.min(256));
+    if seq == 0 || seq > config.context_length || args.batch_size == 0 || args.steps == 0 {
+        bail!(
+            "--seq-len must be in 1..={} (the context length), --batch-size and --steps at least 1",
+            config.context_length
+        );
+    }
+    let report: BenchReport = match args.kind {
+        BenchKind::Train => {
+            let plan = TrainBench {
+                batch: args.batch_size,
+                seq,
+                warmup: args.warmup.unwrap_or(2),
+                steps: args.steps,
+                seed: args.seed,
+            };
+            bench::train(backend, config, file.optimizer.unwrap_or_default(), &plan)?
+        }
+        BenchKind::Decode => {
+            if args.prompt_len == 0 || args.prompt_len >= seq {
+                bail!("--prompt-len must be in 1..{seq} (below --seq-len, the cache's capacity)");
+            }
+            let plan = DecodeBench {
+                batch: args.batch_size,
+                prompt_len: args.prompt_len,
+                capacity: seq,
+                warmup: args.warmup.unwrap_or(8),
+                steps: args.steps,
+                seed: args.seed,
+            };
+            bench::decode(backend, config, &plan)?
+        }
+    };
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        println!(
+            "{} {} on {}: {:.1} tokens/s (median {:.4} s per step of {} tokens, {} timed steps after {} warm-up)",
+            report.bench,
+            report.config,
+            report.backend,
+            report.tokens_per_s,
+            report.time.median_s,
+            report.tokens_per_step,
+            report.steps,
+            report.warmup
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! Checkpoints: a directory per save, `<out>/step-00000100/`, holding
+//!
+//! * `model.safetensors` + `config.json`: what `GPT2LMHeadModel.from_pretrained` loads;
+//! * `tokenizer.json`: the Hugging Face tokenizers file;
+//! * `optimizer.safetensors`: the AdamW moments and step count;
+//! * `training_state.json`, written last: the step, the data position, the RNG state,
+//!   the run's settings, and the size and FNV-1a-64 checksum of every other file.
+//!
+//! A checkpoint is written into `<out>/.tmp-step-…` and renamed into place when
+//! complete, then `<out>/latest` (a symbolic link) is switched to it by renaming a new
+//! link over the old one: an interruption at any moment leaves the previous checkpoint
+//! and `latest` intact. On load every recorded file is checked (present, size,
+//! checksum) before anything is read, and the model loader then checks every tensor's
+//! name and shape; a damaged checkpoint is refused with the file and what is wrong.
+
+use std::path::{Path, PathBuf};
+
+use andrea::{DefaultBackend, Model, Trainer};
+use andrea_tokenizer::Tokenizer;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::data::DataPosition;
+use crate::settings::TrainSettings;
+
+pub const STATE_FILE: &str = "training_state.json";
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+const CHECKED_FILES: [&str; 4] = [
+    "model.safetensors",
+    "config.json",
+    TOKENIZER_FILE,
+    OPTIMIZER_FILE,
+];
+
+/// A file of the checkpoint as recorded when it was written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRecord {
+    pub name: String,
+    pub bytes: u64,
+    /// FNV-1a 64 of the contents, as 16 hex digits.
+    pub fnv1a64: String,
+}
+
+/// `training_state.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingState {
+    pub format: u32,
+    /// Optimizer steps taken.
+    pub step: u64,
+    /// Where the next training window starts.
+    pub data_position: DataPosition,
+    /// State of the run's random generator (used by sampling during training).
+    pub rng_state: u64,
+    pub settings: TrainSettings,
+    pub files: Vec<FileRecord>,
+}
+
+/// FNV-1a, 64 bits: a fast checksum that any single flipped byte changes.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn record(dir: &Path, name: &str) -> Result<FileRecord> {
+    let path = dir.join(name);
+    let bytes = std::fs::read(&path).with_context(|| format!("reading back {}", path.display()))?;
+    Ok(FileRecord {
+        name: name.to_string(),
+        bytes: bytes.len() as u64,
+        fnv1a64: format!("{:016x}", fnv1a64(&bytes)),
+    })
+}
+
+/// Writes a checkpoint of `trainer` at its current step into `out` and points
+/// `<out>/latest` at it. Returns the checkpoint's directory.
+pub fn save(
+    out: &Path,
+    trainer: &Trainer<DefaultBackend>,
+    tokenizer: &Tokenizer,
+    mut state: TrainingState,
+) -> Result<PathBuf> {
+    let name = format!("step-{:08}", state.step);
+    let tmp = out.join(format!(".tmp-{name}"));
+    let fin = out.join(&name);
+    let what = || format!("writing the checkpoint {}", fin.display());
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).with_context(what)?;
+    }
+    std::fs::create_dir_all(&tmp).with_context(what)?;
+    trainer.model().save(&tmp).with_context(what)?;
+    trainer
+        .save_optimizer_state(tmp.join(OPTIMIZER_FILE))
+        .with_context(what)?;
+    tokenizer
+        .save(tmp.join(TOKENIZER_FILE))
+        .with_context(what)?;
+    state.files = CHECKED_FILES
+        .iter()
+        .map(|f| record(&tmp, f))
+        .collect::<Result<_>>()?;
+    let json = serde_json::to_string_pretty(&state)?;
+    andrea::model::io::write_atomic(&tmp.join(STATE_FILE), json.as_bytes()).with_context(what)?;
+    if fin.exists() {
+        // Same step saved again (a resumed run stopped at once): replace it.
+        let old = out.join(format!(".old-{name}"));
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(&fin, &old).with_context(what)?;
+        std::fs::rename(&tmp, &fin).with_context(what)?;
+        let _ = std::fs::remove_dir_all(&old);
+    } else {
+        std::fs::rename(&tmp, &fin).with_context(what)?;
+    }
+    point_latest(out, &name).with_context(|| format!("updating {}/latest", out.display()))?;
+    Ok(fin)
+}
+
+/// Removes all but the newest `keep` checkpoints (`step-*`) of `out`; 0 keeps all.
+pub fn prune(out: &Path, keep: usize) -> Result<()> {
+    if keep == 0 {
+        return Ok(());
+    }
+    let mut steps: Vec<PathBuf> = std::fs::read_dir(out)
+        .with_context(|| format!("listing {}", out.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+        })
+        .collect();
+    // Names are zero-padded, so the name order is the step order.
+    steps.sort();
+    let old = steps.len().saturating_sub(keep);
+    for p in &steps[..old] {
+        std::fs::remove_dir_all(p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
+    let tmp = out.join(".latest.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(name, &tmp)?;
+    std::fs::rename(&tmp, out.join("latest"))
+}
+
+#[cfg(not(unix))]
+fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
+    // Without symbolic links: `latest` is a file naming the newest checkpoint.
+    std::fs::write(out.join("latest"), name)
+}
+
+/// The directory a checkpoint path names (`<out>/latest` resolved to its target).
+pub fn resolve(path: &Path) -> Result<PathBuf> {
+    let meta = std::fs::metadata(path).with_context(|| {
+        format!(
+            "cannot open the checkpoint {}: check the path (a run's newest checkpoint is <out>/latest)",
+            path.display()
+        )
+    })?;
+    if meta.is_file() && path.file_name().is_some_and(|n| n == "latest") {
+        let name = std::fs::read_to_string(path)?;
+        return Ok(path.with_file_name(name.trim()));
+    }
+    if !meta.is_dir() {
+        bail!(
+            "the checkpoint {} is not a directory: pass a checkpoint directory such as <out>/latest",
+            path.display()
+        );
+    }
+    Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// Checks every file the checkpoint recorded; returns its training state, or `None`
+/// for a plain model directory (transformers' or `Model::save`'s) without one.
+pub fn verify(dir: &Path) -> Result<Option<TrainingState>> {
+    let state_path = dir.join(STATE_FILE);
+    if !state_path.exists() {
+        return Ok(None);
+    }
+    let damaged = |msg: String| {
+        anyhow::anyhow!(
+            "the checkpoint {} is damaged: {msg}; use an earlier checkpoint of the run (step-* in its directory)",
+            dir.display()
+        )
+    };
+    let text = std::fs::read_to_string(&state_path)
+        .map_err(|e| damaged(format!("cannot read {STATE_FILE}: {e}")))?;
+    let state: TrainingState = serde_json::from_str(&text)
+        .map_err(|e| damaged(format!("{STATE_FILE} is not valid: {e}")))?;
+    if state.format != 1 {
+        bail!(
+            "the checkpoint {} has format {}, this andrea reads format 1: use the andrea that wrote it",
+            dir.display(),
+            state.format
+        );
+    }
+    for f in &state.files {
+        let path = dir.join(&f.name);
+        let bytes =
+            std::fs::read(&path).map_err(|e| damaged(format!("cannot read {}: {e}", f.name)))?;
+        if bytes.len() as u64 != f.bytes {
+            return Err(damaged(format!(
+                "{} is {} bytes, {} were written (truncated or replaced)",
+                f.name,
+                bytes.len(),
+                f.bytes
+            )));
+        }
+        let sum = format!("{:016x}", fnv1a64(&bytes));
+        if sum != f.fnv1a64 {
+            return Err(damaged(format!(
+                "{} has checksum {sum}, {} was written (its contents changed)",
+                f.name, f.fnv1a64
+            )));
+        }
+    }
+    Ok(Some(state))
+}
+
+/// A checked checkpoint loaded for inference or to continue training.
+pub struct Loaded {
+    pub dir: PathBuf,
+    pub model: Model<DefaultBackend>,
+    pub tokenizer: Option<Tokenizer>,
+    pub state: Option<TrainingState>,
+}
+
+/// Resolves, verifies and loads a checkpoint onto `backend`.
+pub fn load(path: &Path, backend: DefaultBackend) -> Result<Loaded> {
+    let dir = resolve(path)?;
+    let state = verify(&dir)?;
+    let model = Model::load(backend, &dir)
+        .with_context(|| format!("cannot load the model of the checkpoint {}", dir.display()))?;
+    let tok_path = dir.join(TOKENIZER_FILE);
+    let tokenizer = if tok_path.exists() {
+        Some(Tokenizer::load(&tok_path).with_context(|| {
+            format!(
+                "cannot load the checkpoint's tokenizer {}",
+                tok_path.display()
+            )
+        })?)
+    } else {
+        None
+    };
+    if let Some(t) = &tokenizer {
+        if t.vocab_size() > model.config().vocab_size {
+            bail!(
+                "the checkpoint {}: its tokenizer has {} ids but the model only {}: the files do not belong together",
+                dir.display(),
+                t.vocab_size(),
+                model.config().vocab_size
+            );
+        }
+    }
+    Ok(Loaded {
+        dir,
+        model,
+        tokenizer,
+        state,
+    })
+}
+
+impl Loaded {
+    /// The tokenizer, or an error saying how to supply one.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "the checkpoint {} has no {TOKENIZER_FILE}: copy the tokenizer it was trained with into it",
+                self.dir.display()
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fnv1a64;
+
+    #[test]
+    fn fnv_known_values() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

@@ -1,0 +1,422 @@
+//! The command line: every subcommand and flag, with its help text. Flags are named in
+//! full and stable: scripts drive them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "andrea",
+    version,
+    about = "Train a GPT-2-style model (ANDREA-120M or smaller) on your own text and generate from it",
+    long_about = "Train a byte-level BPE tokenizer and a GPT-2-style language model on your own \
+                  text, watch it learn, resume after an interruption, evaluate it and sample from it.",
+    after_help = "Typical session:\n  \
+        andrea tokenizer train corpus/ --merges 8192 --out tokenizer.json\n  \
+        andrea prepare corpus/ --tokenizer tokenizer.json --out data/\n  \
+        andrea train --config configs/tiny.toml --data data/ --out runs/tiny --steps 1000\n  \
+        andrea generate --checkpoint runs/tiny/latest --prompt \"Once upon a time\"\n\n\
+        Every error exits with status 2 and a message saying what was wrong and how to fix it."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Number of CPU threads for training, inference and tokenization (default: all cores).
+    #[arg(long, global = true, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Where the model runs.
+    #[arg(long, global = true, value_enum, default_value_t = BackendKind::Cpu)]
+    pub backend: BackendKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// The CPU backend (rayon + SIMD GEMM).
+    Cpu,
+    /// An NVIDIA GPU: not built in yet (the CUDA backend is issue 6); refused with a message.
+    Cuda,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The whole pipeline on a corpus andrea generates (no download): tokenizer, shards,
+    /// a small model trained in minutes, samples.
+    #[command(after_help = "Example:\n  andrea demo --out runs/demo")]
+    Demo(DemoArgs),
+    /// Train, inspect or apply a BPE tokenizer.
+    #[command(subcommand)]
+    Tokenizer(TokenizerCommand),
+    /// Encode text files into train/val token shards (llm.c's format) with a tokenizer.
+    #[command(
+        after_help = "Example:\n  andrea prepare corpus/ --tokenizer tokenizer.json --out data/ --val-fraction 0.1"
+    )]
+    Prepare(PrepareArgs),
+    /// Train a model from scratch (--config), from weights (--init) or continue a run (--resume).
+    #[command(after_help = "Examples:\n  \
+        andrea train --config configs/tiny.toml --data data/ --out runs/tiny --steps 1000\n  \
+        andrea train --resume runs/tiny/latest --steps 2000\n  \
+        andrea train --init runs/tiny/latest --data mydata/ --out runs/finetune --lr 1e-4")]
+    Train(Box<TrainArgs>),
+    /// Mean cross-entropy loss and perplexity of a checkpoint over a token shard.
+    #[command(
+        after_help = "Example:\n  andrea eval --checkpoint runs/tiny/latest --data data/data_val_000000.bin --json"
+    )]
+    Eval(EvalArgs),
+    /// Generate text from a checkpoint, streaming tokens as they are produced.
+    #[command(
+        after_help = "Example:\n  andrea generate --checkpoint runs/tiny/latest --prompt \"The\" --max-new-tokens 100 --top-k 40"
+    )]
+    Generate(GenerateArgs),
+    /// Parameter count, FLOPs per token and training memory of a model.
+    #[command(
+        after_help = "Examples:\n  andrea info --config configs/andrea-120m.toml --batch-size 8 --seq-len 1024\n  andrea info --checkpoint runs/tiny/latest --json"
+    )]
+    Info(InfoArgs),
+    /// Tokens per second of training steps or KV-cache decoding (median after warm-up).
+    #[command(
+        after_help = "Examples:\n  andrea bench train --config configs/tiny.toml --batch-size 8 --seq-len 256 --json\n  andrea bench decode --config configs/andrea-120m.toml --batch-size 1 --seq-len 256 --steps 64"
+    )]
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenizerCommand {
+    /// Learn BPE merges from text files or directories; writes tokenizer.json.
+    #[command(
+        after_help = "Example:\n  andrea tokenizer train corpus/ notes.txt --merges 8192 --out tokenizer.json"
+    )]
+    Train(TokenizerTrainArgs),
+    /// Encode text into token ids.
+    #[command(
+        after_help = "Example:\n  andrea tokenizer encode --tokenizer tokenizer.json --text \"Hello\" --json"
+    )]
+    Encode(EncodeArgs),
+    /// Decode token ids into text.
+    #[command(
+        after_help = "Example:\n  andrea tokenizer decode --tokenizer tokenizer.json --ids 72,101,108 "
+    )]
+    Decode(DecodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenizerTrainArgs {
+    /// Text files or directories (read recursively) to learn from.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// Where to write tokenizer.json.
+    #[arg(long, default_value = "tokenizer.json")]
+    pub out: PathBuf,
+    /// Number of merges (new tokens) to learn; ANDREA-120M uses 8192 (vocabulary 8449).
+    #[arg(long, default_value_t = 8192)]
+    pub merges: usize,
+    /// Merge a pair only if it occurs at least this often.
+    #[arg(long, default_value_t = 1)]
+    pub min_frequency: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct EncodeArgs {
+    /// The tokenizer.json to use.
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// The text to encode.
+    #[arg(long, conflicts_with = "input", required_unless_present = "input")]
+    pub text: Option<String>,
+    /// A file whose text to encode.
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Recognise `<|endoftext|>` in the text as the special token.
+    #[arg(long)]
+    pub special_tokens: bool,
+    /// Print the ids as one JSON array (default: space-separated).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// The tokenizer.json to use.
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// Ids separated by commas or spaces, or a JSON array; read from stdin if absent.
+    #[arg(long)]
+    pub ids: Option<String>,
+    /// Print the text as one JSON string.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PrepareArgs {
+    /// Text files or directories (read recursively) to encode.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// The tokenizer.json to encode with (copied into --out so `train` finds it).
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// Directory for the shards (`<prefix>_train_000000.bin`, `<prefix>_val_000000.bin`).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Fraction of the input bytes, from the start, that goes to the validation shard.
+    #[arg(long, default_value_t = 0.1)]
+    pub val_fraction: f64,
+    /// File name prefix of the shards.
+    #[arg(long, default_value = "data")]
+    pub prefix: String,
+    /// At most this many tokens per shard.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub shard_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrSchedule {
+    /// Linear warmup, then the peak rate.
+    Constant,
+    /// Linear warmup, then cosine decay to --min-lr at the last step.
+    Cosine,
+}
+
+/// Every training setting; `None` means "from the config file, the resumed run, or the
+/// default", in that order.
+#[derive(Debug, Default, Args)]
+pub struct TrainArgs {
+    /// Config in TOML: `[model]`, and optionally `[optimizer]`, `[schedule]`, `[training]`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Start from the weights of this checkpoint (fine-tuning); the optimizer starts fresh.
+    #[arg(long, conflicts_with = "resume")]
+    pub init: Option<PathBuf>,
+    /// Continue this checkpoint's run exactly where it stopped (weights, optimizer, data position).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Training shard, or a directory of `*train*.bin` shards (default with --resume: the run's).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Validation shard, or a directory of `*val*.bin` shards (default: the --data directory's val shards).
+    #[arg(long)]
+    pub val_data: Option<PathBuf>,
+    /// tokenizer.json (default: the checkpoint's, or tokenizer.json next to the data).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Run directory: checkpoints, metrics.jsonl and `latest` (default with --resume: the run's).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Replace a run already in --out.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Total optimizer steps of the run.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Sequences per micro-batch (B).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Tokens per sequence (T, at most the model's context length).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Micro-batches per optimizer step: an optimizer step sees B·T·grad_accum tokens.
+    #[arg(long)]
+    pub grad_accum: Option<usize>,
+    /// Tokens per optimizer step: sets --grad-accum to this / (B·T), which must divide it.
+    #[arg(long, conflicts_with = "grad_accum")]
+    pub total_batch_tokens: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Learning-rate schedule after the warmup.
+    #[arg(long, value_enum)]
+    pub lr_schedule: Option<LrSchedule>,
+    /// Steps of linear warmup.
+    #[arg(long)]
+    pub warmup_steps: Option<u64>,
+    /// Learning rate at the end of the cosine decay (default: lr / 10).
+    #[arg(long)]
+    pub min_lr: Option<f32>,
+    /// AdamW decoupled weight decay (on 2-D tensors only).
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    /// AdamW beta1.
+    #[arg(long)]
+    pub beta1: Option<f32>,
+    /// AdamW beta2.
+    #[arg(long)]
+    pub beta2: Option<f32>,
+    /// AdamW epsilon.
+    #[arg(long)]
+    pub eps: Option<f32>,
+    /// Clip the global gradient norm to this value; 0 disables clipping.
+    #[arg(long)]
+    pub grad_clip: Option<f32>,
+    /// Seed of the initialisation and of the samples printed during training.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Evaluate on the validation data every N steps (0: only at the end).
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Batches per evaluation.
+    #[arg(long)]
+    pub eval_batches: Option<usize>,
+    /// Print a generated sample every N steps (0: only at the end).
+    #[arg(long)]
+    pub sample_every: Option<u64>,
+    /// Write a checkpoint every N steps (0: only at the end); one is always written at the end.
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Keep only the newest N checkpoints of the run (0: keep all).
+    #[arg(long)]
+    pub keep_checkpoints: Option<usize>,
+    /// Read windows at random starts (seeded, resumable) instead of in order.
+    #[arg(long)]
+    pub shuffle: bool,
+    /// Stop after this step with a checkpoint, as Ctrl-C would, without changing the
+    /// schedule (which still runs to --steps): `--resume` continues from there.
+    #[arg(long, value_name = "STEP")]
+    pub stop_at: Option<u64>,
+    /// Print a log line every N steps when stderr is not a terminal (no progress bar).
+    #[arg(long)]
+    pub log_every: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Checkpoint directory (a run's `latest` works).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Token shard to evaluate on (or a directory of `*val*.bin` shards).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    /// Tokens per sequence (default: the model's context length).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Print one JSON object: {"loss", "perplexity", "tokens", "windows"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Checkpoint directory (a run's `latest` works).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Text to continue (`<|endoftext|>` in it is the special token); empty: start a new document.
+    #[arg(long, default_value = "")]
+    pub prompt: String,
+    /// Most tokens to generate (fewer if `<|endoftext|>` comes or the context is full).
+    #[arg(long, default_value_t = 256)]
+    pub max_new_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Sample among the K most likely tokens only (0: all).
+    #[arg(long, default_value_t = 200)]
+    pub top_k: usize,
+    /// Sample among the most likely tokens whose probabilities add up to P (1: all).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed of the sampler: the same seed gives the same text.
+    #[arg(long, default_value_t = 1337)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// A model config in TOML.
+    #[arg(
+        long,
+        conflicts_with = "checkpoint",
+        required_unless_present = "checkpoint"
+    )]
+    pub config: Option<PathBuf>,
+    /// A checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Sequences per batch for the memory estimate.
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    /// Tokens per sequence for FLOPs and memory (default: the context length).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchKind {
+    /// Full training steps: forward, loss, backward, clipping, AdamW.
+    Train,
+    /// One token at a time through a KV cache.
+    Decode,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum)]
+    pub kind: BenchKind,
+    /// A model config in TOML.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 4)]
+    pub batch_size: usize,
+    /// Training: tokens per sequence. Decode: the KV cache's capacity. Default: min(context, 256).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Timed steps (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    /// Untimed steps first (default: 2 for training, 8 for decoding).
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Decode: the prompt's length.
+    #[arg(long, default_value_t = 16)]
+    pub prompt_len: usize,
+    /// Seed of the initialisation and the synthetic tokens.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON object (with `tokens_per_s`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The demo's model config (built in when the file is absent).
+pub const DEFAULT_CONFIG: &str = "configs/tiny.toml";
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Directory for the corpus, tokenizer, shards and run (replaced if it holds a demo).
+    #[arg(long, default_value = "runs/demo")]
+    pub out: PathBuf,
+    /// The model config.
+    #[arg(long, default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
+    /// Bytes of generated text.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub corpus_bytes: usize,
+    /// Tokenizer merges.
+    #[arg(long, default_value_t = 512)]
+    pub merges: usize,
+    /// Training steps.
+    #[arg(long, default_value_t = 300)]
+    pub steps: u64,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 2e-3)]
+    pub lr: f32,
+}

@@ -1,0 +1,191 @@
+//! Batches from token shards, as llm.c's loader makes them: a window of `B·T + 1`
+//! consecutive tokens gives the inputs (the first `B·T`) and the targets (the last
+//! `B·T`, shifted by one); the next window starts `B·T` tokens further. A window that
+//! would run past the end of a shard moves to the start of the next shard (after the
+//! last, back to the first), so every window lies inside one shard.
+
+use std::path::{Path, PathBuf};
+
+use andrea::model::rng::Rng;
+use andrea_tokenizer::TokenShard;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Where the next window starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataPosition {
+    pub shard: usize,
+    pub offset: usize,
+}
+
+/// One or more shards read in order.
+pub struct ShardSet {
+    shards: Vec<TokenShard>,
+    vocab_size: Option<u32>,
+}
+
+/// The shards a path names: the file itself, or the `.bin` files of a directory whose
+/// names contain `split` ("train" or "val"), sorted by name.
+pub fn shard_paths(path: &Path, split: &str) -> Result<Vec<PathBuf>> {
+    let meta = std::fs::metadata(path).with_context(|| {
+        format!(
+            "cannot open the token data {}: check the path (make shards with `andrea prepare`)",
+            path.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir(path)
+        .with_context(|| format!("cannot list the directory {}", path.display()))?;
+    for entry in entries {
+        let p = entry
+            .with_context(|| format!("cannot list {}", path.display()))?
+            .path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        if let Some(name) = name {
+            if name.ends_with(".bin") && name.contains(split) {
+                found.push(p);
+            }
+        }
+    }
+    found.sort();
+    if found.is_empty() {
+        bail!(
+            "the directory {} holds no `*{split}*.bin` shards: make them with `andrea prepare`, \
+             or pass a shard file",
+            path.display()
+        );
+    }
+    Ok(found)
+}
+
+impl ShardSet {
+    pub fn open(path: &Path, split: &str) -> Result<ShardSet> {
+        let mut shards = Vec::new();
+        let mut vocab_size = None;
+        for p in shard_paths(path, split)? {
+            let shard = TokenShard::open(&p).with_context(|| {
+                format!(
+                    "cannot read the token shard {} (is it a shard made by `andrea prepare`?)",
+                    p.display()
+                )
+            })?;
+            if let (Some(a), Some(b)) = (vocab_size, shard.vocab_size()) {
+                if a != b {
+                    bail!(
+                        "{} was made with a vocabulary of {b} ids, the shards before it with {a}: \
+                         encode all of them with one tokenizer",
+                        p.display()
+                    );
+                }
+            }
+            vocab_size = vocab_size.or(shard.vocab_size());
+            shards.push(shard);
+        }
+        Ok(ShardSet { shards, vocab_size })
+    }
+
+    pub fn total_tokens(&self) -> usize {
+        self.shards.iter().map(|s| s.len()).sum()
+    }
+
+    /// Refuses shards made with another vocabulary than the model's, and shards of which
+    /// none holds one window of `window` tokens.
+    pub fn check(&self, model_vocab: usize, window: usize, what: &str) -> Result<()> {
+        if let Some(v) = self.vocab_size {
+            if v as usize != model_vocab {
+                bail!(
+                    "the {what} shards ({}) were made with a vocabulary of {v} ids, but the model has {model_vocab}: \
+                     encode the text again with the model's tokenizer (`andrea prepare --tokenizer <checkpoint>/tokenizer.json`)",
+                    self.shards[0].path().display()
+                );
+            }
+        }
+        if !self.shards.iter().any(|s| s.len() >= window) {
+            bail!(
+                "the {what} shards ({}) hold {} tokens, fewer than one batch window of {window} \
+                 (batch size · sequence length + 1): use more text, or a smaller --batch-size or --seq-len",
+                self.shards[0].path().display(),
+                self.total_tokens()
+            );
+        }
+        Ok(())
+    }
+
+    /// Reads the window of `window` tokens at `pos` (moving to the next shard that holds
+    /// one if it does not fit), then advances `pos` by `stride`. Returns the tokens as ids.
+    pub fn next_window(
+        &self,
+        pos: &mut DataPosition,
+        window: usize,
+        stride: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        if pos.shard >= self.shards.len() {
+            *pos = DataPosition::default();
+        }
+        let mut tries = 0;
+        while pos.offset + window > self.shards[pos.shard].len() {
+            *pos = DataPosition {
+                shard: (pos.shard + 1) % self.shards.len(),
+                offset: 0,
+            };
+            tries += 1;
+            if tries > self.shards.len() {
+                bail!("no shard holds a window of {window} tokens");
+            }
+        }
+        let shard = &self.shards[pos.shard];
+        let mut buf = vec![0u16; window];
+        shard
+            .read(pos.offset, &mut buf)
+            .with_context(|| format!("reading {}", shard.path().display()))?;
+        out.clear();
+        out.extend(buf.iter().map(|&t| t as u32));
+        pos.offset += stride;
+        Ok(())
+    }
+
+    /// A window at a random start (`--shuffle`): a shard drawn in proportion to the
+    /// windows it holds, then an offset uniform over them.
+    pub fn random_window(&self, rng: &mut Rng, window: usize, out: &mut Vec<u32>) -> Result<()> {
+        let starts: Vec<usize> = self
+            .shards
+            .iter()
+            .map(|s| (s.len() + 1).saturating_sub(window))
+            .collect();
+        let total: usize = starts.iter().sum();
+        if total == 0 {
+            bail!("no shard holds a window of {window} tokens");
+        }
+        let mut r = (rng.next_u64() % total as u64) as usize;
+        let mut shard = 0;
+        while r >= starts[shard] {
+            r -= starts[shard];
+            shard += 1;
+        }
+        let mut pos = DataPosition { shard, offset: r };
+        self.next_window(&mut pos, window, 0, out)
+    }
+
+    /// Every full window of each shard, in order: `(shard, offset)` starts.
+    pub fn all_windows(&self, window: usize, stride: usize) -> Vec<DataPosition> {
+        let mut out = Vec::new();
+        for (i, s) in self.shards.iter().enumerate() {
+            let mut offset = 0;
+            while offset + window <= s.len() {
+                out.push(DataPosition { shard: i, offset });
+                offset += stride;
+            }
+        }
+        out
+    }
+}
+
+/// Splits a window of `B·T + 1` tokens into inputs and next-token targets.
+pub fn inputs_and_targets(window: &[u32]) -> (&[u32], &[u32]) {
+    let n = window.len() - 1;
+    (&window[..n], &window[1..])
+}

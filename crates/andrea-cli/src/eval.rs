@@ -1,0 +1,77 @@
+//! `andrea eval`: the mean cross-entropy of a checkpoint over every full window of a
+//! shard (windows of `B·T + 1` tokens, each `B·T` further, as training reads them), and
+//! its perplexity `exp(loss)`.
+
+use andrea::{DefaultBackend, OptimizerConfig, Trainer};
+use anyhow::{Context, Result};
+
+use crate::checkpoint;
+use crate::cli::EvalArgs;
+use crate::data::{inputs_and_targets, DataPosition, ShardSet};
+
+/// Mean loss over the windows starting at `starts` (each window's loss is the mean over
+/// its `B·T` targets; all windows have the same size, so this is the mean per token).
+pub fn mean_loss(
+    trainer: &mut Trainer<DefaultBackend>,
+    shards: &ShardSet,
+    starts: &[DataPosition],
+) -> Result<f32> {
+    let (b, t) = trainer.shape();
+    let (window, stride) = (b * t + 1, b * t);
+    let mut buf = Vec::with_capacity(window);
+    let mut sum = 0.0f64;
+    for start in starts {
+        let mut pos = *start;
+        shards.next_window(&mut pos, window, stride, &mut buf)?;
+        let (inputs, targets) = inputs_and_targets(&buf);
+        sum += trainer.forward(inputs, targets)? as f64;
+    }
+    Ok((sum / starts.len().max(1) as f64) as f32)
+}
+
+pub fn run(args: &EvalArgs, backend: DefaultBackend) -> Result<()> {
+    let loaded = checkpoint::load(&args.checkpoint, backend)?;
+    let config = loaded.model.config().clone();
+    let seq = args.seq_len.unwrap_or(config.context_length);
+    if seq == 0 || seq > config.context_length || args.batch_size == 0 {
+        anyhow::bail!(
+            "--seq-len must be in 1..={} (the model's context length) and --batch-size at least 1, \
+             got --seq-len {seq} --batch-size {}",
+            config.context_length,
+            args.batch_size
+        );
+    }
+    let shards = ShardSet::open(&args.data, "val")?;
+    let window = args.batch_size * seq + 1;
+    shards.check(config.vocab_size, window, "evaluation")?;
+    let starts = shards.all_windows(window, window - 1);
+    let mut trainer = Trainer::new(
+        loaded.model,
+        OptimizerConfig::default(),
+        args.batch_size,
+        seq,
+    )
+    .context("cannot set up the evaluation")?;
+    let loss = mean_loss(&mut trainer, &shards, &starts)?;
+    let tokens = starts.len() * (window - 1);
+    let perplexity = (loss as f64).exp();
+    if args.json {
+        let obj = serde_json::json!({
+            "loss": loss,
+            "perplexity": perplexity,
+            "tokens": tokens,
+            "windows": starts.len(),
+            "batch_size": args.batch_size,
+            "seq_len": seq,
+            "checkpoint": loaded.dir,
+        });
+        println!("{obj}");
+    } else {
+        println!(
+            "loss {loss:.4} (perplexity {perplexity:.2}) over {tokens} tokens in {} windows of {}x{seq}",
+            starts.len(),
+            args.batch_size
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `andrea generate`: prefill the prompt into a KV cache, then sample one token at a
+//! time, printing each piece of text as soon as it is complete UTF-8, until
+//! `<|endoftext|>`, `--max-new-tokens`, or the end of the context.
+
+use std::io::Write;
+
+use andrea::{DefaultBackend, Model, Sampler};
+use andrea_tokenizer::Tokenizer;
+use anyhow::{bail, Context, Result};
+
+use crate::checkpoint;
+use crate::cli::GenerateArgs;
+
+/// The prompt's ids: its text with `<|endoftext|>` recognised; an empty prompt starts a
+/// new document (`<|endoftext|>` alone, or a space without one).
+pub fn prompt_ids(tokenizer: &Tokenizer, prompt: &str) -> Vec<u32> {
+    let ids = tokenizer.encode_with_special_tokens(prompt);
+    if !ids.is_empty() {
+        return ids;
+    }
+    match tokenizer.eot_id() {
+        Some(eot) => vec![eot],
+        None => tokenizer.encode(" "),
+    }
+}
+
+/// Samples up to `max_new` tokens after `prompt`, calling `emit` with each complete
+/// piece of text. Returns the number of tokens generated (the `<|endoftext|>` that stops
+/// generation is not counted or printed).
+pub fn stream(
+    model: &Model<DefaultBackend>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    max_new: usize,
+    sampler: &mut Sampler,
+    mut emit: impl FnMut(&str) -> Result<()>,
+) -> Result<usize> {
+    let context = model.config().context_length;
+    if prompt.len() > context {
+        bail!(
+            "the prompt is {} tokens, longer than the model's context of {context}: shorten it",
+            prompt.len()
+        );
+    }
+    let max_new = max_new.min(context + 1 - prompt.len());
+    if max_new == 0 {
+        return Ok(0);
+    }
+    let vocab = model.config().vocab_size;
+    let eot = tokenizer.eot_id();
+    let mut cache = model.kv_cache(1, (prompt.len() + max_new - 1).max(1))?;
+    let mut decoder = tokenizer.stream_decoder();
+    let mut logits = model.extend(&mut cache, prompt)?.to_vec();
+    let mut produced = 0;
+    for i in 0..max_new {
+        // The model may have more ids than the tokenizer (padding a vocabulary up):
+        // never sample an id the tokenizer cannot spell.
+        let id = sampler.sample(&logits[..tokenizer.vocab_size().min(vocab)]);
+        if Some(id) == eot {
+            break;
+        }
+        produced += 1;
+        let text = decoder.push(id)?;
+        if !text.is_empty() {
+            emit(&text)?;
+        }
+        if i + 1 < max_new {
+            logits.copy_from_slice(model.extend(&mut cache, &[id])?);
+        }
+    }
+    let rest = decoder.finish();
+    if !rest.is_empty() {
+        emit(&rest)?;
+    }
+    Ok(produced)
+}
+
+/// The sampler the flags ask for.
+pub fn sampler(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Result<Sampler> {
+    let mut s = Sampler::new(temperature, seed).context("--temperature")?;
+    if top_k > 0 {
+        s = s.with_top_k(top_k).context("--top-k")?;
+    }
+    if top_p < 1.0 {
+        s = s.with_top_p(top_p).context("--top-p")?;
+    }
+    Ok(s)
+}
+
+pub fn run(args: &GenerateArgs, backend: DefaultBackend) -> Result<()> {
+    let mut sampler = sampler(args.temperature, args.top_k, args.top_p, args.seed)?;
+    let loaded = checkpoint::load(&args.checkpoint, backend)?;
+    let tokenizer = loaded.tokenizer()?;
+    let prompt = prompt_ids(tokenizer, &args.prompt);
+    let context = loaded.model.config().context_length;
+    if prompt.len() > context {
+        bail!(
+            "the prompt is {} tokens, longer than the model's context of {context}: shorten it",
+            prompt.len()
+        );
+    }
+    if prompt.len() + args.max_new_tokens > context + 1 {
+        eprintln!(
+            "note: the context holds {context} tokens; generating at most {} after the {}-token prompt",
+            (context + 1).saturating_sub(prompt.len()),
+            prompt.len()
+        );
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    write!(out, "{}", args.prompt)?;
+    out.flush()?;
+    stream(
+        &loaded.model,
+        tokenizer,
+        &prompt,
+        args.max_new_tokens,
+        &mut sampler,
+        |text| {
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+            Ok(())
+        },
+    )?;
+    writeln!(out)?;
+    Ok(())
+}

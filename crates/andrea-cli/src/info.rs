@@ -1,0 +1,70 @@
+//! `andrea info`: parameter count, training FLOPs per token and the memory a training
+//! step holds, from the same code that sizes the model's buffers.
+
+use andrea::{DefaultBackend, MemoryPlan, ModelConfig};
+use anyhow::{bail, Context, Result};
+
+use crate::cli::InfoArgs;
+use crate::settings::FileConfig;
+
+pub fn run(args: &InfoArgs, backend: &DefaultBackend) -> Result<()> {
+    let config: ModelConfig = match (&args.config, &args.checkpoint) {
+        (Some(p), _) => FileConfig::read(p)?.model,
+        (None, Some(dir)) => {
+            let dir = crate::checkpoint::resolve(dir)?;
+            andrea::model::io::read_config(&dir)
+                .with_context(|| format!("cannot read the config of {}", dir.display()))?
+        }
+        (None, None) => bail!("pass --config <toml> or --checkpoint <dir>"),
+    };
+    let seq = args.seq_len.unwrap_or(config.context_length);
+    if seq == 0 || seq > config.context_length || args.batch_size == 0 {
+        bail!(
+            "--seq-len must be in 1..={} and --batch-size at least 1",
+            config.context_length
+        );
+    }
+    let plan = MemoryPlan::new(backend, &config, args.batch_size, seq);
+    let flops = config.training_flops_per_token(seq);
+    if args.json {
+        let obj = serde_json::json!({
+            "name": config.name,
+            "parameters": config.param_count(),
+            "vocab_size": config.vocab_size,
+            "context_length": config.context_length,
+            "d_model": config.d_model,
+            "n_layer": config.n_layer,
+            "n_head": config.n_head,
+            "seq_len": seq,
+            "batch_size": args.batch_size,
+            "training_flops_per_token": flops,
+            "memory_bytes": {
+                "parameters": plan.parameters,
+                "gradients": plan.gradients,
+                "optimizer": plan.optimizer,
+                "activations": plan.activations,
+                "ids": plan.ids,
+                "total": plan.total(),
+            },
+        });
+        println!("{obj}");
+    } else {
+        println!("model: {}", config.name.as_deref().unwrap_or("(unnamed)"));
+        println!(
+            "shape: {} layers, d_model {}, {} heads, mlp {}, context {}, vocabulary {}",
+            config.n_layer,
+            config.d_model,
+            config.n_head,
+            config.mlp_dim(),
+            config.context_length,
+            config.vocab_size
+        );
+        println!("parameters: {}", config.param_count());
+        println!("training FLOPs per token at seq {seq}: {:.3e}", flops);
+        println!(
+            "training memory for batch {}x{seq}: {plan}",
+            args.batch_size
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! # andrea-cli
+//!
+//! `andrea`, the command line of the project: train a tokenizer and a GPT-2-style model
+//! on your own text, watch it learn, resume after an interruption, evaluate it and
+//! generate from it.
+//!
+//! | command | what it does |
+//! |---|---|
+//! | `andrea demo --out runs/demo` | the whole pipeline on a generated corpus ([`demo`]), samples at the end |
+//! | `andrea tokenizer train <inputs>` | learns BPE merges, writes `tokenizer.json` |
+//! | `andrea tokenizer encode/decode` | text <-> ids (`--json`) |
+//! | `andrea prepare <inputs> --tokenizer --out` | llm.c token shards (train/val) + a copy of the tokenizer |
+//! | `andrea train --config/--init/--resume` | the training run ([`train`]) |
+//! | `andrea eval --checkpoint --data` | mean loss and perplexity over every full window |
+//! | `andrea generate --checkpoint --prompt` | streams sampled text until `<|endoftext|>` |
+//! | `andrea info --config/--checkpoint` | parameters, FLOPs per token, training memory |
+//! | `andrea bench train\|decode --config` | tokens per second (`--json`: one object with `tokens_per_s`) |
+//!
+//! A run directory (`--out`) holds:
+//!
+//! ```text
+//! runs/tiny/
+//!   latest -> step-00001000      symbolic link, switched atomically after each save
+//!   step-00000500/ step-00001000/
+//!     model.safetensors config.json   GPT2LMHeadModel.from_pretrained(dir) loads these
+//!     tokenizer.json                  Hugging Face tokenizers format
+//!     optimizer.safetensors           AdamW moments (exp_avg.*, exp_avg_sq.*) + step
+//!     training_state.json             step, data position, RNG, settings, file checksums
+//!   metrics.jsonl                     {"step","train_loss","val_loss","lr","grad_norm","tokens_per_s"}
+//!   loss.svg                          train and val loss against the step
+//! ```
+//!
+//! A config file for `train` is `andrea_core`'s TOML (`[model]`, `[optimizer]`,
+//! `[schedule]`) plus an optional `[training]` table read only by this command
+//! (`steps`, `batch_size`, `seq_len`, `grad_accum`, `lr_schedule`, `seed`, `eval_every`,
+//! `eval_batches`, `sample_every`, `checkpoint_every`); unknown keys are refused by name.
+//!
+//! Decisions written down here:
+//!
+//! * Settings come from defaults, then the config file (`[optimizer]`, `[schedule]` and
+//!   an optional `[training]` table, see [`settings`]) or the resumed run's saved
+//!   settings, then the command line.
+//! * The model's vocabulary is the tokenizer's (a config's `vocab_size` is replaced by
+//!   it, with a note), so a tiny tokenizer trains a tiny model; shards recording another
+//!   vocabulary size are refused.
+//! * Batches are llm.c's sequential windows ([`data`]); the data position, the optimizer
+//!   moments and the step are in every checkpoint, and the CPU backend's results do not
+//!   depend on the thread count, so `--resume` gives bit-identical weights to an
+//!   uninterrupted run (`tests/cli.rs` checks it).
+//! * Checkpoints ([`checkpoint`]) are directories renamed into place, with checksums;
+//!   `<out>/latest` is a symbolic link switched atomically.
+//! * Ctrl-C finishes the current step, writes a checkpoint and exits with status 130.
+//!   Every error exits with status 2 and one paragraph saying what and how to fix it.
+
+mod backend;
+mod bench;
+mod checkpoint;
+mod cli;
+mod data;
+mod demo;
+mod eval;
+mod generate;
+mod info;
+mod metrics;
+mod plot;
+mod prepare;
+mod settings;
+mod tokenizer_cmd;
+mod train;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+/// Exit status of every error a user can cause (clap uses it for bad flags too).
+const USAGE_ERROR: i32 = 2;
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    let backend = backend::select(&cli.global)?;
+    match &cli.command {
+        Command::Demo(a) => return demo::run(a, backend),
+        Command::Tokenizer(cmd) => tokenizer_cmd::run(cmd)?,
+        Command::Prepare(a) => prepare::run(a)?,
+        Command::Train(a) => return train::run(a, backend),
+        Command::Eval(a) => eval::run(a, backend)?,
+        Command::Generate(a) => generate::run(a, backend)?,
+        Command::Info(a) => info::run(a, &backend)?,
+        Command::Bench(a) => bench::run(a, backend)?,
+    }
+    Ok(0)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // The chain, outermost first: what was being done, then why it failed.
+            let mut msg = format!("error: {e}");
+            for cause in e.chain().skip(1) {
+                msg.push_str(&format!("\n  caused by: {cause}"));
+            }
+            eprintln!("{msg}");
+            USAGE_ERROR
+        }
+    };
+    std::process::exit(code);
+}

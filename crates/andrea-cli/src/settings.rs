@@ -1,0 +1,365 @@
+//! Training settings: defaults, then the config file's `[optimizer]`, `[schedule]` and
+//! `[training]` tables (or, on `--resume`, the settings the run was started with), then
+//! the command line, each layer overriding the one before.
+//!
+//! The config file is `andrea_core`'s (`[model]`, `[optimizer]`, `[schedule]`) plus an
+//! optional `[training]` table for the settings only the command line knows (batch size,
+//! sequence length, steps, ...). Unknown keys in any table are refused by name.
+
+use std::path::{Path, PathBuf};
+
+use andrea::{ModelConfig, OptimizerConfig, ScheduleConfig};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::{LrSchedule, TrainArgs};
+
+/// A config file as the CLI reads it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub optimizer: Option<OptimizerConfig>,
+    #[serde(default)]
+    pub schedule: Option<ScheduleConfig>,
+    #[serde(default)]
+    pub training: Option<TrainingTable>,
+}
+
+/// `[training]`: every key optional, the command line overrides it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingTable {
+    pub steps: Option<u64>,
+    pub batch_size: Option<usize>,
+    pub seq_len: Option<usize>,
+    pub grad_accum: Option<usize>,
+    pub lr_schedule: Option<LrSchedule>,
+    pub seed: Option<u64>,
+    pub eval_every: Option<u64>,
+    pub eval_batches: Option<usize>,
+    pub sample_every: Option<u64>,
+    pub checkpoint_every: Option<u64>,
+}
+
+impl FileConfig {
+    pub fn read(path: &Path) -> Result<FileConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the config file {}: check the path",
+                path.display()
+            )
+        })?;
+        let cfg: FileConfig = toml::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {}\n(the tables are [model], [optimizer], [schedule] and [training]; \
+                 see configs/tiny.toml for every key)",
+                path.display(),
+                e.to_string().trim_end()
+            )
+        })?;
+        let checked = cfg.model.validate().and_then(|()| {
+            cfg.optimizer.as_ref().map_or(Ok(()), |o| o.validate())?;
+            cfg.schedule.as_ref().map_or(Ok(()), |s| s.validate())
+        });
+        checked.with_context(|| format!("in the config file {}", path.display()))?;
+        Ok(cfg)
+    }
+}
+
+/// Every setting of a training run, resolved. Saved in each checkpoint so that
+/// `--resume` continues with the same settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainSettings {
+    pub data: PathBuf,
+    pub val_data: Option<PathBuf>,
+    pub steps: u64,
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub grad_accum: usize,
+    pub lr: f32,
+    pub lr_schedule: LrSchedule,
+    pub warmup_steps: u64,
+    pub min_lr: f32,
+    pub weight_decay: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    /// 0: no clipping.
+    pub grad_clip: f32,
+    pub seed: u64,
+    pub eval_every: u64,
+    pub eval_batches: usize,
+    pub sample_every: u64,
+    pub checkpoint_every: u64,
+    pub log_every: u64,
+    /// Windows at random starts instead of in order.
+    #[serde(default)]
+    pub shuffle: bool,
+    /// Newest checkpoints kept (0: all).
+    #[serde(default)]
+    pub keep_checkpoints: usize,
+    /// `--total-batch-tokens`, when given (sets `grad_accum`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_batch_tokens: Option<usize>,
+}
+
+impl TrainSettings {
+    /// Defaults (nanoGPT/llm.c-like) for a model of this context length.
+    pub fn defaults(context: usize) -> TrainSettings {
+        let opt = OptimizerConfig::default();
+        TrainSettings {
+            data: PathBuf::new(),
+            val_data: None,
+            steps: 1000,
+            batch_size: 8,
+            seq_len: context.min(256),
+            grad_accum: 1,
+            lr: opt.lr,
+            lr_schedule: LrSchedule::Cosine,
+            warmup_steps: 0,
+            min_lr: opt.lr * 0.1,
+            weight_decay: opt.weight_decay,
+            beta1: opt.beta1,
+            beta2: opt.beta2,
+            eps: opt.eps,
+            grad_clip: opt.grad_clip.unwrap_or(0.0),
+            seed: 1337,
+            eval_every: 100,
+            eval_batches: 20,
+            sample_every: 500,
+            checkpoint_every: 500,
+            log_every: 10,
+            shuffle: false,
+            total_batch_tokens: None,
+            keep_checkpoints: 0,
+        }
+    }
+
+    /// Applies a config file's tables over these settings.
+    pub fn apply_file(&mut self, file: &FileConfig) {
+        if let Some(o) = &file.optimizer {
+            self.lr = o.lr;
+            self.beta1 = o.beta1;
+            self.beta2 = o.beta2;
+            self.eps = o.eps;
+            self.weight_decay = o.weight_decay;
+            self.grad_clip = o.grad_clip.unwrap_or(0.0);
+        }
+        if let Some(s) = &file.schedule {
+            self.warmup_steps = s.warmup_steps;
+            self.steps = s.total_steps;
+            self.min_lr = self.lr * s.min_lr_ratio;
+        } else {
+            self.min_lr = self.lr * 0.1;
+        }
+        if let Some(t) = &file.training {
+            set(&mut self.steps, t.steps);
+            set(&mut self.batch_size, t.batch_size);
+            set(&mut self.seq_len, t.seq_len);
+            set(&mut self.grad_accum, t.grad_accum);
+            set(&mut self.lr_schedule, t.lr_schedule);
+            set(&mut self.seed, t.seed);
+            set(&mut self.eval_every, t.eval_every);
+            set(&mut self.eval_batches, t.eval_batches);
+            set(&mut self.sample_every, t.sample_every);
+            set(&mut self.checkpoint_every, t.checkpoint_every);
+        }
+    }
+
+    /// Applies the command line over these settings.
+    pub fn apply_args(&mut self, a: &TrainArgs) {
+        if let Some(lr) = a.lr {
+            // The floor follows the peak unless it is given too.
+            if a.min_lr.is_none() && self.lr > 0.0 {
+                self.min_lr = lr * (self.min_lr / self.lr);
+            }
+            self.lr = lr;
+        }
+        set(&mut self.data, a.data.clone());
+        if a.val_data.is_some() {
+            self.val_data = a.val_data.clone();
+        }
+        set(&mut self.steps, a.steps);
+        set(&mut self.batch_size, a.batch_size);
+        set(&mut self.seq_len, a.seq_len);
+        set(&mut self.grad_accum, a.grad_accum);
+        set(&mut self.lr_schedule, a.lr_schedule);
+        set(&mut self.warmup_steps, a.warmup_steps);
+        set(&mut self.min_lr, a.min_lr);
+        set(&mut self.weight_decay, a.weight_decay);
+        set(&mut self.beta1, a.beta1);
+        set(&mut self.beta2, a.beta2);
+        set(&mut self.eps, a.eps);
+        set(&mut self.grad_clip, a.grad_clip);
+        set(&mut self.seed, a.seed);
+        set(&mut self.eval_every, a.eval_every);
+        set(&mut self.eval_batches, a.eval_batches);
+        set(&mut self.sample_every, a.sample_every);
+        set(&mut self.checkpoint_every, a.checkpoint_every);
+        set(&mut self.log_every, a.log_every);
+        set(&mut self.keep_checkpoints, a.keep_checkpoints);
+        if a.shuffle {
+            self.shuffle = true;
+        }
+        if let Some(total) = a.total_batch_tokens {
+            // Checked in `validate`: 0 marks a total that B·T does not divide.
+            let micro = self.batch_size * self.seq_len;
+            self.grad_accum = if micro > 0 && total % micro == 0 {
+                total / micro
+            } else {
+                0
+            };
+            self.total_batch_tokens = Some(total);
+        }
+    }
+
+    /// Checks the values against each other and the model; the error names the flag.
+    pub fn validate(&self, model: &ModelConfig) -> Result<()> {
+        if self.data.as_os_str().is_empty() {
+            bail!("no training data: pass --data <shard or directory> (make shards with `andrea prepare`)");
+        }
+        if let (Some(total), 0) = (self.total_batch_tokens, self.grad_accum) {
+            bail!(
+                "--total-batch-tokens {total} is not a multiple of --batch-size x --seq-len = {}: \
+                 choose a multiple, or set --grad-accum instead",
+                self.batch_size * self.seq_len
+            );
+        }
+        for (flag, v) in [
+            ("--steps", self.steps as usize),
+            ("--batch-size", self.batch_size),
+            ("--seq-len", self.seq_len),
+            ("--grad-accum", self.grad_accum),
+            ("--eval-batches", self.eval_batches),
+        ] {
+            if v == 0 {
+                bail!("{flag} must be at least 1, got 0");
+            }
+        }
+        if self.seq_len > model.context_length {
+            bail!(
+                "--seq-len {} is longer than the model's context length {}: pass --seq-len {} or less",
+                self.seq_len,
+                model.context_length,
+                model.context_length
+            );
+        }
+        if self.warmup_steps > self.steps {
+            bail!(
+                "--warmup-steps {} is more than --steps {}",
+                self.warmup_steps,
+                self.steps
+            );
+        }
+        if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+            bail!(
+                "--min-lr must be in [0, --lr = {}], got {}",
+                self.lr,
+                self.min_lr
+            );
+        }
+        if !(self.grad_clip >= 0.0 && self.grad_clip.is_finite()) {
+            bail!(
+                "--grad-clip must be a non-negative number (0 disables clipping), got {}",
+                self.grad_clip
+            );
+        }
+        self.optimizer()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e} (set it with the matching --flag)"))?;
+        Ok(())
+    }
+
+    pub fn optimizer(&self) -> OptimizerConfig {
+        OptimizerConfig {
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            grad_clip: (self.grad_clip > 0.0).then_some(self.grad_clip),
+        }
+    }
+
+    /// The learning rate of optimizer step `step` (0-based).
+    pub fn lr_at(&self, step: u64) -> f32 {
+        match self.lr_schedule {
+            LrSchedule::Constant if step < self.warmup_steps => {
+                (self.lr as f64 * (step + 1) as f64 / self.warmup_steps as f64) as f32
+            }
+            LrSchedule::Constant => self.lr,
+            LrSchedule::Cosine => {
+                let schedule = ScheduleConfig {
+                    warmup_steps: self.warmup_steps,
+                    total_steps: self.steps.max(1),
+                    min_lr_ratio: if self.lr > 0.0 {
+                        self.min_lr / self.lr
+                    } else {
+                        0.0
+                    },
+                };
+                schedule.lr(self.lr, step)
+            }
+        }
+    }
+
+    /// Tokens one optimizer step sees.
+    pub fn tokens_per_step(&self) -> usize {
+        self.batch_size * self.seq_len * self.grad_accum
+    }
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cosine_goes_from_peak_to_floor() {
+        let mut s = TrainSettings::defaults(64);
+        s.steps = 10;
+        s.warmup_steps = 2;
+        s.lr = 1.0;
+        s.min_lr = 0.1;
+        assert!((s.lr_at(0) - 0.5).abs() < 1e-6);
+        assert!((s.lr_at(2) - 1.0).abs() < 1e-6);
+        assert!((s.lr_at(10) - 0.1).abs() < 1e-6);
+        s.lr_schedule = LrSchedule::Constant;
+        assert_eq!(s.lr_at(9), 1.0);
+    }
+
+    #[test]
+    fn command_line_overrides_the_file() {
+        let file: FileConfig = toml::from_str(
+            "[model]\nvocab_size = 10\ncontext_length = 8\nd_model = 8\nn_layer = 1\nn_head = 1\n\
+             [training]\nbatch_size = 3\nsteps = 7\n",
+        )
+        .unwrap();
+        let mut s = TrainSettings::defaults(8);
+        s.apply_file(&file);
+        assert_eq!((s.batch_size, s.steps), (3, 7));
+        let args = TrainArgs {
+            steps: Some(9),
+            ..TrainArgs::default()
+        };
+        s.apply_args(&args);
+        assert_eq!((s.batch_size, s.steps), (3, 9));
+    }
+
+    #[test]
+    fn unknown_training_key_is_named() {
+        let err = toml::from_str::<FileConfig>(
+            "[model]\nvocab_size = 10\ncontext_length = 8\nd_model = 8\nn_layer = 1\nn_head = 1\n\
+             [training]\nbatch = 3\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("batch"), "{err}");
+    }
+}

@@ -1,0 +1,404 @@
+//! `andrea train`: set up a run (from a config, from a checkpoint's weights, or resuming
+//! a checkpoint's run), then the training loop: micro-batches, AdamW steps on the
+//! schedule's learning rate, evaluation, samples and checkpoints, until the last step
+//! or Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use andrea::model::rng::Rng;
+use andrea::{DefaultBackend, Model, Trainer};
+use andrea_tokenizer::Tokenizer;
+use anyhow::{bail, Context, Result};
+
+use crate::checkpoint::{self, TrainingState};
+use crate::cli::TrainArgs;
+use crate::data::{inputs_and_targets, DataPosition, ShardSet};
+use crate::eval::mean_loss;
+use crate::generate;
+use crate::metrics::{Metric, Metrics, Progress, METRICS_FILE, PLOT_FILE};
+use crate::settings::{FileConfig, TrainSettings};
+
+/// Exit status after Ctrl-C (the checkpoint was written).
+pub const INTERRUPTED: i32 = 130;
+
+/// What a run starts from.
+struct Start {
+    model: Model<DefaultBackend>,
+    tokenizer: Tokenizer,
+    settings: TrainSettings,
+    out: PathBuf,
+    /// Set when resuming: the checkpoint and its state.
+    resumed: Option<(PathBuf, TrainingState)>,
+}
+
+fn tokenizer_near_data(data: &Path) -> PathBuf {
+    let dir = if data.is_dir() {
+        data.to_path_buf()
+    } else {
+        data.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    dir.join(checkpoint::TOKENIZER_FILE)
+}
+
+fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
+    Tokenizer::load(path).with_context(|| {
+        format!(
+            "cannot load the tokenizer {}: pass --tokenizer <tokenizer.json> (the one the shards were made with)",
+            path.display()
+        )
+    })
+}
+
+fn setup(args: &TrainArgs, backend: DefaultBackend) -> Result<Start> {
+    if let Some(path) = &args.resume {
+        let loaded = checkpoint::load(path, backend)?;
+        let Some(state) = loaded.state.clone() else {
+            bail!(
+                "{} has no {}: it is a model, not a training checkpoint; use --init to start a new run from its weights",
+                loaded.dir.display(),
+                checkpoint::STATE_FILE
+            );
+        };
+        if args.config.is_some() || args.tokenizer.is_some() {
+            eprintln!(
+                "note: --resume continues the run with its own model, tokenizer and settings; \
+                 --config and --tokenizer are ignored (other flags override the saved settings)"
+            );
+        }
+        let tokenizer = loaded.tokenizer()?.clone();
+        let mut settings = state.settings.clone();
+        settings.apply_args(args);
+        let out = match &args.out {
+            Some(o) => o.clone(),
+            None => loaded
+                .dir
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+        };
+        return Ok(Start {
+            model: loaded.model,
+            tokenizer,
+            settings,
+            out,
+            resumed: Some((loaded.dir, state)),
+        });
+    }
+    let file = args.config.as_deref().map(FileConfig::read).transpose()?;
+    let (model, tokenizer, mut settings) = if let Some(path) = &args.init {
+        let loaded = checkpoint::load(path, backend)?;
+        let tokenizer = match &args.tokenizer {
+            Some(p) => load_tokenizer(p)?,
+            None => loaded.tokenizer()?.clone(),
+        };
+        let mut settings = TrainSettings::defaults(loaded.model.config().context_length);
+        if let Some(f) = &file {
+            eprintln!(
+                "note: --init takes the model from {}; the config's [model] table is ignored",
+                path.display()
+            );
+            settings.apply_file(f);
+        }
+        (loaded.model, tokenizer, settings)
+    } else if let Some(file) = &file {
+        let mut settings = TrainSettings::defaults(file.model.context_length);
+        settings.apply_file(file);
+        settings.apply_args(args);
+        let tok_path = args
+            .tokenizer
+            .clone()
+            .unwrap_or_else(|| tokenizer_near_data(&settings.data));
+        let tokenizer = load_tokenizer(&tok_path)?;
+        let mut config = file.model.clone();
+        if config.vocab_size != tokenizer.vocab_size() {
+            eprintln!(
+                "note: model.vocab_size is {} (the tokenizer's), not the config's {}",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            );
+            config.vocab_size = tokenizer.vocab_size();
+        }
+        config.eos_token_id = tokenizer.eot_id();
+        config.validate().context("the model config")?;
+        let model = Model::new(backend, config, settings.seed)?;
+        (model, tokenizer, settings)
+    } else {
+        bail!(
+            "nothing to train: pass --config <model.toml> to train from scratch (configs/tiny.toml is a small one), \
+             --init <checkpoint> to start from weights, or --resume <checkpoint> to continue a run"
+        );
+    };
+    settings.apply_args(args);
+    let Some(out) = args.out.clone() else {
+        bail!("pass --out <dir>: the run directory for checkpoints and metrics");
+    };
+    if model.config().vocab_size != tokenizer.vocab_size() {
+        bail!(
+            "the tokenizer has {} ids but the model {}: pass the tokenizer the model was trained with",
+            tokenizer.vocab_size(),
+            model.config().vocab_size
+        );
+    }
+    Ok(Start {
+        model,
+        tokenizer,
+        settings,
+        out,
+        resumed: None,
+    })
+}
+
+/// Refuses to mix two runs in one directory; with `--overwrite`, clears the old run.
+fn prepare_run_dir(out: &Path, overwrite: bool, resuming: bool) -> Result<()> {
+    let holds_run = out.join("latest").exists() || out.join(METRICS_FILE).exists();
+    if holds_run && !resuming {
+        if !overwrite {
+            bail!(
+                "{} already holds a training run: pass --resume {}/latest to continue it, \
+                 --overwrite to replace it, or another --out",
+                out.display(),
+                out.display()
+            );
+        }
+        for entry in std::fs::read_dir(out)? {
+            let p = entry?.path();
+            let name = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            if name.starts_with("step-") || name.starts_with(".tmp-step-") {
+                std::fs::remove_dir_all(&p)?;
+            } else if name == "latest" || name == METRICS_FILE || name == PLOT_FILE {
+                std::fs::remove_file(&p)?;
+            }
+        }
+    }
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create the run directory {}", out.display()))
+}
+
+/// The validation data: the flag, else the `val` shards next to the training data.
+fn find_val(settings: &TrainSettings) -> Option<PathBuf> {
+    if let Some(v) = &settings.val_data {
+        return Some(v.clone());
+    }
+    let data = &settings.data;
+    if data.is_dir() {
+        return crate::data::shard_paths(data, "val")
+            .ok()
+            .map(|_| data.clone());
+    }
+    let name = data.file_name()?.to_string_lossy().replace("train", "val");
+    let sibling = data.with_file_name(name);
+    (sibling != *data && sibling.exists()).then_some(sibling)
+}
+
+pub fn run(args: &TrainArgs, backend: DefaultBackend) -> Result<i32> {
+    let Start {
+        model,
+        tokenizer,
+        mut settings,
+        out,
+        resumed,
+    } = setup(args, backend)?;
+    settings.val_data = find_val(&settings);
+    settings.validate(model.config())?;
+    let (b, t) = (settings.batch_size, settings.seq_len);
+    let window = b * t + 1;
+    let train = ShardSet::open(&settings.data, "train")?;
+    train.check(model.config().vocab_size, window, "training")?;
+    let val = match &settings.val_data {
+        Some(p) => {
+            let v = ShardSet::open(p, "val")?;
+            v.check(model.config().vocab_size, window, "validation")?;
+            Some(v)
+        }
+        None => None,
+    };
+    prepare_run_dir(&out, args.overwrite, resumed.is_some())?;
+
+    let mut trainer = Trainer::new(model, settings.optimizer(), b, t)?;
+    let mut pos = DataPosition::default();
+    let mut rng = Rng::new(settings.seed ^ 0x5_4A7F_F1E5);
+    if let Some((dir, state)) = &resumed {
+        trainer
+            .load_optimizer_state(dir.join(checkpoint::OPTIMIZER_FILE))
+            .with_context(|| format!("cannot load the optimizer state of {}", dir.display()))?;
+        pos = state.data_position;
+        rng = Rng::from_state(state.rng_state);
+    }
+    let start = trainer.steps();
+    let cfg = trainer.model().config().clone();
+    eprintln!(
+        "model: {} parameters ({} layers, d_model {}, {} heads, context {}, vocabulary {})",
+        cfg.param_count(),
+        cfg.n_layer,
+        cfg.d_model,
+        cfg.n_head,
+        cfg.context_length,
+        cfg.vocab_size
+    );
+    eprintln!(
+        "training: steps {start}..{} of {} tokens (batch {b} x seq {t} x accum {}), {} training tokens; memory {}",
+        settings.steps,
+        settings.tokens_per_step(),
+        settings.grad_accum,
+        train.total_tokens(),
+        trainer.memory()
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second handler cannot be set in one process; that only matters to tests.
+        // The first Ctrl-C finishes the step and checkpoints; a second one exits at
+        // once (checkpoints are renamed into place, so none is left half-written).
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                eprintln!("\nsecond Ctrl-C: exiting without a checkpoint");
+                std::process::exit(INTERRUPTED);
+            }
+            eprintln!(
+                "\nCtrl-C: finishing the step and writing a checkpoint (again to quit at once)"
+            );
+        });
+    }
+
+    let mut metrics = Metrics::open(&out, start)?;
+    let progress = Progress::new(start, settings.steps, settings.log_every);
+    let state_at =
+        |step: u64, pos: DataPosition, rng_state: u64, settings: &TrainSettings| TrainingState {
+            format: 1,
+            step,
+            data_position: pos,
+            rng_state,
+            settings: settings.clone(),
+            files: Vec::new(),
+        };
+    let eval_starts: Vec<DataPosition> = val
+        .as_ref()
+        .map(|v| {
+            let mut all = v.all_windows(window, window - 1);
+            all.truncate(settings.eval_batches);
+            all
+        })
+        .unwrap_or_default();
+    let mut buf = Vec::with_capacity(window);
+    let mut step = start;
+    let mut interrupted = false;
+    while step < settings.steps {
+        let began = Instant::now();
+        let lr = settings.lr_at(step);
+        let mut loss_sum = 0.0f64;
+        for _ in 0..settings.grad_accum {
+            if settings.shuffle {
+                train.random_window(&mut rng, window, &mut buf)?;
+            } else {
+                train.next_window(&mut pos, window, window - 1, &mut buf)?;
+            }
+            let (inputs, targets) = inputs_and_targets(&buf);
+            let loss = trainer.forward(inputs, targets)?;
+            if !loss.is_finite() {
+                progress.finish();
+                bail!(
+                    "step {}: the loss is {loss}: lower --lr, enable --grad-clip, or check the data; \
+                     the last good checkpoint is {}/latest",
+                    step + 1,
+                    out.display()
+                );
+            }
+            loss_sum += loss as f64;
+            trainer.backward()?;
+        }
+        let stats = trainer.step(lr).map_err(|e| {
+            progress.finish();
+            anyhow::anyhow!("{e}; the last good checkpoint is {}/latest", out.display())
+        })?;
+        step = stats.step;
+        let elapsed = began.elapsed().as_secs_f64();
+        let mut m = Metric {
+            step,
+            train_loss: (loss_sum / settings.grad_accum as f64) as f32,
+            val_loss: None,
+            lr,
+            grad_norm: stats.grad_norm,
+            tokens_per_s: settings.tokens_per_step() as f64 / elapsed.max(1e-9),
+        };
+        let last = step == settings.steps;
+        interrupted = stop.load(Ordering::SeqCst);
+        let pause = args.stop_at == Some(step);
+        let due = |every: u64| last || interrupted || pause || (every > 0 && step % every == 0);
+        if let Some(v) = &val {
+            if due(settings.eval_every) && !eval_starts.is_empty() {
+                let vl = mean_loss(&mut trainer, v, &eval_starts)?;
+                progress.println(&format!("step {step}: val loss {vl:.4}"));
+                m.val_loss = Some(vl);
+            }
+        }
+        progress.step(&m, settings.steps);
+        metrics.write(&m)?;
+        if m.val_loss.is_some() || due(settings.checkpoint_every) {
+            metrics.write_plot()?;
+        }
+        if due(settings.checkpoint_every) {
+            let dir = checkpoint::save(
+                &out,
+                &trainer,
+                &tokenizer,
+                state_at(step, pos, rng.state(), &settings),
+            )?;
+            checkpoint::prune(&out, settings.keep_checkpoints)?;
+            progress.println(&format!("step {step}: checkpoint {}", dir.display()));
+        }
+        if due(settings.sample_every) && !interrupted {
+            let text = sample(&trainer, &tokenizer, settings.seed ^ step)?;
+            progress.println(&format!("step {step}: sample: {text}"));
+        }
+        if interrupted || pause {
+            break;
+        }
+    }
+    progress.finish();
+    if start >= settings.steps {
+        eprintln!(
+            "nothing to do: the run is at step {start} of --steps {}; pass a larger --steps to train further",
+            settings.steps
+        );
+        return Ok(0);
+    }
+    if interrupted {
+        eprintln!(
+            "interrupted at step {step}: checkpoint written; continue with `andrea train --resume {}/latest`",
+            out.display()
+        );
+        return Ok(INTERRUPTED);
+    }
+    if step < settings.steps {
+        eprintln!(
+            "stopped at step {step} (--stop-at): continue with `andrea train --resume {}/latest`",
+            out.display()
+        );
+        return Ok(0);
+    }
+    eprintln!(
+        "done: {step} steps; newest checkpoint {}/latest",
+        out.display()
+    );
+    Ok(0)
+}
+
+/// A short sample from the model as it is now, for the log.
+fn sample(trainer: &Trainer<DefaultBackend>, tokenizer: &Tokenizer, seed: u64) -> Result<String> {
+    let mut sampler = generate::sampler(0.8, 40, 1.0, seed)?;
+    let prompt = generate::prompt_ids(tokenizer, "");
+    let mut text = String::new();
+    generate::stream(trainer.model(), tokenizer, &prompt, 48, &mut sampler, |s| {
+        text.push_str(s);
+        Ok(())
+    })?;
+    Ok(text.replace('\n', " "))
+}

@@ -1,0 +1,144 @@
+//! Helpers of the integration tests: run the `andrea` binary as a user runs it, on a
+//! generated corpus and a tiny model (d_model 32, 2 layers, context 64, a tokenizer of
+//! 50 merges), so that each test takes about a second in the dev profile.
+#![allow(dead_code)] // each test binary uses some of the helpers
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub const TINY: &str = "\
+[model]
+name = \"micro\"
+vocab_size = 8449 # replaced by the tokenizer's
+context_length = 64
+d_model = 32
+n_layer = 2
+n_head = 4
+
+[optimizer]
+lr = 3e-3
+
+[training]
+batch_size = 4
+seq_len = 32
+eval_every = 10
+eval_batches = 4
+sample_every = 0
+checkpoint_every = 0
+";
+
+/// Runs `andrea` in `dir`.
+pub fn andrea(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_andrea"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("the andrea binary runs")
+}
+
+/// Runs `andrea` and requires success.
+pub fn ok(dir: &Path, args: &[&str]) -> Output {
+    let out = andrea(dir, args);
+    assert!(
+        out.status.success(),
+        "andrea {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Exit status 2, a message containing `needle`, and no panic.
+pub fn fails_with(dir: &Path, args: &[&str], needle: &str) -> String {
+    let out = andrea(dir, args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "andrea {args:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "andrea {args:?}: expected {needle:?} in: {err}"
+    );
+    assert!(!err.contains("panicked"), "andrea {args:?} panicked: {err}");
+    err
+}
+
+/// A deterministic corpus of simple English-like sentences (a few tens of KB).
+pub fn write_corpus(dir: &Path, seed: u64) {
+    let words = [
+        "the", "model", "learns", "a", "small", "story", "about", "trains", "and", "rivers",
+        "every", "day", "it", "reads", "text", "slowly", "then", "quickly", "writes", "new",
+        "words", "in", "order", "cat", "sat", "on", "mat",
+    ];
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    std::fs::create_dir_all(dir.join("corpus")).unwrap();
+    for f in 0..3 {
+        let mut text = String::new();
+        for _ in 0..400 {
+            let len = 4 + next(6);
+            let sentence: Vec<&str> = (0..len).map(|_| words[next(words.len())]).collect();
+            text.push_str(&sentence.join(" "));
+            text.push_str(". ");
+            if next(5) == 0 {
+                text.push('\n');
+            }
+        }
+        std::fs::write(dir.join(format!("corpus/doc{f}.txt")), text).unwrap();
+    }
+}
+
+/// A directory with `corpus/`, `tokenizer.json`, `data/` (shards) and `tiny.toml`.
+pub fn prepared(merges: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_corpus(dir, 7);
+    std::fs::write(dir.join("tiny.toml"), TINY).unwrap();
+    ok(
+        dir,
+        &[
+            "tokenizer",
+            "train",
+            "corpus",
+            "--merges",
+            merges,
+            "--out",
+            "tokenizer.json",
+        ],
+    );
+    ok(
+        dir,
+        &[
+            "prepare",
+            "corpus",
+            "--tokenizer",
+            "tokenizer.json",
+            "--out",
+            "data",
+        ],
+    );
+    tmp
+}
+
+pub fn metrics(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn bytes(p: impl AsRef<Path>) -> Vec<u8> {
+    std::fs::read(p).unwrap()
+}
+
+/// A safetensors file as (header JSON, tensor bytes): the header's key order is not
+/// significant (its metadata is a map), the bytes of every tensor are.
+pub fn safetensors_parts(p: &Path) -> (serde_json::Value, Vec<u8>) {
+    let b = bytes(p);
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    (header, b[8 + n..].to_vec())
+}
