@@ -59,6 +59,18 @@ fn read(dir: &Path) -> Result<Option<Entry>, String> {
     }))
 }
 
+/// A rate in G{unit}/s as text, switching to plain units per second for slow
+/// benchmarks (a training step counts tokens: thousands per second, not billions).
+fn rate_text(rate_g: f64, unit: &str) -> String {
+    if rate_g >= 0.1 {
+        format!("{rate_g:.1} {unit}")
+    } else {
+        let per_s = rate_g * 1e9;
+        let plain = if unit == "GB/s" { "B/s" } else { "/s" };
+        format!("{per_s:.1} {plain}")
+    }
+}
+
 pub fn run(dir: Option<&str>) -> Result<(), String> {
     let root = PathBuf::from(dir.unwrap_or("target/criterion"));
     let mut dirs = Vec::new();
@@ -129,7 +141,7 @@ pub fn run(dir: Option<&str>) -> Result<(), String> {
             for c in &cols {
                 match vals.get(*c) {
                     Some((r, unit)) => {
-                        line.push_str(&format!(" {r:.1} {unit} |"));
+                        line.push_str(&format!(" {} |", rate_text(*r, unit)));
                         if let Some((p, _)) = peak {
                             line.push_str(&format!(" {:.0}% |", 100.0 * r / p));
                         }
