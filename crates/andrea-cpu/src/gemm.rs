@@ -256,6 +256,30 @@ fn matmul(g: &Gemm<'_>) {
         kernel,
         gelu_out,
     } = *g;
+    if d.batch == 1
+        && crate::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride)
+    {
+        let v = crate::gemv::Gemv {
+            m: d.m,
+            k: d.k,
+            n: d.n,
+            a: pa,
+            a_rs: a.row_stride,
+            a_cs: a.col_stride,
+            b: pb,
+            b_rs: b.row_stride,
+            b_cs: b.col_stride,
+            c: pc,
+            c_rs: c.row_stride,
+            bias,
+            accumulate,
+            gelu_out,
+        };
+        // SAFETY: the operands passed `check::matmul`; `gelu_out` is as `with_gelu_into`
+        // promised.
+        unsafe { v.run() };
+        return;
+    }
     let blocks = blocks(&d, rayon::current_num_threads());
     let run = |blk: &Block| {
         let ab = if a.batch == 1 {

@@ -1,11 +1,20 @@
 //! # andrea-cpu
 //!
 //! [`CpuBackend`]: andrea's [`Backend`] on the host, with ndarray-style row kernels,
-//! rayon for threads and matrixmultiply's `sgemm` for every matrix product.
+//! rayon for threads, and one strided GEMM function behind every matrix product.
 //!
-//! * **GEMM**: matrixmultiply's single-threaded `sgemm` on blocks of C spread across
-//!   rayon (row blocks; column blocks when there are few rows, as in generation).
-//!   Transposes are strides. The figures behind the choice are in `benches/README.md`.
+//! * **GEMM**: a single-threaded kernel on blocks of C that rayon spreads over the
+//!   threads (row blocks; column blocks when there are few rows). The kernel is the
+//!   `gemm` crate's (AVX-512 where the CPU has it, AVX2 + FMA otherwise, picked at run
+//!   time) by default and matrixmultiply's with
+//!   [`CpuBackend::with_gemm_kernel`]`(GemmKernel::MatrixMultiply)`; the figures behind
+//!   the choice are in `benches/README.md`. Transposes are strides.
+//! * **Few rows** (generation: one token per sequence, up to 8 sequences): a
+//!   bandwidth-bound path that streams each weight matrix once in long contiguous runs
+//!   on every thread, with no packing (`gemv` module).
+//! * **Threads**: every op starts its parallel work on the calling thread; run a whole
+//!   step or generation loop inside [`CpuBackend::install`] so that start costs nothing
+//!   (the `andrea` binary does).
 //! * **Fused ops**: attention runs one task per (batch, head) with a thread-local
 //!   `T×T` scratch and keeps only the log-sum-exp per row for the backward pass;
 //!   LayerNorm is one pass per row after its statistics; softmax + cross-entropy
@@ -36,6 +45,7 @@ mod buffer;
 mod elementwise;
 mod embedding;
 mod gemm;
+mod gemv;
 mod interop;
 mod layernorm;
 mod optim;
@@ -116,6 +126,40 @@ impl CpuBackend {
         match &self.pool {
             Some(p) => p.current_num_threads(),
             None => rayon::current_num_threads(),
+        }
+    }
+
+    /// Runs `f`, typically a whole training step or generation loop, on one of this
+    /// backend's worker threads, and returns its result.
+    ///
+    /// Every op spreads its work over the backend's threads. Called from a thread outside
+    /// the pool (say, `main`), each op hands its work over to the pool and sleeps until
+    /// it is done: two thread wake-ups, about 10-20 µs, per op. That is nothing next to a
+    /// 120M-parameter GEMM but most of the time of a tiny model's step or of one decoded
+    /// token. Inside `install`, the ops start on a worker, split their work in place and
+    /// take back any part no other worker has picked up, so nothing waits on a wake-up.
+    /// The results are the same bit for bit; only the overhead goes.
+    ///
+    /// ```
+    /// use andrea_core::{Backend, View};
+    /// use andrea_cpu::CpuBackend;
+    ///
+    /// let be = CpuBackend::with_threads(2)?;
+    /// // Buffers are not `Sync`: make them inside, or move them in (`move ||`).
+    /// let sum = be.install(|| -> andrea_core::Result<f64> {
+    ///     let x = be.alloc(1024)?;
+    ///     be.fill(View::whole(&x), 0.5)?; // both ops run inside the pool
+    ///     be.sum_squares(View::whole(&x))
+    /// })?;
+    /// assert_eq!(sum, 256.0);
+    /// # Ok::<(), andrea_core::Error>(())
+    /// ```
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            // `scope` runs its closure on a worker of the global pool (in place when this
+            // thread already is one).
+            None => rayon::scope(|_| f()),
         }
     }
 

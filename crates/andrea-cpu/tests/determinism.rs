@@ -27,13 +27,37 @@ fn everything(be: &CpuBackend) -> Vec<u32> {
     };
     let mut outs: Vec<CpuBuffer> = Vec::new();
     // GEMMs of several shapes, including a wide one split by columns.
-    for (m, k, nn) in [(n, c, 3 * c), (1, c, v), (c, n, 4 * c), (37, 129, 65)] {
+    // (1, 256, 300) and (3, 300, 256): the few-rows path, split over threads.
+    for (m, k, nn) in [
+        (n, c, 3 * c),
+        (1, c, v),
+        (c, n, 4 * c),
+        (37, 129, 65),
+        (1, 256, 300),
+        (3, 300, 256),
+    ] {
         let a = up(&values(m * k, 1));
         let w = up(&values(k * nn, 2));
         let o = be.alloc(m * nn).unwrap();
         be.matmul(
             View::new(&a, 0, [m, k]).mat(),
             View::new(&w, 0, [k, nn]).mat(),
+            None,
+            View::new(&o, 0, [m, nn]).mat(),
+            false,
+        )
+        .unwrap();
+        outs.push(o);
+    }
+    // x·wᵀ with two rows: the few-rows path's dot-product form (the tied output layer).
+    {
+        let (m, k, nn) = (2, 320, 300);
+        let a = up(&values(m * k, 8));
+        let w = up(&values(nn * k, 9));
+        let o = be.alloc(m * nn).unwrap();
+        be.matmul(
+            View::new(&a, 0, [m, k]).mat(),
+            View::new(&w, 0, [nn, k]).mat().t(),
             None,
             View::new(&o, 0, [m, nn]).mat(),
             false,

@@ -11,7 +11,9 @@
 //! Flags: `--threads N` (default 2), `--warmup N` (default 2 steps for training, 8
 //! tokens for decoding), `--prompt-len N` (decoding, default 16; `--seq-len` is then the
 //! KV cache's capacity), `--seed N`, `--repeat N` (that many measurements, each its own
-//! JSON line), `--in-pool` (run the whole measurement inside the rayon pool).
+//! JSON line), `--handoff-per-op` (call the ops from the main thread, each handing its
+//! work over to the pool, instead of running the whole measurement on a pool worker as
+//! `CpuBackend::install` and the `andrea` binary do).
 
 use andrea_core::Config;
 use andrea_cpu::CpuBackend;
@@ -43,7 +45,7 @@ fn parse() -> Result<Args, String> {
         seed: 0,
         repeat: 1,
         decode: false,
-        in_pool: false,
+        in_pool: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -51,8 +53,8 @@ fn parse() -> Result<Args, String> {
             a.decode = true;
             continue;
         }
-        if flag == "--in-pool" {
-            a.in_pool = true;
+        if flag == "--handoff-per-op" {
+            a.in_pool = false;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -79,19 +81,18 @@ fn parse() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = parse()?;
     let cfg = Config::from_toml_file(&a.config)?;
-    // `--in-pool`: the whole measurement runs on a worker of a rayon pool, with a backend
-    // on the current pool, so an op's parallel work starts without the hand-over from
-    // the calling thread that `with_threads` pays on every op (see benches/README.md).
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(a.threads)
-        .build()?;
+    // By default the whole measurement runs on a worker of the backend's pool
+    // (`CpuBackend::install`), where a backend on the current pool starts each op's
+    // parallel work in place; `--handoff-per-op` measures the hand-over from the calling
+    // thread that every op pays otherwise (see benches/README.md).
+    let pool = CpuBackend::with_threads(a.threads)?;
     for _ in 0..a.repeat {
         let report = if a.in_pool {
-            let mut r = pool.install(|| measure(&a, &cfg, CpuBackend::new()))?;
-            r.backend.push_str(", whole loop inside the pool");
-            r
+            pool.install(|| measure(&a, &cfg, CpuBackend::new()))?
         } else {
-            measure(&a, &cfg, CpuBackend::with_threads(a.threads)?)?
+            let mut r = measure(&a, &cfg, CpuBackend::with_threads(a.threads)?)?;
+            r.backend.push_str(", ops called from the main thread");
+            r
         };
         println!("{}", report.to_json());
     }

@@ -1,0 +1,372 @@
+//! Products with a handful of rows, `C[m, n] = A[m, k]·B[k, n]` for `m <= MAX_ROWS`:
+//! generation, where each step multiplies one token per sequence by every weight matrix.
+//!
+//! Such a product reads each weight once and does two flops per weight it reads, so it is
+//! bound by memory bandwidth, and what matters is streaming `B` from memory in long
+//! contiguous runs on every core. A GEMM kernel packs `B` into panels first (one more
+//! pass over it) and cuts it into column bands (short runs, one per row). Here:
+//!
+//! * **Row form** (`B`'s rows contiguous, the `[k, n]` layout of transformers' `Conv1D`
+//!   weights): `B` is cut into chunks of [`CHUNK_K`] whole rows, one contiguous block of
+//!   memory each. A task walks its chunk four rows at a time, `p += a0·b0 + a1·b1 + a2·b2
+//!   + a3·b3`, into a partial row `p[m, n]` of its own; the partials are then added in
+//!   chunk order.
+//! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
+//!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
+//!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
+//!
+//! Chunks and bands are fixed by the sizes and every sum runs in a fixed order, so, like
+//! the GEMM, the result does not depend on the thread count. It may differ from the GEMM
+//! path's in the last bits (another summation order): prefill and decode agree to f32
+//! rounding, as the KV-cache tests check.
+
+use rayon::prelude::*;
+use std::cell::Cell;
+
+use crate::buffer::SendPtr;
+use crate::simd::{multiversion, MulAdd};
+
+/// The most rows of `A` (sequences decoded together) this path takes.
+pub(crate) const MAX_ROWS: usize = 8;
+/// Rows of `B` per task in the row form.
+pub(crate) const CHUNK_K: usize = 64;
+/// Columns of `C` (rows of `W`) per task in the column form.
+pub(crate) const BAND_N: usize = 32;
+/// Products reading fewer weights than this run on the calling thread: spreading 256 KB
+/// over threads costs more than it saves.
+const MIN_PARALLEL: usize = 1 << 16;
+
+/// One validated product with few rows. Pointers are to element (0, 0); `c` has unit
+/// column stride; `b` has a unit column stride (row form) or a unit row stride (column
+/// form).
+pub(crate) struct Gemv<'a> {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub a: SendPtr,
+    pub a_rs: usize,
+    pub a_cs: usize,
+    pub b: SendPtr,
+    pub b_rs: usize,
+    pub b_cs: usize,
+    pub c: SendPtr,
+    pub c_rs: usize,
+    pub bias: Option<&'a [f32]>,
+    pub accumulate: bool,
+    /// If set, also `out = GELU(C)` (contiguous `[m, n]`).
+    pub gelu_out: Option<SendPtr>,
+}
+
+thread_local! {
+    /// Gathered rows of `A` and the row form's partials, reused across calls so a
+    /// decoding step allocates nothing.
+    static SCRATCH: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+impl Gemv<'_> {
+    /// Whether this path takes a product of these sizes and strides.
+    pub(crate) fn applies(m: usize, n: usize, b_rs: usize, b_cs: usize, c_cs: usize) -> bool {
+        m <= MAX_ROWS && c_cs == 1 && (b_cs == 1 || b_rs == 1) && n > 0
+    }
+
+    /// Runs the product on the current rayon pool.
+    ///
+    /// # Safety
+    /// The operands must have passed `check::matmul` (in bounds, `c` disjoint from the
+    /// rest) and `gelu_out`, if any, must point at `m·n` floats disjoint from them.
+    pub(crate) unsafe fn run(&self) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        let row_form = self.b_cs == 1;
+        let partials = if row_form {
+            k.div_ceil(CHUNK_K) * m * n
+        } else {
+            0
+        };
+        let mut scratch = SCRATCH.take();
+        scratch.clear();
+        scratch.resize(m * k + partials, 0.0);
+        let (x, p) = scratch.split_at_mut(m * k);
+        for i in 0..m {
+            for (kk, xv) in x[i * k..(i + 1) * k].iter_mut().enumerate() {
+                // SAFETY: A is `[m, k]` in bounds (checked).
+                *xv = unsafe { *self.a.get().add(i * self.a_rs + kk * self.a_cs) };
+            }
+        }
+        let x = &*x;
+        if row_form {
+            let chunk = |(ci, part): (usize, &mut [f32])| {
+                let k0 = ci * CHUNK_K;
+                let rows = CHUNK_K.min(k - k0);
+                // SAFETY: rows k0..k0+rows of B, each n long at stride b_rs, are in
+                // bounds (checked); B is only read.
+                let w = unsafe {
+                    std::slice::from_raw_parts(
+                        self.b.get().add(k0 * self.b_rs),
+                        (rows - 1) * self.b_rs + n,
+                    )
+                };
+                row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
+            };
+            if k * n >= MIN_PARALLEL {
+                p.par_chunks_mut(m * n).enumerate().for_each(chunk);
+            } else {
+                p.chunks_mut(m * n).enumerate().for_each(chunk);
+            }
+            let (first, rest) = p.split_at_mut(m * n);
+            for part in rest.chunks_exact(m * n) {
+                add_into(first, part);
+            }
+            for i in 0..m {
+                // SAFETY: row i of C, n long, in bounds and exclusive to this op.
+                let c = unsafe { std::slice::from_raw_parts_mut(self.c_row(i), n) };
+                self.finish(c, &first[i * n..(i + 1) * n], i, 0);
+            }
+        } else {
+            let bands = n.div_ceil(BAND_N);
+            let run_band = |band: usize| {
+                let j0 = band * BAND_N;
+                let cols = BAND_N.min(n - j0);
+                // SAFETY: rows j0..j0+cols of W (B's columns), each k long at stride b_cs.
+                let w = unsafe {
+                    std::slice::from_raw_parts(
+                        self.b.get().add(j0 * self.b_cs),
+                        (cols - 1) * self.b_cs + k,
+                    )
+                };
+                let mut dots = [0.0f32; BAND_N * MAX_ROWS];
+                column_band(&mut dots, x, w, self.b_cs, m, k, cols);
+                for i in 0..m {
+                    // SAFETY: columns j0..j0+cols of row i of C; bands are disjoint.
+                    let c = unsafe { std::slice::from_raw_parts_mut(self.c_row(i).add(j0), cols) };
+                    self.finish(c, &dots[i * cols..(i + 1) * cols], i, j0);
+                }
+            };
+            if k * n >= MIN_PARALLEL {
+                (0..bands).into_par_iter().for_each(run_band);
+            } else {
+                (0..bands).for_each(run_band);
+            }
+        }
+        SCRATCH.set(scratch);
+    }
+
+    fn c_row(&self, i: usize) -> *mut f32 {
+        // SAFETY: row i of the checked C.
+        unsafe { self.c.get().add(i * self.c_rs) }
+    }
+
+    /// `c = (c if accumulating) + bias + product`, then the GELU epilogue, for columns
+    /// `j0..j0 + c.len()` of row `i`.
+    fn finish(&self, c: &mut [f32], product: &[f32], i: usize, j0: usize) {
+        for (j, (cv, &pv)) in c.iter_mut().zip(product).enumerate() {
+            let mut base = if self.accumulate { *cv } else { 0.0 };
+            if let Some(bias) = self.bias {
+                base += bias[j0 + j];
+            }
+            *cv = if self.accumulate || self.bias.is_some() {
+                base + pv
+            } else {
+                pv
+            };
+        }
+        if let Some(out) = self.gelu_out {
+            // SAFETY: `out` mirrors C's contiguous layout (checked by linear_gelu) and is
+            // disjoint from every operand; each call owns its columns.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(out.get().add(i * self.c_rs + j0), c.len())
+            };
+            crate::elementwise::gelu_slice(c, dst);
+        }
+    }
+}
+
+multiversion! {
+    /// `part[i] = Σ_{r < rows} x[i, k0 + r] · w[r]` for each of the `m` rows, `w[r]` the
+    /// `r`-th row (at stride `ws`) of the chunk, four rows of `w` per pass.
+    #[allow(clippy::too_many_arguments)]
+    fn row_chunk(
+        part: &mut [f32],
+        x: &[f32],
+        k: usize,
+        k0: usize,
+        rows: usize,
+        w: &[f32],
+        ws: usize,
+        m: usize,
+        n: usize,
+    ) {
+        let mut r = 0;
+        while r + 4 <= rows {
+            let w0 = &w[r * ws..][..n];
+            let w1 = &w[(r + 1) * ws..][..n];
+            let w2 = &w[(r + 2) * ws..][..n];
+            let w3 = &w[(r + 3) * ws..][..n];
+            for i in 0..m {
+                let a = &x[i * k + k0 + r..][..4];
+                let (a0, a1, a2, a3) = (a[0], a[1], a[2], a[3]);
+                let p = &mut part[i * n..][..n];
+                for j in 0..n {
+                    let mut s = p[j];
+                    s = M::mul_add(a0, w0[j], s);
+                    s = M::mul_add(a1, w1[j], s);
+                    s = M::mul_add(a2, w2[j], s);
+                    s = M::mul_add(a3, w3[j], s);
+                    p[j] = s;
+                }
+            }
+            r += 4;
+        }
+        while r < rows {
+            let w0 = &w[r * ws..][..n];
+            for i in 0..m {
+                let a0 = x[i * k + k0 + r];
+                let p = &mut part[i * n..][..n];
+                for j in 0..n {
+                    p[j] = M::mul_add(a0, w0[j], p[j]);
+                }
+            }
+            r += 1;
+        }
+    }
+}
+
+multiversion! {
+    /// `dots[i·cols + j] = x[i, :] · w[j]` for the `cols` rows `w[j]` (at stride `ws`,
+    /// `k` long) of a band.
+    fn column_band(
+        dots: &mut [f32],
+        x: &[f32],
+        w: &[f32],
+        ws: usize,
+        m: usize,
+        k: usize,
+        cols: usize,
+    ) {
+        for j in 0..cols {
+            let wj = &w[j * ws..][..k];
+            for i in 0..m {
+                dots[i * cols + j] = dot::<M>(&x[i * k..][..k], wj);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `acc += part`, element by element.
+    fn add_into(acc: &mut [f32], part: &[f32]) {
+        for (a, &p) in acc.iter_mut().zip(part) {
+            *a += p;
+        }
+    }
+}
+
+/// `x · w` with 16 running sums (two AVX2 vectors, so loads are not waiting on one FMA
+/// chain), summed in a fixed tree at the end.
+#[inline(always)]
+fn dot<M: MulAdd>(x: &[f32], w: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0.0f32; L];
+    let (xc, wc) = (x.chunks_exact(L), w.chunks_exact(L));
+    let (xt, wt) = (xc.remainder(), wc.remainder());
+    for (xs, ws) in xc.zip(wc) {
+        for l in 0..L {
+            acc[l] = M::mul_add(xs[l], ws[l], acc[l]);
+        }
+    }
+    let mut tail = 0.0;
+    for (&a, &b) in xt.iter().zip(wt) {
+        tail = M::mul_add(a, b, tail);
+    }
+    let mut half = L / 2;
+    while half > 0 {
+        for l in 0..half {
+            acc[l] += acc[l + half];
+        }
+        half /= 2;
+    }
+    acc[0] + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
+    }
+
+    /// Both forms, with and without bias, accumulation and the GELU epilogue, at sizes
+    /// that run on one thread and on several, against an f64 sum.
+    #[test]
+    fn matches_an_f64_reference_in_both_forms() {
+        for &(m, k, n) in &[
+            (1, 5, 3),
+            (3, 67, 129),
+            (1, 256, 300),
+            (8, 300, 257),
+            (2, 130, 700),
+        ] {
+            for column_form in [false, true] {
+                for (bias_on, acc, gelu_on) in [
+                    (false, false, false),
+                    (true, true, false),
+                    (true, false, true),
+                ] {
+                    let a = values(m * k, 1);
+                    let w = values(k * n, 2); // row form: [k, n]; column form: Wᵀ = [n, k]
+                    let bias = values(n, 3);
+                    let mut c = values(m * n, 4);
+                    let c0 = c.clone();
+                    let mut out = vec![0.0f32; m * n];
+                    let (b_rs, b_cs) = if column_form { (1, k) } else { (n, 1) };
+                    let g = Gemv {
+                        m,
+                        k,
+                        n,
+                        a: SendPtr(a.as_ptr() as *mut f32),
+                        a_rs: k,
+                        a_cs: 1,
+                        b: SendPtr(w.as_ptr() as *mut f32),
+                        b_rs,
+                        b_cs,
+                        c: SendPtr(c.as_mut_ptr()),
+                        c_rs: n,
+                        bias: bias_on.then_some(&bias[..]),
+                        accumulate: acc,
+                        gelu_out: gelu_on.then_some(SendPtr(out.as_mut_ptr())),
+                    };
+                    // SAFETY: every operand is a live Vec of the sizes given.
+                    unsafe { g.run() };
+                    for i in 0..m {
+                        for j in 0..n {
+                            let mut want: f64 = (0..k)
+                                .map(|kk| a[i * k + kk] as f64 * w[kk * b_rs + j * b_cs] as f64)
+                                .sum();
+                            if bias_on {
+                                want += bias[j] as f64;
+                            }
+                            if acc {
+                                want += c0[i * n + j] as f64;
+                            }
+                            // k rounded multiply-adds of terms below 1, then two adds.
+                            let tol = 1e-6 * (k as f64).sqrt() + 1e-6 * want.abs();
+                            let got = c[i * n + j] as f64;
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "{m}x{k}x{n} column_form={column_form}: c[{i},{j}] = {got}, want {want}"
+                            );
+                            if gelu_on {
+                                let x = got;
+                                let t = (0.797_884_560_8 * (x + 0.044715 * x * x * x)).tanh();
+                                let gw = 0.5 * x * (1.0 + t);
+                                assert!(
+                                    (out[i * n + j] as f64 - gw).abs() <= 1e-5 + 1e-5 * gw.abs()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
