@@ -189,7 +189,7 @@ pub fn train<B: Backend>(
     let sync = |t: &Trainer<B>| t.model().backend().synchronize();
     for i in 0..plan.warmup + plan.steps {
         let t0 = Instant::now();
-        loss = trainer.forward(&tokens, &targets)?;
+        loss = trainer.forward_train(&tokens, &targets)?;
         sync(&trainer)?;
         let t1 = Instant::now();
         trainer.backward()?;

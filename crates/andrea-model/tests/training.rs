@@ -62,6 +62,41 @@ fn a_tiny_model_overfits_one_batch() {
 }
 
 #[test]
+fn forward_train_gives_the_gradients_of_forward_then_backward() {
+    let cfg = small();
+    let x = tokens(2 * 16, cfg.vocab_size, 7);
+    let mut y = tokens(2 * 16, cfg.vocab_size, 8);
+    y[3] = IGNORE_INDEX;
+    let trainer = || {
+        let model = Model::new(CpuBackend::new(), cfg.clone(), 3).unwrap();
+        Trainer::new(model, no_clip(), 2, 16).unwrap()
+    };
+    let (mut split, mut fused) = (trainer(), trainer());
+    let l_split = split.forward(&x, &y).unwrap();
+    split.backward().unwrap();
+    let l_fused = fused.forward_train(&x, &y).unwrap();
+    // The loss-only pass sums its exponentials in another order than the fused one.
+    assert!(
+        (l_split - l_fused).abs() <= 1e-6 * l_split.abs(),
+        "{l_split} vs {l_fused}"
+    );
+    assert!(
+        fused.logits().is_err(),
+        "the logits were overwritten by their gradient"
+    );
+    fused.backward().unwrap();
+    // The same op computes dlogits in both cases, so the gradients are the same bits.
+    for p in split.model().params() {
+        assert_eq!(
+            split.read_grad(p.name()).unwrap(),
+            fused.read_grad(p.name()).unwrap(),
+            "{}",
+            p.name()
+        );
+    }
+}
+
+#[test]
 fn two_micro_batches_accumulate_the_gradient_of_their_union() {
     let cfg = small();
     let x = tokens(2 * 16, cfg.vocab_size, 5);

@@ -24,10 +24,13 @@ use slots::TrainSlots;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Empty,
-    /// After a forward pass of `batch` sequences with `counted` non-ignored targets.
+    /// After a forward pass of `batch` sequences with `counted` non-ignored targets;
+    /// `dlogits`: the logits were already replaced by their gradient
+    /// ([`Trainer::forward_train`]).
     Forward {
         batch: usize,
         counted: usize,
+        dlogits: bool,
     },
     /// The logits have been overwritten by their gradient.
     Backward,

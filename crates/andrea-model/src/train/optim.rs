@@ -120,7 +120,7 @@ impl<B: Backend> Trainer<B> {
         }
         let mut loss = 0.0;
         for (tokens, targets) in micro_batches {
-            loss += self.forward(tokens, targets)? as f64;
+            loss += self.forward_train(tokens, targets)? as f64;
             self.backward()?;
         }
         let stats = self.step(lr)?;
