@@ -24,12 +24,14 @@ multiversion! {
 }
 
 multiversion! {
+    avx512;
     fn gelu_backward_chunk(x: &[f32], dy: &[f32], dx: &mut [f32]) {
         simd::gelu_grad_slice::<M>(x, Some(dy), dx);
     }
 }
 
 multiversion! {
+    avx512;
     fn gelu_backward_chunk_in_place(x: &[f32], dydx: &mut [f32]) {
         simd::gelu_grad_slice::<M>(x, None, dydx);
     }

@@ -15,6 +15,7 @@ use crate::par::{cols_per_task, rows_per_task};
 use crate::simd::{self, multiversion};
 
 multiversion! {
+    avx512;
     fn forward_rows(
         x: &[f32],
         gamma: &[f32],
@@ -128,6 +129,7 @@ multiversion! {
 }
 
 multiversion! {
+    avx512;
     /// Rows of the backward pass: `dx += ...` per row, and this chunk's partial sums of
     /// `dγ` and `dβ` into `part` (`[2, C]`: dγ then dβ).
     fn backward_rows(

@@ -394,14 +394,16 @@ impl Backend for CpuBackend {
         causal_offset: Option<usize>,
     ) -> Result<()> {
         let d = check::softmax(&x, &out, scale, causal_offset)?;
-        if !out.same_as(&x) {
+        let (q, k) = (d.q_len, d.k_len);
+        if out.same_as(&x) {
+            // SAFETY: in place on one checked view.
+            let y = unsafe { write(&out) };
+            self.run(|| softmax::softmax(None, y, q, k, scale, causal_offset));
+        } else {
             // SAFETY: checked disjoint.
-            let (o, x) = unsafe { (write(&out), read(&x)) };
-            o.copy_from_slice(x);
+            let (y, x) = unsafe { (write(&out), read(&x)) };
+            self.run(|| softmax::softmax(Some(x), y, q, k, scale, causal_offset));
         }
-        // SAFETY: `out` is exclusive to this op now.
-        let y = unsafe { write(&out) };
-        self.run(|| softmax::softmax_in_place(y, d.q_len, d.k_len, scale, causal_offset));
         Ok(())
     }
 

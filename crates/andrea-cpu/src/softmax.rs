@@ -39,16 +39,22 @@ pub(crate) fn softmax_row_in_place<M: MulAdd>(y: &mut [f32], n: usize, scale: f3
 }
 
 multiversion! {
-    fn softmax_rows(y: &mut [f32], first_row: usize, q_len: usize, k_len: usize, scale: f32, causal: Option<usize>) {
+    /// Softmax of rows `first_row..` of `y`, first copied row by row from `src` if given
+    /// (so the copy is one more pass over a row in L1, not over the whole tensor).
+    fn softmax_rows(src: Option<&[f32]>, y: &mut [f32], first_row: usize, q_len: usize, k_len: usize, scale: f32, causal: Option<usize>) {
         for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
+            if let Some(src) = src {
+                row.copy_from_slice(&src[i * k_len..(i + 1) * k_len]);
+            }
             let n = visible(first_row + i, q_len, k_len, causal);
             softmax_row_in_place::<M>(row, n, scale);
         }
     }
 }
 
-/// Softmax of `y` in place, rows of `k_len`.
-pub(crate) fn softmax_in_place(
+/// `y = softmax(src)` (or of `y` in place when `src` is `None`), rows of `k_len`.
+pub(crate) fn softmax(
+    src: Option<&[f32]>,
     y: &mut [f32],
     q_len: usize,
     k_len: usize,
@@ -58,7 +64,10 @@ pub(crate) fn softmax_in_place(
     let rows = rows_per_task(k_len);
     y.par_chunks_mut(rows * k_len)
         .enumerate()
-        .for_each(|(t, y)| softmax_rows(y, t * rows, q_len, k_len, scale, causal));
+        .for_each(|(t, y)| {
+            let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
+            softmax_rows(src, y, t * rows, q_len, k_len, scale, causal)
+        });
 }
 
 multiversion! {
