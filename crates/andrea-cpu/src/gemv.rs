@@ -8,9 +8,9 @@
 //!
 //! * **Row form** (`B`'s rows contiguous, the `[k, n]` layout of transformers' `Conv1D`
 //!   weights): `B` is cut into chunks of [`CHUNK_K`] whole rows, one contiguous block of
-//!   memory each. A task walks its chunk four rows at a time, `p += a0·b0 + a1·b1 + a2·b2
-//!   + a3·b3`, into a partial row `p[m, n]` of its own; the partials are then added in
-//!   chunk order.
+//!   memory each. A task walks its chunk four rows at a time,
+//!   `p += a0·b0 + a1·b1 + a2·b2 + a3·b3`, into a partial row `p[m, n]` of its own; the
+//!   partials are then added in chunk order.
 //! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
