@@ -8,6 +8,13 @@
 //!
 //! `cargo bench -p andrea-benches --bench ops` (all), or a filter such as
 //! `cargo bench -p andrea-benches --bench ops -- gemm/`.
+//!
+//! With `--features cuda` (build against the link stub where there is no CUDA:
+//! `cargo xtask cuda-stub`, `CUDA_LIBRARY_PATH=$PWD/target/cuda-stub`), the CUDA backend
+//! adds columns: `cuda-tf32` (the training precision, every op), and `cuda-fp32` and
+//! `cuda-bf16` for the GEMMs. Each iteration ends with `synchronize`, so GPU times are of
+//! finished work. Without a device the columns are skipped with a printed message; on a
+//! GPU machine, `-- cuda-` runs only them (the bench binary in `cargo xtask gpu-bundle`).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -468,6 +475,38 @@ fn benches(c: &mut Criterion) {
     let mm = CpuBackend::new().with_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply);
     bench_gemms(c, &mm, &format!("cpu-{}t-matrixmultiply", mm.threads()));
     bench_gemm_crate(c);
+    #[cfg(feature = "cuda")]
+    bench_cuda(c);
+}
+
+/// The CUDA columns, or one line saying why there are none.
+#[cfg(feature = "cuda")]
+fn bench_cuda(c: &mut Criterion) {
+    use andrea_cuda::{CudaBackend, Precision};
+    let start = |p| match CudaBackend::with_precision(p) {
+        Ok(be) => Some(be),
+        // The GPU bundle's run.sh sets ANDREA_REQUIRE_DEVICE: there a skip is a failure.
+        Err(e) if std::env::var_os("ANDREA_REQUIRE_DEVICE").is_some_and(|v| v != "0") => {
+            panic!("ANDREA_REQUIRE_DEVICE is set but the CUDA backend failed: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED the CUDA columns of the ops bench: {e}");
+            None
+        }
+    };
+    let Some(tf32) = start(Precision::FAST) else {
+        return;
+    };
+    bench_backend(c, &tf32, "cuda-tf32");
+    drop(tf32);
+    for (label, p) in [
+        ("cuda-fp32", Precision::FP32),
+        ("cuda-bf16", Precision::BF16),
+    ] {
+        if let Some(be) = start(p) {
+            bench_gemms(c, &be, label);
+        }
+    }
 }
 
 criterion_group!(ops, benches);

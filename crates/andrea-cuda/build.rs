@@ -1,9 +1,14 @@
-//! Only for builds against the link stub of `cargo xtask cuda-stub`: when
-//! `CUDA_LIBRARY_PATH` is the stub's folder (it holds the marker file `ANDREA_LINK_STUB`),
-//! the crate's test and bench binaries get that `lib64` as a run path, so they start on a
-//! machine without a CUDA driver (cargo does not put the path on the loader's path
-//! itself). On a GPU machine that folder does not exist and the driver's own
-//! `libcuda.so.1` is loaded. Nothing is compiled here: the PTX is committed.
+//! Only for `--features cuda` builds against the link stub or the CPU emulator of
+//! `cargo xtask cuda-stub` / `cuda-emu`: when `CUDA_LIBRARY_PATH` is such a folder (it
+//! holds the marker file `ANDREA_LINK_STUB`), the crate's test and bench binaries get that
+//! `lib64` as a run path, so they start on a machine without a CUDA driver (cargo does
+//! not put the path on the loader's path itself). On a GPU machine that folder does not
+//! exist and the driver's own `libcuda.so.1` is loaded. Nothing is compiled here: the PTX
+//! is committed.
+//!
+//! andrea-cli (the `andrea` binary) and andrea-benches use this same file as their build
+//! script (`build = ...` in their manifests): a library's `rustc-link-arg` reaches only
+//! its own binaries, not those of the crates that depend on it.
 
 use std::path::Path;
 

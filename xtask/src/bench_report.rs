@@ -71,10 +71,23 @@ fn rate_text(rate_g: f64, unit: &str) -> String {
     }
 }
 
+/// Whether `column` ran on this machine's CPU, so that its share of the CPU peaks
+/// means something (the CUDA columns of `--features cuda` are labelled `cuda-*`).
+fn on_cpu(column: &str) -> bool {
+    !column.starts_with("cuda")
+}
+
 pub fn run(dir: Option<&str>) -> Result<(), String> {
-    let root = PathBuf::from(dir.unwrap_or("target/criterion"));
+    print!("{}", report(Path::new(dir.unwrap_or("target/criterion")))?);
+    Ok(())
+}
+
+/// The markdown tables of the results under `root`.
+fn report(root: &Path) -> Result<String, String> {
+    use std::fmt::Write;
+    let mut text = String::new();
     let mut dirs = Vec::new();
-    find(&root, &mut dirs);
+    find(root, &mut dirs);
     if dirs.is_empty() {
         return Err(format!(
             "no criterion results under {}; run `cargo bench -p andrea-benches` first",
@@ -123,34 +136,75 @@ pub fn run(dir: Option<&str>) -> Result<(), String> {
             "memory_bound" => peak_copy.map(|p| (p, "copy bandwidth")),
             _ => None,
         };
-        println!("\n### {group}\n");
+        // Shares of the CPU's peaks only for the columns that ran on the CPU.
+        let with_peak = |c: &str| peak.is_some() && on_cpu(c);
+        let _ = writeln!(text, "\n### {group}\n");
         let mut header = String::from("| benchmark |");
+        let mut n_cols = 1;
         for c in &cols {
             header.push_str(&format!(" {c} |"));
-            if let Some((_, what)) = peak {
+            n_cols += 1;
+            if let (Some((_, what)), true) = (peak, with_peak(c)) {
                 header.push_str(&format!(" {c} % of {what} |"));
+                n_cols += 1;
             }
         }
-        println!("{header}");
-        println!(
-            "|{}",
-            "---|".repeat(1 + cols.len() * if peak.is_some() { 2 } else { 1 })
-        );
+        let _ = writeln!(text, "{header}");
+        let _ = writeln!(text, "|{}", "---|".repeat(n_cols));
         for (row, vals) in rows {
             let mut line = format!("| {row} |");
             for c in &cols {
                 match vals.get(*c) {
                     Some((r, unit)) => {
                         line.push_str(&format!(" {} |", rate_text(*r, unit)));
-                        if let Some((p, _)) = peak {
+                        if let (Some((p, _)), true) = (peak, with_peak(c)) {
                             line.push_str(&format!(" {:.0}% |", 100.0 * r / p));
                         }
                     }
-                    None => line.push_str(if peak.is_some() { " - | - |" } else { " - |" }),
+                    None => line.push_str(if with_peak(c) { " - | - |" } else { " - |" }),
                 }
             }
-            println!("{line}");
+            let _ = writeln!(text, "{line}");
         }
     }
-    Ok(())
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report;
+    use std::path::Path;
+
+    /// One criterion result: `group/function/value` with `elements` per iteration.
+    fn write(root: &Path, group: &str, function: &str, value: &str, elements: f64, ns: f64) {
+        let dir = root.join(group).join(function).join(value).join("new");
+        std::fs::create_dir_all(&dir).unwrap();
+        let b = serde_json::json!({
+            "group_id": group, "function_id": function, "value_str": value,
+            "throughput": {"Elements": elements},
+        });
+        let e = serde_json::json!({"median": {"point_estimate": ns}});
+        std::fs::write(dir.join("benchmark.json"), b.to_string()).unwrap();
+        std::fs::write(dir.join("estimates.json"), e.to_string()).unwrap();
+    }
+
+    #[test]
+    fn cuda_columns_get_no_share_of_the_cpu_peak() {
+        let root = std::env::temp_dir().join(format!("andrea-bench-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        write(&root, "peak", "fma_f32_2t", "", 1e9, 1e9); // 1 G/s
+        write(&root, "gemm", "cpu-2t", "fwd_qkv", 5e8, 1e9); // 0.5 G/s
+        write(&root, "gemm", "cuda-tf32", "fwd_qkv", 1e11, 1e9); // 100 G/s
+        let text = report(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(
+            text.contains("| benchmark | cpu-2t | cpu-2t % of FMA peak | cuda-tf32 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| fwd_qkv | 0.5 G/s | 50% | 100.0 G/s |"),
+            "{text}"
+        );
+        assert!(text.contains("|---|---|---|---|\n"), "{text}");
+    }
 }

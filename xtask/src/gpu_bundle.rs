@@ -1,30 +1,36 @@
-//! `cargo xtask gpu-bundle`: builds, on this machine (no GPU needed), the CUDA test
-//! binaries of andrea-cuda against the link stub and puts them with `run.sh`
-//! (`scripts/gpu-check.sh`) into `target/gpu-bundle/`. Copy that folder to a machine with
-//! an NVIDIA GPU and a CUDA 13 driver (580+) but no Rust, and run `./run.sh` there: it
-//! runs every binary with `ANDREA_REQUIRE_DEVICE=1` and prints a pass/fail table.
+//! `cargo xtask gpu-bundle`: builds, on this machine (no GPU needed, against the link
+//! stub), everything that checks andrea on a GPU, and puts it with `run.sh`
+//! (`scripts/gpu-check.sh`) into `target/gpu-bundle/`:
 //!
-//! Benches and a release `andrea` binary join the bundle when their crates have CUDA
-//! columns (not yet).
+//! ```text
+//! target/gpu-bundle/
+//!   run.sh          runs everything below, prints one table
+//!   bin/            test binaries: andrea-cuda's (conformance, CPU-vs-CUDA op by op and
+//!                   the whole model) and andrea-cli's `--backend cuda` test
+//!   andrea          the release `andrea` binary with `--features cuda`
+//!   bench/ops       the ops bench with its CUDA columns (criterion, bench profile)
+//!   configs/        tiny.toml and andrea-120m.toml, for `andrea bench`
+//! ```
+//!
+//! Copy that folder to a machine with an NVIDIA GPU and a CUDA 13 driver (580+) but no
+//! Rust, and run `./run.sh` there. The binaries are built with `ANDREA_CUDA_NO_RPATH`, so
+//! they load that machine's driver, never a path on this one. Debug info is stripped.
+//! Builds into `$CARGO_TARGET_DIR` when set, else `target/`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub fn run(root: &Path) -> Result<(), String> {
-    crate::cuda_stub::run(root)?;
+/// An artifact of a cargo build: (executable, target kind, target name).
+type Artifact = (PathBuf, String, String);
+
+/// Runs `cargo <args> --message-format=json` against the stub and returns the
+/// executables it built.
+fn cargo_build(root: &Path, target_dir: &Path, args: &[&str]) -> Result<Vec<Artifact>, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(&cargo)
-        .args([
-            "test",
-            "-p",
-            "andrea-cuda",
-            "--features",
-            "cuda",
-            "--no-run",
-            "--message-format=json",
-            "--target-dir",
-        ])
-        .arg(root.join("target"))
+        .args(args)
+        .args(["--message-format=json", "--target-dir"])
+        .arg(target_dir)
         .env("CUDA_LIBRARY_PATH", root.join("target/cuda-stub"))
         // The binaries must load the GPU machine's driver, never a path on this machine.
         .env("ANDREA_CUDA_NO_RPATH", "1")
@@ -33,40 +39,129 @@ pub fn run(root: &Path) -> Result<(), String> {
         .output()
         .map_err(|e| format!("running cargo: {e}"))?;
     if !out.status.success() {
-        return Err("building the CUDA test binaries failed".into());
+        return Err(format!("`cargo {}` failed", args.join(" ")));
     }
-    let bundle = root.join("target/gpu-bundle");
-    let bin = bundle.join("bin");
-    let _ = std::fs::remove_dir_all(&bin);
-    std::fs::create_dir_all(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
-    let mut total = 0u64;
-    let mut count = 0;
+    let mut found = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         let exe = msg.get("executable").and_then(|e| e.as_str());
-        let is_test = msg
-            .pointer("/profile/test")
-            .and_then(|t| t.as_bool())
-            .unwrap_or(false);
         let name = msg.pointer("/target/name").and_then(|n| n.as_str());
-        if let (Some(exe), true, Some(name)) = (exe, is_test, name) {
-            let kind = msg
-                .pointer("/target/kind/0")
-                .and_then(|k| k.as_str())
-                .unwrap_or("test");
-            let dst = bin.join(format!("{kind}-{name}"));
-            std::fs::copy(exe, &dst).map_err(|e| format!("copying {exe}: {e}"))?;
-            // Debug info is most of a test binary; the bundle travels without it.
-            let _ = Command::new("strip")
-                .arg("--strip-debug")
-                .arg(&dst)
-                .status();
-            total += std::fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
-            count += 1;
+        let kind = msg.pointer("/target/kind/0").and_then(|k| k.as_str());
+        if let (Some(exe), Some(name), Some(kind)) = (exe, name, kind) {
+            found.push((PathBuf::from(exe), kind.to_string(), name.to_string()));
         }
     }
+    Ok(found)
+}
+
+/// Copies `exe` to `dst` without its debug info; returns the copy's size.
+fn install(exe: &Path, dst: &Path) -> Result<u64, String> {
+    if let Some(dir) = dst.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::copy(exe, dst).map_err(|e| format!("copying {}: {e}", exe.display()))?;
+    // Debug info is most of a test binary; the bundle travels without it.
+    let _ = Command::new("strip").arg("--strip-debug").arg(dst).status();
+    Ok(std::fs::metadata(dst).map(|m| m.len()).unwrap_or(0))
+}
+
+pub fn run(root: &Path) -> Result<(), String> {
+    crate::cuda_stub::run(root)?;
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bundle = root.join("target/gpu-bundle");
+    let _ = std::fs::remove_dir_all(&bundle);
+    let mut total = 0u64;
+    let mut tests = 0;
+
+    // Test binaries: every one of andrea-cuda's, and andrea-cli's `--backend cuda` test
+    // (its other tests need no GPU).
+    let cuda_tests = cargo_build(
+        root,
+        &target_dir,
+        &[
+            "test",
+            "-p",
+            "andrea-cuda",
+            "--features",
+            "cuda",
+            "--no-run",
+        ],
+    )?;
+    let cli_tests = cargo_build(
+        root,
+        &target_dir,
+        &[
+            "test",
+            "-p",
+            "andrea-cli",
+            "--features",
+            "cuda",
+            "--test",
+            "cuda",
+            "--no-run",
+        ],
+    )?;
+    for (exe, kind, name) in cuda_tests {
+        total += install(&exe, &bundle.join(format!("bin/{kind}-{name}")))?;
+        tests += 1;
+    }
+    for (exe, kind, name) in cli_tests.into_iter().filter(|(_, k, _)| k == "test") {
+        total += install(&exe, &bundle.join(format!("bin/{kind}-andrea-cli-{name}")))?;
+        tests += 1;
+    }
+
+    let andrea = cargo_build(
+        root,
+        &target_dir,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "andrea-cli",
+            "--features",
+            "cuda",
+            "--bin",
+            "andrea",
+        ],
+    )?;
+    let (exe, _, _) = andrea
+        .iter()
+        .find(|(_, k, n)| k == "bin" && n == "andrea")
+        .ok_or("cargo built no `andrea` binary")?;
+    total += install(exe, &bundle.join("andrea"))?;
+
+    let bench = cargo_build(
+        root,
+        &target_dir,
+        &[
+            "bench",
+            "-p",
+            "andrea-benches",
+            "--features",
+            "cuda",
+            "--bench",
+            "ops",
+            "--no-run",
+        ],
+    )?;
+    let (exe, _, _) = bench
+        .iter()
+        .find(|(_, k, n)| k == "bench" && n == "ops")
+        .ok_or("cargo built no `ops` bench")?;
+    total += install(exe, &bundle.join("bench/ops"))?;
+
+    let configs = bundle.join("configs");
+    std::fs::create_dir_all(&configs).map_err(|e| format!("{}: {e}", configs.display()))?;
+    for c in ["tiny.toml", "andrea-120m.toml"] {
+        let src = root.join("configs").join(c);
+        std::fs::copy(&src, configs.join(c))
+            .map_err(|e| format!("copying {}: {e}", src.display()))?;
+    }
+
     let script = root.join("scripts/gpu-check.sh");
     let run_sh = bundle.join("run.sh");
     std::fs::copy(&script, &run_sh).map_err(|e| format!("copying {}: {e}", script.display()))?;
@@ -74,7 +169,8 @@ pub fn run(root: &Path) -> Result<(), String> {
     std::fs::set_permissions(&run_sh, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("{}: {e}", run_sh.display()))?;
     println!(
-        "{}: {count} test binaries, {:.1} MiB; copy the folder to a GPU machine and run ./run.sh",
+        "{}: {tests} test binaries, the andrea binary and the ops bench, {:.1} MiB; \
+         copy the folder to a GPU machine and run ./run.sh",
         bundle.display(),
         total as f64 / (1024.0 * 1024.0)
     );

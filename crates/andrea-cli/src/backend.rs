@@ -1,27 +1,85 @@
-//! Choosing the backend and the thread count.
+//! Choosing the backend, its precision and the thread count.
+//!
+//! The commands are generic over `B: Backend`; `main` calls them with the CPU backend or,
+//! in a build with the `cuda` feature, with `CudaBackend`. Without the feature
+//! `--backend cuda` is refused here, before any work, with the command that builds it.
 
-use andrea::DefaultBackend;
 use anyhow::{bail, Result};
 
-use crate::cli::{BackendKind, GlobalArgs};
+use crate::cli::{BackendKind, GlobalArgs, PrecisionKind};
 
-/// The backend the flags ask for. `--threads` also sizes the pool the tokenizer runs on.
-pub fn select(global: &GlobalArgs) -> Result<DefaultBackend> {
-    if global.backend == BackendKind::Cuda {
-        bail!(
-            "--backend cuda: the CUDA backend is not built into andrea yet (it is issue 6, \
-             crates/andrea-cuda); use --backend cpu"
-        );
-    }
+/// The backend the flags ask for (checked; the CUDA backend itself starts when the
+/// command needs it, see [`start_cuda`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selected {
+    /// `andrea::DefaultBackend`, the CPU backend on the global thread pool.
+    Cpu,
+    /// `CudaBackend` on GPU 0 in this precision.
+    #[cfg(feature = "cuda")]
+    Cuda(andrea::cuda::Precision),
+}
+
+/// Checks the flags and sizes the thread pool. `--threads` sizes the pool the CPU
+/// backend and the tokenizer run on (the tokenizer also with `--backend cuda`).
+pub fn select(global: &GlobalArgs) -> Result<Selected> {
     match global.threads {
-        None => Ok(DefaultBackend::new()),
+        None => {}
         Some(0) => bail!("--threads must be at least 1, got 0"),
         Some(n) => {
             // Only fails if a global pool exists already, which this process never makes.
             let _ = andrea_tokenizer::rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .build_global();
-            Ok(DefaultBackend::new())
         }
     }
+    match global.backend {
+        BackendKind::Cpu => match global.precision {
+            None | Some(PrecisionKind::Fp32) => Ok(Selected::Cpu),
+            Some(p) => bail!(
+                "--precision {}: only --backend cuda has tensor-core modes; the CPU backend \
+                 computes in FP32 (drop --precision, or pass --backend cuda)",
+                precision_name(p)
+            ),
+        },
+        BackendKind::Cuda => cuda(global.precision),
+    }
+}
+
+fn precision_name(p: PrecisionKind) -> &'static str {
+    match p {
+        PrecisionKind::Fp32 => "fp32",
+        PrecisionKind::Tf32 => "tf32",
+        PrecisionKind::Bf16 => "bf16",
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda(_: Option<PrecisionKind>) -> Result<Selected> {
+    bail!(
+        "--backend cuda: this andrea was built without the CUDA backend; rebuild it with \
+         `cargo build --release -p andrea-cli --features cuda` (needs an NVIDIA driver \
+         580+ where it runs; see the README), or use --backend cpu"
+    )
+}
+
+#[cfg(feature = "cuda")]
+fn cuda(precision: Option<PrecisionKind>) -> Result<Selected> {
+    use andrea::cuda::Precision;
+    Ok(Selected::Cuda(match precision {
+        None | Some(PrecisionKind::Tf32) => Precision::FAST,
+        Some(PrecisionKind::Fp32) => Precision::FP32,
+        Some(PrecisionKind::Bf16) => Precision::BF16,
+    }))
+}
+
+/// Starts the CUDA backend on GPU 0; the error says what is missing and that
+/// `--backend cpu` works without a GPU.
+#[cfg(feature = "cuda")]
+pub fn start_cuda(precision: andrea::cuda::Precision) -> Result<andrea::CudaBackend> {
+    andrea::CudaBackend::with_precision(precision).map_err(|e| match e {
+        andrea::core::Error::NoDevice { .. } => {
+            anyhow::anyhow!("--backend cuda: {e}; --backend cpu needs no GPU")
+        }
+        other => anyhow::Error::new(other).context("--backend cuda: cannot start the CUDA backend"),
+    })
 }

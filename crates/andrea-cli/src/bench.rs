@@ -3,13 +3,13 @@
 //! then the median over the timed steps).
 
 use andrea::model::bench::{self, BenchReport, DecodeBench, TrainBench};
-use andrea::DefaultBackend;
+use andrea::Backend;
 use anyhow::{bail, Result};
 
 use crate::cli::{BenchArgs, BenchKind};
 use crate::settings::FileConfig;
 
-pub fn run(args: &BenchArgs, backend: DefaultBackend) -> Result<()> {
+pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
     let file = FileConfig::read(&args.config)?;
     let config = file.model;
     let seq = args.seq_len.unwrap_or(config.context_length.min(256));

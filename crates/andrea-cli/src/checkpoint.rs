@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use andrea::{DefaultBackend, Model, Trainer};
+use andrea::{Backend, Model, Trainer};
 use andrea_tokenizer::Tokenizer;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -78,9 +78,9 @@ fn record(dir: &Path, name: &str) -> Result<FileRecord> {
 
 /// Writes a checkpoint of `trainer` at its current step into `out` and points
 /// `<out>/latest` at it. Returns the checkpoint's directory.
-pub fn save(
+pub fn save<B: Backend>(
     out: &Path,
-    trainer: &Trainer<DefaultBackend>,
+    trainer: &Trainer<B>,
     tokenizer: &Tokenizer,
     mut state: TrainingState,
 ) -> Result<PathBuf> {
@@ -225,15 +225,15 @@ pub fn verify(dir: &Path) -> Result<Option<TrainingState>> {
 }
 
 /// A checked checkpoint loaded for inference or to continue training.
-pub struct Loaded {
+pub struct Loaded<B: Backend> {
     pub dir: PathBuf,
-    pub model: Model<DefaultBackend>,
+    pub model: Model<B>,
     pub tokenizer: Option<Tokenizer>,
     pub state: Option<TrainingState>,
 }
 
 /// Resolves, verifies and loads a checkpoint onto `backend`.
-pub fn load(path: &Path, backend: DefaultBackend) -> Result<Loaded> {
+pub fn load<B: Backend>(path: &Path, backend: B) -> Result<Loaded<B>> {
     let dir = resolve(path)?;
     let state = verify(&dir)?;
     let model = Model::load(backend, &dir)
@@ -267,7 +267,7 @@ pub fn load(path: &Path, backend: DefaultBackend) -> Result<Loaded> {
     })
 }
 
-impl Loaded {
+impl<B: Backend> Loaded<B> {
     /// The tokenizer, or an error saying how to supply one.
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
         self.tokenizer.as_ref().ok_or_else(|| {

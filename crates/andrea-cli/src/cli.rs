@@ -34,14 +34,30 @@ pub struct GlobalArgs {
     /// Where the model runs.
     #[arg(long, global = true, value_enum, default_value_t = BackendKind::Cpu)]
     pub backend: BackendKind,
+    /// Arithmetic of --backend cuda (the CPU backend always computes in FP32).
+    #[arg(long, global = true, value_enum, value_name = "MODE")]
+    pub precision: Option<PrecisionKind>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
     /// The CPU backend (rayon + SIMD GEMM).
     Cpu,
-    /// An NVIDIA GPU: not built in yet (the CUDA backend is issue 6); refused with a message.
+    /// GPU 0 (NVIDIA, compute capability 8.0+, driver 580+); needs an andrea built with
+    /// `--features cuda`.
     Cuda,
+}
+
+/// The CUDA backend's arithmetic (`andrea_cuda::Precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionKind {
+    /// FP32 throughout (no tensor cores, exact tanh): agrees with the CPU to f32 rounding.
+    Fp32,
+    /// Tensor cores with TF32 operands, FP32 accumulation, hardware tanh (the default).
+    #[value(alias = "fast")]
+    Tf32,
+    /// Tensor cores with BF16 operands, FP32 accumulation, hardware tanh.
+    Bf16,
 }
 
 #[derive(Debug, Subcommand)]

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use andrea::DefaultBackend;
+use andrea::Backend;
 use anyhow::{Context, Result};
 
 use crate::cli::{
@@ -123,7 +123,11 @@ pub fn write_corpus(dir: &Path, bytes: usize, files: usize, seed: u64) -> Result
 /// `configs/tiny.toml`, built in so that `andrea demo` runs from any directory.
 const TINY_CONFIG: &str = include_str!("../../../configs/tiny.toml");
 
-pub fn run(args: &DemoArgs, backend: DefaultBackend) -> Result<i32> {
+/// `backend` makes the backend the training runs on and the one the samples are drawn
+/// on (the first is dropped with its trainer before the second is made).
+pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) -> Result<i32> {
+    // Made first, so that a backend that cannot start fails before any work.
+    let train_backend = backend()?;
     let out = &args.out;
     let mut config = args.config.clone();
     if !config.exists() && config == Path::new(DEFAULT_CONFIG) {
@@ -171,7 +175,7 @@ pub fn run(args: &DemoArgs, backend: DefaultBackend) -> Result<i32> {
         log_every: Some((args.steps / 20).max(1)),
         ..TrainArgs::default()
     };
-    let code = crate::train::run(&train, backend)?;
+    let code = crate::train::run(&train, train_backend)?;
     if code != 0 {
         return Ok(code);
     }
@@ -180,8 +184,9 @@ pub fn run(args: &DemoArgs, backend: DefaultBackend) -> Result<i32> {
         "\nsamples (more with: andrea generate --checkpoint {} --prompt \"Once upon a time\"):\n",
         checkpoint.display()
     );
+    let loaded = crate::checkpoint::load(&checkpoint, backend()?)?;
     for seed in 1..=3 {
-        crate::generate::run(
+        crate::generate::print(
             &GenerateArgs {
                 checkpoint: checkpoint.clone(),
                 prompt: "Once upon a time".into(),
@@ -191,7 +196,7 @@ pub fn run(args: &DemoArgs, backend: DefaultBackend) -> Result<i32> {
                 top_p: 1.0,
                 seed,
             },
-            DefaultBackend::new(),
+            &loaded,
         )?;
         println!();
     }

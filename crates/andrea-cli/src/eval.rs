@@ -2,7 +2,7 @@
 //! shard (windows of `B·T + 1` tokens, each `B·T` further, as training reads them), and
 //! its perplexity `exp(loss)`.
 
-use andrea::{DefaultBackend, OptimizerConfig, Trainer};
+use andrea::{Backend, OptimizerConfig, Trainer};
 use anyhow::{Context, Result};
 
 use crate::checkpoint;
@@ -11,8 +11,8 @@ use crate::data::{inputs_and_targets, DataPosition, ShardSet};
 
 /// Mean loss over the windows starting at `starts` (each window's loss is the mean over
 /// its `B·T` targets; all windows have the same size, so this is the mean per token).
-pub fn mean_loss(
-    trainer: &mut Trainer<DefaultBackend>,
+pub fn mean_loss<B: Backend>(
+    trainer: &mut Trainer<B>,
     shards: &ShardSet,
     starts: &[DataPosition],
 ) -> Result<f32> {
@@ -29,7 +29,7 @@ pub fn mean_loss(
     Ok((sum / starts.len().max(1) as f64) as f32)
 }
 
-pub fn run(args: &EvalArgs, backend: DefaultBackend) -> Result<()> {
+pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
     let loaded = checkpoint::load(&args.checkpoint, backend)?;
     let config = loaded.model.config().clone();
     let seq = args.seq_len.unwrap_or(config.context_length);

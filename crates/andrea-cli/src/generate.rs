@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use andrea::{DefaultBackend, Model, Sampler};
+use andrea::{Backend, Model, Sampler};
 use andrea_tokenizer::Tokenizer;
 use anyhow::{bail, Context, Result};
 
@@ -27,8 +27,8 @@ pub fn prompt_ids(tokenizer: &Tokenizer, prompt: &str) -> Vec<u32> {
 /// Samples up to `max_new` tokens after `prompt`, calling `emit` with each complete
 /// piece of text. Returns the number of tokens generated (the `<|endoftext|>` that stops
 /// generation is not counted or printed).
-pub fn stream(
-    model: &Model<DefaultBackend>,
+pub fn stream<B: Backend>(
+    model: &Model<B>,
     tokenizer: &Tokenizer,
     prompt: &[u32],
     max_new: usize,
@@ -87,9 +87,15 @@ pub fn sampler(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Result<
     Ok(s)
 }
 
-pub fn run(args: &GenerateArgs, backend: DefaultBackend) -> Result<()> {
-    let mut sampler = sampler(args.temperature, args.top_k, args.top_p, args.seed)?;
+pub fn run<B: Backend>(args: &GenerateArgs, backend: B) -> Result<()> {
     let loaded = checkpoint::load(&args.checkpoint, backend)?;
+    print(args, &loaded)
+}
+
+/// Generates from the loaded `--checkpoint` of `args` onto stdout (the demo samples one
+/// loaded checkpoint several times).
+pub fn print<B: Backend>(args: &GenerateArgs, loaded: &checkpoint::Loaded<B>) -> Result<()> {
+    let mut sampler = sampler(args.temperature, args.top_k, args.top_p, args.seed)?;
     let tokenizer = loaded.tokenizer()?;
     let prompt = prompt_ids(tokenizer, &args.prompt);
     let context = loaded.model.config().context_length;

@@ -1,13 +1,13 @@
 //! `andrea info`: parameter count, training FLOPs per token and the memory a training
 //! step holds, from the same code that sizes the model's buffers.
 
-use andrea::{DefaultBackend, MemoryPlan, ModelConfig};
+use andrea::{Backend, MemoryPlan, ModelConfig};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::InfoArgs;
 use crate::settings::FileConfig;
 
-pub fn run(args: &InfoArgs, backend: &DefaultBackend) -> Result<()> {
+pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
     let config: ModelConfig = match (&args.config, &args.checkpoint) {
         (Some(p), _) => FileConfig::read(p)?.model,
         (None, Some(dir)) => {

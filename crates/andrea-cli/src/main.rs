@@ -15,6 +15,7 @@
 //! | `andrea generate --checkpoint --prompt` | streams sampled text until `<|endoftext|>` |
 //! | `andrea info --config/--checkpoint` | parameters, FLOPs per token, training memory |
 //! | `andrea bench train\|decode --config` | tokens per second (`--json`: one object with `tokens_per_s`) |
+//! | `andrea --backend cuda <command>` | the same on an NVIDIA GPU (build with `--features cuda`) |
 //!
 //! A run directory (`--out`) holds:
 //!
@@ -46,11 +47,23 @@
 //! * Batches are llm.c's sequential windows ([`data`]); the data position, the optimizer
 //!   moments and the step are in every checkpoint, and the CPU backend's results do not
 //!   depend on the thread count, so `--resume` gives bit-identical weights to an
-//!   uninterrupted run (`tests/cli.rs` checks it).
+//!   uninterrupted run (`tests/resume.rs` checks it).
 //! * Checkpoints ([`checkpoint`]) are directories renamed into place, with checksums;
 //!   `<out>/latest` is a symbolic link switched atomically.
 //! * Ctrl-C finishes the current step, writes a checkpoint and exits with status 130.
 //!   Every error exits with status 2 and one paragraph saying what and how to fix it.
+//! * `--backend cpu` (the default) or `--backend cuda` (GPU 0), with
+//!   `--precision fp32|tf32|bf16` for the GPU's arithmetic (default `tf32`, the CUDA
+//!   backend's `Precision::FAST`; the CPU computes in FP32 and refuses the others). The
+//!   commands are generic over `B: Backend` ([`backend`]); on the CPU the whole command
+//!   runs on a worker of the rayon pool (`CpuBackend::install`), on the GPU on the main
+//!   thread, which owns the driver context. The GPU starts when the command needs a model
+//!   (`tokenizer` and `prepare` never touch it). A build without the `cuda` feature
+//!   refuses `--backend cuda` with the command that builds one; a missing GPU is an error
+//!   naming what is missing, never a quiet fall back to the CPU (a run asked for a GPU
+//!   that trained for days on the CPU would be worse than a stop).
+//! * Checkpoints do not depend on the backend: a run trained on the GPU resumes,
+//!   evaluates or samples on the CPU and back.
 
 mod backend;
 mod bench;
@@ -76,16 +89,37 @@ use cli::{Cli, Command};
 const USAGE_ERROR: i32 = 2;
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
-    let backend = backend::select(&cli.global)?;
+    match backend::select(&cli.global)? {
+        // The whole command runs on a worker of the CPU thread pool, so each op starts its
+        // parallel work in place instead of handing it over from `main` and waiting for a
+        // wake-up (`CpuBackend::install`): 5x on a tiny model's decoding, nothing lost on
+        // large steps. `select` sized the global pool; every handle on it is free.
+        backend::Selected::Cpu => andrea::DefaultBackend::new()
+            .install(move || dispatch(&cli, &mut || Ok(andrea::DefaultBackend::new()))),
+        // The CUDA backend stays on this thread (it holds the driver's context); its host
+        // work (sampling, data loading) is serial.
+        #[cfg(feature = "cuda")]
+        backend::Selected::Cuda(precision) => {
+            dispatch(&cli, &mut || backend::start_cuda(precision))
+        }
+    }
+}
+
+/// Runs the command on backends made by `backend` (once per command; the demo makes a
+/// second one to sample from). Commands that need no model never call it.
+fn dispatch<B: andrea::Backend>(
+    cli: &Cli,
+    backend: &mut dyn FnMut() -> anyhow::Result<B>,
+) -> anyhow::Result<i32> {
     match &cli.command {
         Command::Demo(a) => return demo::run(a, backend),
         Command::Tokenizer(cmd) => tokenizer_cmd::run(cmd)?,
         Command::Prepare(a) => prepare::run(a)?,
-        Command::Train(a) => return train::run(a, backend),
-        Command::Eval(a) => eval::run(a, backend)?,
-        Command::Generate(a) => generate::run(a, backend)?,
-        Command::Info(a) => info::run(a, &backend)?,
-        Command::Bench(a) => bench::run(a, backend)?,
+        Command::Train(a) => return train::run(a, backend()?),
+        Command::Eval(a) => eval::run(a, backend()?)?,
+        Command::Generate(a) => generate::run(a, backend()?)?,
+        Command::Info(a) => info::run(a, &backend()?)?,
+        Command::Bench(a) => bench::run(a, backend()?)?,
     }
     Ok(0)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use andrea::model::rng::Rng;
-use andrea::{DefaultBackend, Model, Trainer};
+use andrea::{Backend, Model, Trainer};
 use andrea_tokenizer::Tokenizer;
 use anyhow::{bail, Context, Result};
 
@@ -25,8 +25,8 @@ use crate::settings::{FileConfig, TrainSettings};
 pub const INTERRUPTED: i32 = 130;
 
 /// What a run starts from.
-struct Start {
-    model: Model<DefaultBackend>,
+struct Start<B: Backend> {
+    model: Model<B>,
     tokenizer: Tokenizer,
     settings: TrainSettings,
     out: PathBuf,
@@ -52,7 +52,7 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     })
 }
 
-fn setup(args: &TrainArgs, backend: DefaultBackend) -> Result<Start> {
+fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
     if let Some(path) = &args.resume {
         let loaded = checkpoint::load(path, backend)?;
         let Some(state) = loaded.state.clone() else {
@@ -197,7 +197,7 @@ fn find_val(settings: &TrainSettings) -> Option<PathBuf> {
     (sibling != *data && sibling.exists()).then_some(sibling)
 }
 
-pub fn run(args: &TrainArgs, backend: DefaultBackend) -> Result<i32> {
+pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
     let Start {
         model,
         tokenizer,
@@ -301,7 +301,7 @@ pub fn run(args: &TrainArgs, backend: DefaultBackend) -> Result<i32> {
                 train.next_window(&mut pos, window, window - 1, &mut buf)?;
             }
             let (inputs, targets) = inputs_and_targets(&buf);
-            let loss = trainer.forward(inputs, targets)?;
+            let loss = trainer.forward_train(inputs, targets)?;
             if !loss.is_finite() {
                 progress.finish();
                 bail!(
@@ -392,7 +392,7 @@ pub fn run(args: &TrainArgs, backend: DefaultBackend) -> Result<i32> {
 }
 
 /// A short sample from the model as it is now, for the log.
-fn sample(trainer: &Trainer<DefaultBackend>, tokenizer: &Tokenizer, seed: u64) -> Result<String> {
+fn sample<B: Backend>(trainer: &Trainer<B>, tokenizer: &Tokenizer, seed: u64) -> Result<String> {
     let mut sampler = generate::sampler(0.8, 40, 1.0, seed)?;
     let prompt = generate::prompt_ids(tokenizer, "");
     let mut text = String::new();

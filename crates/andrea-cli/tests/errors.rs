@@ -135,10 +135,21 @@ fn bad_input_gives_a_clear_error() {
         "context length",
     );
     fails_with(dir, &["train", "--data", "data", "--out", "r"], "--config");
+    // Built without the `cuda` feature, --backend cuda says how to build it (with the
+    // feature, tests/cuda.rs covers it).
+    #[cfg(not(feature = "cuda"))]
+    {
+        let err = fails_with(
+            dir,
+            &["--backend", "cuda", "info", "--config", "tiny.toml"],
+            "--features cuda",
+        );
+        assert!(err.contains("--backend cpu"), "{err}");
+    }
     fails_with(
         dir,
-        &["--backend", "cuda", "info", "--config", "tiny.toml"],
-        "issue 6",
+        &["--precision", "bf16", "info", "--config", "tiny.toml"],
+        "only --backend cuda",
     );
     fails_with(dir, &["generate", "--checkpoint", "nope"], "nope");
     std::fs::create_dir(dir.join("empty")).unwrap();

@@ -12,8 +12,8 @@
 //!   |x|·|t|·k0·(1 + 3·k1·x²))·|dout| + 2e-6` (t = tanh(u), |t| <= 1); times 2.
 //!
 //! Without a device every test prints SKIPPED and passes (ANDREA_REQUIRE_DEVICE=1 makes it
-//! fail). Whole-model comparisons (a training step and a generation step of the tiny
-//! model) belong with andrea-model and are not here yet.
+//! fail). The whole model (a training step and a generation step) is compared in
+//! `model_vs_cpu.rs`.
 #![cfg(feature = "cuda")]
 
 mod common;

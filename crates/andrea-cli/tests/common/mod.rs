@@ -3,7 +3,7 @@
 //! 50 merges), so that each test takes about a second in the dev profile.
 #![allow(dead_code)] // each test binary uses some of the helpers
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub const TINY: &str = "\
@@ -27,9 +27,17 @@ sample_every = 0
 checkpoint_every = 0
 ";
 
+/// The binary under test: `ANDREA_BIN` if set (the GPU bundle runs these tests next to
+/// a copied binary), else the one cargo built with this test.
+pub fn binary() -> PathBuf {
+    std::env::var_os("ANDREA_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_andrea")))
+}
+
 /// Runs `andrea` in `dir`.
 pub fn andrea(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_andrea"))
+    Command::new(binary())
         .current_dir(dir)
         .args(args)
         .output()
