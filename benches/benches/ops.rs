@@ -433,6 +433,21 @@ fn bench_peak(c: &mut Criterion) {
             })
         });
     }
+    // The same copy at the size of the logits (1024 x 8449, 35 MB each way), which no
+    // cache holds: the peer of softmax + cross-entropy, which streams them from memory.
+    // Named apart so `bench-report` keeps the cache-resident copies as its reference.
+    let n = BT * V;
+    let src = randn(n, 2);
+    let mut dst = vec![0.0f32; n];
+    g.throughput(Throughput::Bytes((8 * n) as u64));
+    g.bench_function(format!("dram_copy_{threads}t_{}MB", (4 * n) >> 20), |bch| {
+        bch.iter(|| {
+            use rayon::prelude::*;
+            dst.par_chunks_mut(1 << 16)
+                .zip(src.par_chunks(1 << 16))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        })
+    });
     g.finish();
 }
 
