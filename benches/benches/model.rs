@@ -14,9 +14,7 @@ use andrea_core::Config;
 use andrea_cpu::CpuBackend;
 use andrea_model::bench::{synthetic_batch, Decoder};
 use andrea_model::{Model, Trainer};
-use criterion::{
-    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
-};
+use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
 
 const LABEL: &str = "cpu-2t";
 const THREADS: usize = 2;
@@ -37,8 +35,11 @@ fn config(path: &str) -> Config {
     Config::from_toml_file(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// A backend on the current pool: `main` runs every benchmark on a worker of a 2-thread
+/// pool, as `CpuBackend::install` and the `andrea` binary run a whole loop, so the ops
+/// start their parallel work without a hand-over from the main thread.
 fn backend() -> CpuBackend {
-    CpuBackend::with_threads(THREADS).expect("a thread pool")
+    CpuBackend::new()
 }
 
 fn train_step(c: &mut Criterion) {
@@ -59,7 +60,7 @@ fn train_step(c: &mut Criterion) {
             BenchmarkId::new(LABEL, format!("{name}_{batch}x{seq}")),
             |b| {
                 b.iter(|| {
-                    let loss = trainer.forward(&tokens, &targets).unwrap();
+                    let loss = trainer.forward_train(&tokens, &targets).unwrap();
                     trainer.backward().unwrap();
                     trainer.step(lr).unwrap();
                     black_box(loss)
@@ -100,4 +101,13 @@ fn decode(c: &mut Criterion) {
 }
 
 criterion_group!(benches, train_step, decode);
-criterion_main!(benches);
+
+// `criterion_main!`, inside the pool.
+fn main() {
+    CpuBackend::with_threads(THREADS)
+        .expect("a thread pool")
+        .install(|| {
+            benches();
+            Criterion::default().configure_from_args().final_summary();
+        });
+}
