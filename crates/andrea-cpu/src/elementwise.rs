@@ -4,11 +4,16 @@
 use rayon::prelude::*;
 
 use crate::par::MIN_TASK_ELEMS;
-use crate::simd::{self, multiversion};
+use crate::simd::{self, multiversion, MulAdd};
 
 multiversion! {
+    avx512;
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
-        simd::gelu_slice::<M>(x, y);
+        if M::WIDE_BLOCK == 2 * simd::BLOCK {
+            simd::gelu_slice::<M, { 2 * simd::BLOCK }>(x, y);
+        } else {
+            simd::gelu_slice::<M, { simd::BLOCK }>(x, y);
+        }
     }
 }
 
@@ -18,7 +23,7 @@ multiversion! {
         for c in y.chunks_mut(1024) {
             let x = &mut block[..c.len()];
             x.copy_from_slice(c);
-            simd::gelu_slice::<M>(x, c);
+            simd::gelu_slice::<M, { simd::BLOCK }>(x, c);
         }
     }
 }
@@ -26,14 +31,22 @@ multiversion! {
 multiversion! {
     avx512;
     fn gelu_backward_chunk(x: &[f32], dy: &[f32], dx: &mut [f32]) {
-        simd::gelu_grad_slice::<M>(x, Some(dy), dx);
+        if M::WIDE_BLOCK == 2 * simd::BLOCK {
+            simd::gelu_grad_slice::<M, { 2 * simd::BLOCK }>(x, Some(dy), dx);
+        } else {
+            simd::gelu_grad_slice::<M, { simd::BLOCK }>(x, Some(dy), dx);
+        }
     }
 }
 
 multiversion! {
     avx512;
     fn gelu_backward_chunk_in_place(x: &[f32], dydx: &mut [f32]) {
-        simd::gelu_grad_slice::<M>(x, None, dydx);
+        if M::WIDE_BLOCK == 2 * simd::BLOCK {
+            simd::gelu_grad_slice::<M, { 2 * simd::BLOCK }>(x, None, dydx);
+        } else {
+            simd::gelu_grad_slice::<M, { simd::BLOCK }>(x, None, dydx);
+        }
     }
 }
 

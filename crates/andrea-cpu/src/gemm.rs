@@ -28,7 +28,7 @@ pub(crate) struct Operand {
     pub cs: usize,
 }
 
-/// The single-threaded f32 GEMM kernel behind [`sgemm_strided`].
+/// The single-threaded f32 GEMM kernel behind the crate's one strided GEMM function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GemmKernel {
     /// The `gemm` crate (faster on this project's build machine: see benches/README.md).
