@@ -89,11 +89,36 @@ cmd() {
 }
 
 if [ -x ./andrea ]; then
-    cmd "andrea-info-120m" ./andrea --backend cuda info --config configs/andrea-120m.toml --batch-size 8 --seq-len 1024
+    cmd "andrea-info-120m" ./andrea --backend cuda info --config configs/andrea-120m.toml --batch-size 16 --seq-len 1024
     if [ "${ANDREA_SKIP_BENCH:-0}" = 0 ]; then
         cmd "andrea-bench-train-tiny" ./andrea --backend cuda bench train --config configs/tiny.toml --batch-size 8 --seq-len 256 --json
-        cmd "andrea-bench-train-120m-tf32" ./andrea --backend cuda bench train --config configs/andrea-120m.toml --batch-size 8 --seq-len 1024 --steps 5 --json
-        cmd "andrea-bench-train-120m-fp32" ./andrea --backend cuda --precision fp32 bench train --config configs/andrea-120m.toml --batch-size 8 --seq-len 1024 --steps 3 --json
+        # The issue's figure: ANDREA-120M at batch 16 x 1024 (11.6 GiB by `andrea info`).
+        cmd "andrea-bench-train-120m-16x1024-tf32" ./andrea --backend cuda bench train --config configs/andrea-120m.toml --batch-size 16 --seq-len 1024 --steps 5 --json
+        cmd "andrea-bench-train-120m-16x1024-fp32" ./andrea --backend cuda --precision fp32 bench train --config configs/andrea-120m.toml --batch-size 16 --seq-len 1024 --steps 3 --json
+        cmd "andrea-bench-train-120m-16x1024-bf16" ./andrea --backend cuda --precision bf16 bench train --config configs/andrea-120m.toml --batch-size 16 --seq-len 1024 --steps 3 --json
+        # The largest batch that fits: double from 32 until a step fails (out of memory is
+        # a clean error naming it, not a crash). Passing sizes get their own rows; the
+        # first that fails is expected, so it is a note on the summary row, not a failure.
+        largest=16 stop=""
+        if ! grep -q '"tokens_per_s"' logs/andrea-bench-train-120m-16x1024-tf32.log; then
+            largest=none stop="16 x 1024 failed"
+        fi
+        for b in 32 64 128 256; do
+            [ "$largest" = none ] && break
+            log="logs/andrea-bench-train-120m-${b}x1024-tf32.log"
+            start=$(date +%s)
+            if ./andrea --backend cuda bench train --config configs/andrea-120m.toml \
+                --batch-size "$b" --seq-len 1024 --steps 2 --warmup 1 --json >"$log" 2>&1; then
+                note=$(grep -Eo '"tokens_per_s":[0-9.e+-]+' "$log" | tail -1 | awk -F: '{printf "%.0f tokens/s", $2}')
+                row "andrea-bench-train-120m-${b}x1024-tf32" "$log" 0 $(( $(date +%s) - start )) 1 0 "$note"
+                largest=$b
+            else
+                stop="${b} x 1024 failed: $(grep -m1 -E 'error' "$log" | cut -c1-80)"
+                break
+            fi
+        done
+        printf 'largest batch that fits: %s x 1024\n%s\n' "$largest" "$stop" >logs/largest-batch.log
+        row "andrea-120m-largest-batch" logs/largest-batch.log 0 0 1 0 "${largest} x 1024 (${stop:-256 x 1024 fit})"
         cmd "andrea-bench-decode-120m" ./andrea --backend cuda bench decode --config configs/andrea-120m.toml --batch-size 1 --seq-len 256 --steps 64 --json
     fi
 fi
