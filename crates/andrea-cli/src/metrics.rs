@@ -109,7 +109,7 @@ impl Progress {
         );
         self.bar.set_position(m.step);
         if self.bar.is_hidden() {
-            if self.log_every > 0 && (m.step % self.log_every == 0 || m.step == total) {
+            if self.log_every > 0 && (m.step.is_multiple_of(self.log_every) || m.step == total) {
                 eprintln!(
                     "step {}/{total} | {msg} | grad norm {:.3}",
                     m.step, m.grad_norm

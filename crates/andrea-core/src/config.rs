@@ -207,7 +207,7 @@ impl ModelConfig {
                 return Err(invalid(key, format!("must be at most {MAX_SIZE}, got {v}")));
             }
         }
-        if self.d_model % self.n_head != 0 {
+        if !self.d_model.is_multiple_of(self.n_head) {
             return Err(invalid(
                 "model.n_head",
                 format!(

@@ -331,7 +331,7 @@ impl<'a, M: DeviceMemory> Heads<'a, M> {
     /// Heads of a contiguous `[B, T, H·D]` tensor.
     pub fn from_tensor(t: View<'a, M>, heads: usize) -> Option<Self> {
         let d = t.shape.dims();
-        if d.len() != 3 || heads == 0 || d[2] % heads != 0 {
+        if d.len() != 3 || heads == 0 || !d[2].is_multiple_of(heads) {
             return None;
         }
         Some(Heads {
@@ -349,7 +349,7 @@ impl<'a, M: DeviceMemory> Heads<'a, M> {
     /// Splits the fused QKV activation `[B, T, 3·C]` into query, key and value heads.
     pub fn split_qkv(qkv: View<'a, M>, heads: usize) -> Option<[Self; 3]> {
         let d = qkv.shape.dims();
-        if d.len() != 3 || heads == 0 || d[2] % (3 * heads) != 0 {
+        if d.len() != 3 || heads == 0 || !d[2].is_multiple_of(3 * heads) {
             return None;
         }
         let c = d[2] / 3;

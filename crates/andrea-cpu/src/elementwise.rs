@@ -74,22 +74,43 @@ multiversion! {
     }
 }
 
-/// `y = GELU(x)` on the calling thread.
-pub(crate) fn gelu_slice(x: &[f32], y: &mut [f32]) {
-    gelu_chunk(x, y)
+/// `y = GELU(x)` on the calling thread (`x == None`: in place).
+pub(crate) fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512.
+        return unsafe { crate::avx512::gelu_slice(x, y) };
+    }
+    match x {
+        Some(x) => gelu_chunk(x, y),
+        None => gelu_chunk_in_place(y),
+    }
+}
+
+/// `dx = dy · GELU'(x)` on the calling thread (`dy == None`: `dx` holds `dy`).
+fn gelu_backward_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512.
+        return unsafe { crate::avx512::gelu_grad_slice(x, dy, dx) };
+    }
+    match dy {
+        Some(dy) => gelu_backward_chunk(x, dy, dx),
+        None => gelu_backward_chunk_in_place(x, dx),
+    }
 }
 
 /// `y = GELU(x)`.
 pub(crate) fn gelu(x: &[f32], y: &mut [f32]) {
     y.par_chunks_mut(MIN_TASK_ELEMS)
         .zip(x.par_chunks(MIN_TASK_ELEMS))
-        .for_each(|(y, x)| gelu_chunk(x, y));
+        .for_each(|(y, x)| gelu_slice(Some(x), y));
 }
 
 /// `y = GELU(y)`.
 pub(crate) fn gelu_in_place(y: &mut [f32]) {
     y.par_chunks_mut(MIN_TASK_ELEMS)
-        .for_each(gelu_chunk_in_place);
+        .for_each(|y| gelu_slice(None, y));
 }
 
 /// `dx = dy · GELU'(x)`.
@@ -97,14 +118,14 @@ pub(crate) fn gelu_backward(x: &[f32], dy: &[f32], dx: &mut [f32]) {
     dx.par_chunks_mut(MIN_TASK_ELEMS)
         .zip(x.par_chunks(MIN_TASK_ELEMS))
         .zip(dy.par_chunks(MIN_TASK_ELEMS))
-        .for_each(|((dx, x), dy)| gelu_backward_chunk(x, dy, dx));
+        .for_each(|((dx, x), dy)| gelu_backward_slice(x, Some(dy), dx));
 }
 
 /// `dydx = dydx · GELU'(x)`.
 pub(crate) fn gelu_backward_in_place(x: &[f32], dydx: &mut [f32]) {
     dydx.par_chunks_mut(MIN_TASK_ELEMS)
         .zip(x.par_chunks(MIN_TASK_ELEMS))
-        .for_each(|(d, x)| gelu_backward_chunk_in_place(x, d));
+        .for_each(|(d, x)| gelu_backward_slice(x, None, d));
 }
 
 /// `y = a + b`.

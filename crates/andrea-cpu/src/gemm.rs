@@ -347,7 +347,7 @@ fn matmul(g: &Gemm<'_>) {
                     let off = (blk.r0 + i) * c.row_stride + blk.c0;
                     let src = std::slice::from_raw_parts(pc.get().add(off), n);
                     let dst = std::slice::from_raw_parts_mut(out.get().add(off), n);
-                    crate::elementwise::gelu_slice(src, dst);
+                    crate::elementwise::gelu_slice(Some(src), dst);
                 }
             }
         }

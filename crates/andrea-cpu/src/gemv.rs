@@ -175,7 +175,7 @@ impl Gemv<'_> {
             let dst = unsafe {
                 std::slice::from_raw_parts_mut(out.get().add(i * self.c_rs + j0), c.len())
             };
-            crate::elementwise::gelu_slice(c, dst);
+            crate::elementwise::gelu_slice(Some(c), dst);
         }
     }
 }

@@ -21,8 +21,9 @@
 //!   computes loss and gradient in one pass, optionally overwriting the logits.
 //! * **SIMD**: the crate builds for baseline x86-64; hot loops are compiled a second time
 //!   for AVX2 + FMA, some (measured faster) a third time for AVX-512, and the copy the CPU
-//!   supports is chosen at run time (the `simd` module docs). The copies give the same
-//!   bits.
+//!   supports is chosen at run time (the `simd` module docs). Softmax, softmax +
+//!   cross-entropy and GELU have AVX-512 kernels written with intrinsics (`avx512`
+//!   module: masked tails, `vscalefps`, tree sums). The copies give the same bits.
 //! * **Determinism**: results are bit-identical from run to run *and for any thread
 //!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
 //!   reduction adds in an order fixed by the sizes, and GEMM blocks never split the
@@ -43,6 +44,8 @@
 //! ```
 
 mod attention;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod buffer;
 mod elementwise;
 mod embedding;

@@ -135,6 +135,25 @@ impl MulAdd for Unfused {
     }
 }
 
+/// The constants of [`exp`], shared with the AVX-512 kernels so every copy uses the same.
+pub(crate) mod exp_consts {
+    /// The clamp: `e^x` is a normal f32 on `[LO, HI]`.
+    pub(crate) const LO: f32 = -87.0;
+    pub(crate) const HI: f32 = 88.0;
+    /// `ln 2` in two parts, `LN2_HI` exact in few bits, for the two-step reduction.
+    pub(crate) const LN2_HI: f32 = 0.693_145_75;
+    pub(crate) const LN2_LO: f32 = 1.428_606_8e-6;
+    /// `1.5·2^23`: adding it rounds to an integer held in the low mantissa bits.
+    pub(crate) const MAGIC: f32 = 12_582_912.0;
+    /// Taylor coefficients `1/k!` for `k = 2..=7`.
+    pub(crate) const P2: f32 = 0.5;
+    pub(crate) const P3: f32 = 1.0 / 6.0;
+    pub(crate) const P4: f32 = 1.0 / 24.0;
+    pub(crate) const P5: f32 = 1.0 / 120.0;
+    pub(crate) const P6: f32 = 1.0 / 720.0;
+    pub(crate) const P7: f32 = 1.0 / 5040.0;
+}
+
 /// `e^x` for f32, written so loops over it vectorise: `x = k·ln2 + r` with `|r| <= ln2/2`,
 /// `e^r` by its Taylor series to `r^7/7!` (relative error below 2e-7 on that interval)
 /// evaluated in Estrin's scheme (a dependency chain of 4 multiply-adds, not 8), and
@@ -146,10 +165,8 @@ impl MulAdd for Unfused {
 /// (Rust's saturating `as i32` does not vectorise).
 #[inline(always)]
 pub(crate) fn exp<M: MulAdd>(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23
-    let x = x.clamp(-87.0, 88.0);
+    use exp_consts::*;
+    let x = x.clamp(LO, HI);
     let t = M::mul_add(x, std::f32::consts::LOG2_E, MAGIC);
     let k = t - MAGIC;
     let ki = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
@@ -158,9 +175,9 @@ pub(crate) fn exp<M: MulAdd>(x: f32) -> f32 {
     let r2 = r * r;
     let r4 = r2 * r2;
     let a = 1.0 + r;
-    let b = M::mul_add(r, 1.0 / 6.0, 0.5);
-    let c = M::mul_add(r, 1.0 / 120.0, 1.0 / 24.0);
-    let d = M::mul_add(r, 1.0 / 5040.0, 1.0 / 720.0);
+    let b = M::mul_add(r, P3, P2);
+    let c = M::mul_add(r, P5, P4);
+    let d = M::mul_add(r, P7, P6);
     let p = M::mul_add(r4, M::mul_add(r2, d, c), M::mul_add(r2, b, a));
     p * f32::from_bits(((ki + 127) as u32) << 23)
 }
@@ -175,12 +192,10 @@ pub(crate) const BLOCK: usize = 32;
 /// results as [`exp`].
 #[inline(always)]
 pub(crate) fn exp_block<M: MulAdd, const N: usize>(x: &mut [f32; N]) {
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23
+    use exp_consts::*;
     let mut t = [0.0f32; N];
     for i in 0..N {
-        x[i] = x[i].clamp(-87.0, 88.0);
+        x[i] = x[i].clamp(LO, HI);
         t[i] = M::mul_add(x[i], std::f32::consts::LOG2_E, MAGIC);
     }
     let mut r = [0.0f32; N];
@@ -193,9 +208,9 @@ pub(crate) fn exp_block<M: MulAdd, const N: usize>(x: &mut [f32; N]) {
         let r2 = r1 * r1;
         let r4 = r2 * r2;
         let a = 1.0 + r1;
-        let b = M::mul_add(r1, 1.0 / 6.0, 0.5);
-        let c = M::mul_add(r1, 1.0 / 120.0, 1.0 / 24.0);
-        let d = M::mul_add(r1, 1.0 / 5040.0, 1.0 / 720.0);
+        let b = M::mul_add(r1, P3, P2);
+        let c = M::mul_add(r1, P5, P4);
+        let d = M::mul_add(r1, P7, P6);
         x[i] = M::mul_add(r4, M::mul_add(r2, d, c), M::mul_add(r2, b, a));
     }
     for i in 0..N {
@@ -289,10 +304,10 @@ pub(crate) const GELU_C: f32 = 0.797_884_6;
 pub(crate) const GELU_A: f32 = 0.044_715;
 /// `-2u = x·(K1 + K3·x²)`: the exponent of [`gelu`] with the constants folded, so the hot
 /// loops keep fewer of them in registers (`K1 = -2·sqrt(2/π)`, `K3 = K1·0.044715`).
-const GELU_K1: f32 = -2.0 * GELU_C;
-const GELU_K3: f32 = -2.0 * GELU_C * GELU_A;
+pub(crate) const GELU_K1: f32 = -2.0 * GELU_C;
+pub(crate) const GELU_K3: f32 = -2.0 * GELU_C * GELU_A;
 /// `u'(x) = sqrt(2/π) + D3·x²`, `D3 = 3·0.044715·sqrt(2/π)`.
-const GELU_D3: f32 = 3.0 * GELU_A * GELU_C;
+pub(crate) const GELU_D3: f32 = 3.0 * GELU_A * GELU_C;
 
 /// GELU, tanh form. Uses `0.5·(1 + tanh(u)) = 1 / (1 + e^(-2u))`, which has no
 /// cancellation near 0 and needs one `exp` and one division.
@@ -350,11 +365,7 @@ pub(crate) fn exp_shifted<M: MulAdd>(y: &mut [f32], scale: f32, m: f32) -> f32 {
         *t = exp::<M>(M::mul_add(*t, scale, -m));
         acc[i] += *t;
     }
-    let mut s = 0.0;
-    for a in acc {
-        s += a;
-    }
-    s
+    sum_lanes(&acc)
 }
 
 /// `Σ e^(x - m)` (in blocks, [`BLOCK`] accumulators), `x` unchanged.
@@ -376,11 +387,23 @@ pub(crate) fn sum_exp<M: MulAdd>(x: &[f32], m: f32) -> f32 {
     for (i, &t) in tail.iter().enumerate() {
         acc[i] += exp::<M>(t - m);
     }
-    let mut s = 0.0;
-    for a in acc {
-        s += a;
+    sum_lanes(&acc)
+}
+
+/// The sum of [`BLOCK`] lanes as a tree: halves added lane by lane (`acc[i] + acc[i+16]`,
+/// then `+8`, `+4`, `+2`, `+1`), the order a vector unit folds them in, so the AVX-512
+/// kernels (`avx512` module) give the same bits with five adds instead of 31 in a chain.
+#[inline(always)]
+pub(crate) fn sum_lanes(acc: &[f32; BLOCK]) -> f32 {
+    let mut v = *acc;
+    let mut w = BLOCK / 2;
+    while w >= 1 {
+        for i in 0..w {
+            v[i] += v[i + w];
+        }
+        w /= 2;
     }
-    s
+    v[0]
 }
 
 /// Sum of `x` with 16 independent accumulators (vectorises without reassociating

@@ -5,6 +5,8 @@ use rayon::prelude::*;
 
 use andrea_core::IGNORE_INDEX;
 
+#[cfg(target_arch = "x86_64")]
+use crate::avx512;
 use crate::par::rows_per_task;
 use crate::simd::{self, multiversion, MulAdd};
 
@@ -52,6 +54,9 @@ multiversion! {
     }
 }
 
+/// Rows ahead whose source the AVX-512 softmax prefetches.
+const PREFETCH_ROWS: usize = 2;
+
 /// `y = softmax(src)` (or of `y` in place when `src` is `None`), rows of `k_len`.
 pub(crate) fn softmax(
     src: Option<&[f32]>,
@@ -66,6 +71,21 @@ pub(crate) fn softmax(
         .enumerate()
         .for_each(|(t, y)| {
             let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
+            #[cfg(target_arch = "x86_64")]
+            if simd::has_avx512() && scale >= 0.0 {
+                let ahead = |i: usize| (i + PREFETCH_ROWS) * k_len;
+                for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
+                    let n = visible(t * rows + i, q_len, k_len, causal);
+                    if let Some(s) = src.filter(|s| ahead(i) < s.len()) {
+                        let na = visible(t * rows + i + PREFETCH_ROWS, q_len, k_len, causal);
+                        avx512::prefetch(&s[ahead(i)..ahead(i) + na]);
+                    }
+                    let src = src.map(|s| &s[i * k_len..(i + 1) * k_len]);
+                    // SAFETY: the CPU has AVX-512; n >= 1 (a causal row sees its own key).
+                    unsafe { avx512::softmax_row(src, row, n, scale) };
+                }
+                return;
+            }
             softmax_rows(src, y, t * rows, q_len, k_len, scale, causal)
         });
 }
@@ -118,9 +138,6 @@ pub(crate) fn softmax_backward(
 multiversion! {
     /// The loss of one row, without its gradient.
     fn cross_entropy_loss_row(logits: &[f32], target: u32, vocab: usize) -> f32 {
-        if target == IGNORE_INDEX {
-            return 0.0;
-        }
         let real = &logits[..vocab];
         let m = simd::max(real);
         let s = simd::sum_exp::<M>(real, m);
@@ -130,7 +147,8 @@ multiversion! {
 
 /// Fused softmax + cross-entropy over rows of `vp` logits (first `vocab` real).
 /// `grad`: `None` for the loss only; `Some(None)` to overwrite `logits` with the
-/// gradient; `Some(Some(g))` to write it into `g`.
+/// gradient; `Some(Some(g))` to write it into `g`. Targets are below `vocab` or
+/// [`IGNORE_INDEX`] (a row with loss and gradient 0).
 pub(crate) fn cross_entropy(
     logits: &mut [f32],
     targets: &[u32],
@@ -144,41 +162,77 @@ pub(crate) fn cross_entropy(
         None => logits
             .par_chunks(vp)
             .zip(targets.par_iter().zip(losses.par_iter_mut()))
-            .for_each(|(row, (&t, l))| *l = cross_entropy_loss_row(row, t, vocab)),
+            .for_each(|(row, (&t, l))| {
+                *l = if t == IGNORE_INDEX {
+                    0.0
+                } else {
+                    cross_entropy_loss_row(row, t, vocab)
+                }
+            }),
         Some(None) => logits
             .par_chunks_mut(vp)
             .zip(targets.par_iter().zip(losses.par_iter_mut()))
-            .for_each(|(row, (&t, l))| *l = cross_entropy_in_place(row, t, vocab, grad_scale)),
+            .for_each(|(row, (&t, l))| *l = cross_entropy_row(None, row, t, vocab, grad_scale)),
         Some(Some(g)) => logits
             .par_chunks(vp)
             .zip(g.par_chunks_mut(vp))
             .zip(targets.par_iter().zip(losses.par_iter_mut()))
             .for_each(|((row, g), (&t, l))| {
-                g.copy_from_slice(row);
-                *l = cross_entropy_in_place(g, t, vocab, grad_scale);
+                *l = cross_entropy_row(Some(row), g, t, vocab, grad_scale)
             }),
     }
 }
 
-multiversion! {
-    /// The loss of one row whose logits are in `g`, then `g` becomes the gradient.
-    fn cross_entropy_in_place(g: &mut [f32], target: u32, vocab: usize, grad_scale: f32) -> f32 {
-        if target == IGNORE_INDEX {
-            g.fill(0.0);
-            return 0.0;
-        }
-        // One exp pass: e^(x - max) into the row, then scale by grad_scale / Σ.
-        let x_t = g[target as usize];
-        let (real, pad) = g.split_at_mut(vocab);
-        let m = simd::max(real);
-        let sum = simd::exp_shifted::<M>(real, 1.0, m);
-        let loss = m + sum.ln() - x_t;
-        let k = grad_scale / sum;
-        for o in real.iter_mut() {
-            *o *= k;
-        }
-        real[target as usize] -= grad_scale;
-        pad.fill(0.0);
-        loss
+/// The loss of one row of logits (`src`, or `g` itself when `None`), then `g` becomes
+/// its gradient.
+fn cross_entropy_row(
+    src: Option<&[f32]>,
+    g: &mut [f32],
+    target: u32,
+    vocab: usize,
+    grad_scale: f32,
+) -> f32 {
+    if target == IGNORE_INDEX {
+        g.fill(0.0);
+        return 0.0;
     }
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512; the caller checked target < vocab.
+        return unsafe { avx512::cross_entropy_row(src, g, target as usize, vocab, grad_scale) };
+    }
+    if let Some(src) = src {
+        g.copy_from_slice(src);
+    }
+    cross_entropy_in_place(g, target, vocab, grad_scale)
+}
+
+multiversion! {
+    fn cross_entropy_in_place(g: &mut [f32], target: u32, vocab: usize, grad_scale: f32) -> f32 {
+        cross_entropy_in_place_with::<M>(g, target, vocab, grad_scale)
+    }
+}
+
+/// The loss of one row whose logits are in `g` (target not ignored), then `g` becomes
+/// the gradient.
+#[inline(always)]
+pub(crate) fn cross_entropy_in_place_with<M: MulAdd>(
+    g: &mut [f32],
+    target: u32,
+    vocab: usize,
+    grad_scale: f32,
+) -> f32 {
+    // One exp pass: e^(x - max) into the row, then scale by grad_scale / Σ.
+    let x_t = g[target as usize];
+    let (real, pad) = g.split_at_mut(vocab);
+    let m = simd::max(real);
+    let sum = simd::exp_shifted::<M>(real, 1.0, m);
+    let loss = m + sum.ln() - x_t;
+    let k = grad_scale / sum;
+    for o in real.iter_mut() {
+        *o *= k;
+    }
+    real[target as usize] -= grad_scale;
+    pad.fill(0.0);
+    loss
 }

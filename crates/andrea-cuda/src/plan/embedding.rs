@@ -10,7 +10,7 @@ pub const BLOCK: u32 = 128;
 /// One block per token.
 pub fn forward(tokens: usize, c: usize, offsets: &[usize]) -> Result<Launch> {
     int("embedding", "channels", c)?;
-    let v4 = c % 4 == 0 && aligned4(offsets);
+    let v4 = c.is_multiple_of(4) && aligned4(offsets);
     Ok(Launch {
         kernel: if v4 {
             "embedding_forward_v4"

@@ -79,11 +79,15 @@ pub enum LoadMode {
 /// every group of 4 is 16-byte aligned and inside the operand, tiles being multiples of 4
 /// in both dimensions); scalar otherwise, walking the smaller stride.
 pub fn load_mode(o: &Operand) -> LoadMode {
-    let batch_ok = o.batch == 1 || o.bs % 4 == 0;
-    let base_ok = o.offset % 4 == 0 && batch_ok;
-    if o.cs == 1 && o.cols % 4 == 0 && (o.rows == 1 || o.rs % 4 == 0) && base_ok {
+    let batch_ok = o.batch == 1 || o.bs.is_multiple_of(4);
+    let base_ok = o.offset.is_multiple_of(4) && batch_ok;
+    if o.cs == 1 && o.cols.is_multiple_of(4) && (o.rows == 1 || o.rs.is_multiple_of(4)) && base_ok {
         LoadMode::Vec4Cols
-    } else if o.rs == 1 && o.rows % 4 == 0 && (o.cols == 1 || o.cs % 4 == 0) && base_ok {
+    } else if o.rs == 1
+        && o.rows.is_multiple_of(4)
+        && (o.cols == 1 || o.cs.is_multiple_of(4))
+        && base_ok
+    {
         LoadMode::Vec4Rows
     } else if o.cs <= o.rs {
         LoadMode::ScalarCols

@@ -85,7 +85,7 @@ pub fn sum_squares(n: usize, offset: usize) -> Result<SumSquares> {
     Ok(SumSquares {
         chunk,
         partials: Launch {
-            kernel: if offset % 4 == 0 {
+            kernel: if offset.is_multiple_of(4) {
                 "sum_squares_partials_v4"
             } else {
                 "sum_squares_partials_v1"

@@ -14,7 +14,7 @@ pub const LOSS_BLOCK: u32 = 256;
 /// float4 rows when the row length is a multiple of 4 and every view is 16-byte aligned
 /// (then every row start is too).
 pub fn vec4_rows(row_len: usize, offsets: &[usize]) -> bool {
-    row_len % 4 == 0 && aligned4(offsets)
+    row_len.is_multiple_of(4) && aligned4(offsets)
 }
 
 /// A warp-per-row launch over `rows` rows of `kernel`.

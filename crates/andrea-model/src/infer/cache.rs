@@ -176,7 +176,7 @@ impl<B: Backend> Model<B> {
             ));
         }
         let batch = cache.batch;
-        if tokens.is_empty() || tokens.len() % batch != 0 {
+        if tokens.is_empty() || !tokens.len().is_multiple_of(batch) {
             return Err(ModelError::batch(
                 "extend",
                 format!(

@@ -11,7 +11,8 @@ impl<B: Backend> Trainer<B> {
     fn batch_of(&self, tokens: &[u32], targets: &[u32]) -> Result<usize> {
         let (max_batch, seq) = self.shape();
         let vocab = self.model.config().vocab_size;
-        if tokens.is_empty() || tokens.len() % seq != 0 || tokens.len() > max_batch * seq {
+        if tokens.is_empty() || !tokens.len().is_multiple_of(seq) || tokens.len() > max_batch * seq
+        {
             return Err(ModelError::batch(
                 "forward",
                 format!(

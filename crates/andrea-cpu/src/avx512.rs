@@ -1,0 +1,558 @@
+//! AVX-512 kernels written with intrinsics, for the row loops the compiler's
+//! auto-vectorised copies leave slow: softmax rows (short, with ragged causal lengths)
+//! and the softmax + cross-entropy rows of the output layer.
+//!
+//! What the intrinsics buy over the `multiversion!` copies:
+//!
+//! * **Masked tails.** A row whose length is not a multiple of 16 ends in one masked
+//!   vector, not a scalar loop. A causal row of 256 has on average 16 scalar elements
+//!   in the generic form, each a ~20-operation `exp` on one lane: that cost as much as
+//!   the rest of the row.
+//! * **`vscalefps`** builds `p·2^k` in one instruction in place of three integer ones.
+//! * **Horizontal sums as a tree** of vector adds rather than 32 dependent scalar adds.
+//!
+//! **Same bits as the other copies.** Every element goes through the same IEEE
+//! operations in the same order as [`simd::exp`](crate::simd::exp) with `Fused`, and
+//! sums keep the same [`BLOCK`] lanes (element `i` of a row into lane `i mod 32`) added
+//! in the same order, then folded by the same tree ([`simd::sum_lanes`]). `p·2^k` by
+//! `vscalefps` and by a multiply with the built power of two are the same correctly
+//! rounded product. Unit tests compare the bits with the generic forms.
+//!
+//! Everything here requires AVX-512 F (and the callers check [`simd::has_avx512`]).
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use crate::simd::{self, BLOCK};
+
+/// The lanes of one vector.
+const L: usize = 16;
+
+/// Mask of the first `n` lanes (all when `n >= 16`).
+#[inline(always)]
+fn first(n: usize) -> __mmask16 {
+    if n >= L {
+        0xFFFF
+    } else {
+        ((1u32 << n) - 1) as __mmask16
+    }
+}
+
+/// `e^x` on 16 lanes: [`simd::exp`] step for step.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn exp(x: __m512) -> __m512 {
+    use simd::exp_consts as c;
+    let x = _mm512_min_ps(
+        _mm512_set1_ps(c::HI),
+        _mm512_max_ps(_mm512_set1_ps(c::LO), x),
+    );
+    let t = _mm512_fmadd_ps(
+        x,
+        _mm512_set1_ps(std::f32::consts::LOG2_E),
+        _mm512_set1_ps(c::MAGIC),
+    );
+    let k = _mm512_sub_ps(t, _mm512_set1_ps(c::MAGIC));
+    let r = _mm512_fnmadd_ps(
+        k,
+        _mm512_set1_ps(c::LN2_LO),
+        _mm512_fnmadd_ps(k, _mm512_set1_ps(c::LN2_HI), x),
+    );
+    let r2 = _mm512_mul_ps(r, r);
+    let r4 = _mm512_mul_ps(r2, r2);
+    let a = _mm512_add_ps(_mm512_set1_ps(1.0), r);
+    let b = _mm512_fmadd_ps(r, _mm512_set1_ps(c::P3), _mm512_set1_ps(c::P2));
+    let cc = _mm512_fmadd_ps(r, _mm512_set1_ps(c::P5), _mm512_set1_ps(c::P4));
+    let d = _mm512_fmadd_ps(r, _mm512_set1_ps(c::P7), _mm512_set1_ps(c::P6));
+    let p = _mm512_fmadd_ps(r4, _mm512_fmadd_ps(r2, d, cc), _mm512_fmadd_ps(r2, b, a));
+    _mm512_scalef_ps(p, k)
+}
+
+/// [`simd::sum_lanes`] of the 32 lanes `lo ++ hi`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn sum_lanes(lo: __m512, hi: __m512) -> f32 {
+    let s16 = _mm512_add_ps(lo, hi);
+    let s8 = _mm256_add_ps(
+        _mm512_castps512_ps256(s16),
+        _mm512_extractf32x8_ps::<1>(s16),
+    );
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)))
+}
+
+/// Largest of `x[..n]` (`-inf` if `n == 0`). Max is exact, so the order is free.
+///
+/// # Safety
+/// `x` is valid for `n` reads.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn max(x: *const f32, n: usize) -> f32 {
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let (mut m0, mut m1) = (ninf, ninf);
+    let mut i = 0;
+    while i + 2 * L <= n {
+        // SAFETY: i + 32 <= n.
+        unsafe {
+            m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x.add(i)));
+            m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x.add(i + L)));
+        }
+        i += 2 * L;
+    }
+    while i < n {
+        // SAFETY: the mask covers only the n - i elements left.
+        unsafe { m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, first(n - i), x.add(i))) };
+        i += L;
+    }
+    _mm512_reduce_max_ps(_mm512_max_ps(m0, m1))
+}
+
+/// `dst[i] = e^(scale·src[i] - m)` for `i < n`; returns their sum, added as
+/// [`simd::exp_shifted`] adds it. `src` may equal `dst`.
+///
+/// # Safety
+/// `src` is valid for `n` reads and `dst` for `n` writes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn exp_shifted(src: *const f32, dst: *mut f32, n: usize, scale: f32, m: f32) -> f32 {
+    let (vs, vm) = (_mm512_set1_ps(scale), _mm512_set1_ps(-m));
+    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut i = 0;
+    // Two blocks of 32 per pass: four independent exp chains in flight.
+    while i + 2 * BLOCK <= n {
+        // SAFETY: i + 64 <= n.
+        unsafe {
+            let e0 = exp(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i)), vs, vm));
+            let e1 = exp(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + L)), vs, vm));
+            let e2 = exp(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 2 * L)), vs, vm));
+            let e3 = exp(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 3 * L)), vs, vm));
+            _mm512_storeu_ps(dst.add(i), e0);
+            _mm512_storeu_ps(dst.add(i + L), e1);
+            _mm512_storeu_ps(dst.add(i + 2 * L), e2);
+            _mm512_storeu_ps(dst.add(i + 3 * L), e3);
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+            a0 = _mm512_add_ps(a0, e2);
+            a1 = _mm512_add_ps(a1, e3);
+        }
+        i += 2 * BLOCK;
+    }
+    // The rest, one vector at a time (lanes alternate between a0 and a1 as in blocks),
+    // the last one masked. Masked stores are slow on Zen 4: only the last one is.
+    let mut hi = false;
+    while i < n {
+        let k = first(n - i);
+        // SAFETY: a full vector when i + 16 <= n, else the mask covers only the n - i
+        // elements left.
+        let e = unsafe {
+            let full = i + L <= n;
+            let x = if full {
+                _mm512_loadu_ps(src.add(i))
+            } else {
+                _mm512_maskz_loadu_ps(k, src.add(i))
+            };
+            let e = exp(_mm512_fmadd_ps(x, vs, vm));
+            if full {
+                _mm512_storeu_ps(dst.add(i), e);
+            } else {
+                _mm512_mask_storeu_ps(dst.add(i), k, e);
+            }
+            e
+        };
+        if hi {
+            a1 = _mm512_mask_add_ps(a1, k, a1, e);
+        } else {
+            a0 = _mm512_mask_add_ps(a0, k, a0, e);
+        }
+        hi = !hi;
+        i += L;
+    }
+    sum_lanes(a0, a1)
+}
+
+/// `x[..n] *= s`.
+///
+/// # Safety
+/// `x` is valid for `n` reads and writes.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn scale_in_place(x: *mut f32, n: usize, s: f32) {
+    let vs = _mm512_set1_ps(s);
+    let mut i = 0;
+    while i + L <= n {
+        // SAFETY: i + 16 <= n.
+        unsafe { _mm512_storeu_ps(x.add(i), _mm512_mul_ps(_mm512_loadu_ps(x.add(i)), vs)) };
+        i += L;
+    }
+    if i < n {
+        let k = first(n - i);
+        // SAFETY: the mask covers only the n - i elements left.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(k, x.add(i));
+            _mm512_mask_storeu_ps(x.add(i), k, _mm512_mul_ps(v, vs));
+        }
+    }
+}
+
+/// `x[..n] = 0`.
+///
+/// # Safety
+/// `x` is valid for `n` writes.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn zero(x: *mut f32, n: usize) {
+    let z = _mm512_setzero_ps();
+    let mut i = 0;
+    while i + L <= n {
+        // SAFETY: i + 16 <= n.
+        unsafe { _mm512_storeu_ps(x.add(i), z) };
+        i += L;
+    }
+    if i < n {
+        // SAFETY: the mask covers only the n - i elements left.
+        unsafe { _mm512_mask_storeu_ps(x.add(i), first(n - i), z) };
+    }
+}
+
+/// Asks for the cache lines of `x` ahead of their use (a hint: no effect on results).
+/// Causal rows read only their visible part, so each row's reads start a new stream
+/// that the hardware prefetcher picks up late.
+#[inline]
+pub(crate) fn prefetch(x: &[f32]) {
+    for line in x.chunks(16) {
+        // SAFETY: a prefetch of a valid address has no effect but on the caches.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+}
+
+/// The start of a row's source: `src`, which must hold `n` elements, or `dst` itself.
+fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
+    match src {
+        Some(s) => {
+            assert!(s.len() >= n, "a source row of {} for {n}", s.len());
+            s.as_ptr()
+        }
+        None => dst.as_ptr(),
+    }
+}
+
+/// One softmax row: `dst[..n] = softmax(scale·src[..n])`, `dst[n..] = 0`; returns the
+/// row's log-sum-exp, as [`crate::softmax::softmax_row_in_place`] does, with the same
+/// bits. `src == None` means in place. Requires `scale >= 0` and `1 <= n`.
+///
+/// # Safety
+/// The CPU has AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+pub(crate) unsafe fn softmax_row(
+    src: Option<&[f32]>,
+    dst: &mut [f32],
+    n: usize,
+    scale: f32,
+) -> f32 {
+    assert!(n >= 1 && n <= dst.len() && scale >= 0.0);
+    let s_ptr = source(src, dst, n);
+    let d = dst.as_mut_ptr();
+    // SAFETY: `s_ptr` has n elements, `d` has dst.len() >= n; every read of an element
+    // comes before its write when they alias.
+    unsafe {
+        let m = max(s_ptr, n) * scale;
+        let s = exp_shifted(s_ptr, d, n, scale, m);
+        scale_in_place(d, n, 1.0 / s);
+        zero(d.add(n), dst.len() - n);
+        m + s.ln()
+    }
+}
+
+/// One row of softmax + cross-entropy: returns the loss of `target` under
+/// `softmax(src[..vocab])` and writes `grad_scale·(softmax - onehot)` into `dst[..vocab]`,
+/// 0 into `dst[vocab..]`, as [`crate::softmax::cross_entropy_in_place_with`] does
+/// (same bits). `src == None` means in place. Requires `target < vocab <= dst.len()`.
+///
+/// # Safety
+/// The CPU has AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+pub(crate) unsafe fn cross_entropy_row(
+    src: Option<&[f32]>,
+    dst: &mut [f32],
+    target: usize,
+    vocab: usize,
+    grad_scale: f32,
+) -> f32 {
+    assert!(target < vocab && vocab <= dst.len());
+    let s_ptr = source(src, dst, vocab);
+    let d = dst.as_mut_ptr();
+    // SAFETY: as in `softmax_row`; `target < vocab`.
+    unsafe {
+        let x_t = *s_ptr.add(target);
+        let m = max(s_ptr, vocab);
+        let sum = exp_shifted(s_ptr, d, vocab, 1.0, m);
+        let loss = m + sum.ln() - x_t;
+        scale_in_place(d, vocab, grad_scale / sum);
+        *d.add(target) -= grad_scale;
+        zero(d.add(vocab), dst.len() - vocab);
+        loss
+    }
+}
+
+/// GELU of 16 lanes: [`simd::gelu`] step for step.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn gelu(x: __m512) -> __m512 {
+    let u = _mm512_fmadd_ps(
+        _mm512_set1_ps(simd::GELU_K3),
+        _mm512_mul_ps(x, x),
+        _mm512_set1_ps(simd::GELU_K1),
+    );
+    let e = exp(_mm512_mul_ps(x, u));
+    _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+}
+
+/// `dy·GELU'(x)` on 16 lanes: [`simd::gelu_grad`] step for step.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn gelu_grad(x: __m512, dy: __m512) -> __m512 {
+    let one = _mm512_set1_ps(1.0);
+    let x2 = _mm512_mul_ps(x, x);
+    let u = _mm512_fmadd_ps(
+        _mm512_set1_ps(simd::GELU_K3),
+        x2,
+        _mm512_set1_ps(simd::GELU_K1),
+    );
+    let e = exp(_mm512_mul_ps(x, u));
+    let s = _mm512_div_ps(one, _mm512_add_ps(one, e));
+    let du = _mm512_fmadd_ps(
+        _mm512_set1_ps(simd::GELU_D3),
+        x2,
+        _mm512_set1_ps(simd::GELU_C),
+    );
+    let w = _mm512_mul_ps(
+        _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(2.0)), s),
+        _mm512_sub_ps(one, s),
+    );
+    _mm512_mul_ps(dy, _mm512_fmadd_ps(w, du, s))
+}
+
+/// Applies `f` to `x` (and `d`, when given, else `y` itself) in vectors, 4 per pass, the
+/// last one masked: `y[i] = f(x[i], d[i])`.
+///
+/// # Safety
+/// `x`, `d` (if not null) and `y` are valid for `n` elements; `d` may equal `y`.
+#[inline(always)]
+unsafe fn map2(
+    x: *const f32,
+    d: *const f32,
+    y: *mut f32,
+    n: usize,
+    f: impl Fn(__m512, __m512) -> __m512,
+) {
+    let d = if d.is_null() { y.cast_const() } else { d };
+    let mut i = 0;
+    // SAFETY (all blocks): loads and stores stay below n: full vectors while i + 16 <= n,
+    // then the mask covers the n - i elements left.
+    while i + 4 * L <= n {
+        unsafe {
+            let r: [__m512; 4] = std::array::from_fn(|j| {
+                f(
+                    _mm512_loadu_ps(x.add(i + j * L)),
+                    _mm512_loadu_ps(d.add(i + j * L)),
+                )
+            });
+            for (j, v) in r.into_iter().enumerate() {
+                _mm512_storeu_ps(y.add(i + j * L), v);
+            }
+        }
+        i += 4 * L;
+    }
+    while i + L <= n {
+        unsafe {
+            _mm512_storeu_ps(
+                y.add(i),
+                f(_mm512_loadu_ps(x.add(i)), _mm512_loadu_ps(d.add(i))),
+            )
+        };
+        i += L;
+    }
+    if i < n {
+        let k = first(n - i);
+        unsafe {
+            let v = f(
+                _mm512_maskz_loadu_ps(k, x.add(i)),
+                _mm512_maskz_loadu_ps(k, d.add(i)),
+            );
+            _mm512_mask_storeu_ps(y.add(i), k, v);
+        }
+    }
+}
+
+/// `y = GELU(x)`; `x == None` means in place. Same bits as [`simd::gelu`].
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
+    let n = y.len();
+    let xp = match x {
+        Some(x) => {
+            assert_eq!(x.len(), n);
+            x.as_ptr()
+        }
+        None => y.as_ptr(),
+    };
+    // SAFETY: both hold n elements; `f` ignores its second operand.
+    unsafe { map2(xp, xp, y.as_mut_ptr(), n, |v, _| gelu(v)) }
+}
+
+/// `dx = dy·GELU'(x)`; `dy == None` means `dx` holds `dy`. Same bits as
+/// [`simd::gelu_grad`].
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn gelu_grad_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
+    let n = dx.len();
+    assert_eq!(x.len(), n);
+    let dp = match dy {
+        Some(d) => {
+            assert_eq!(d.len(), n);
+            d.as_ptr()
+        }
+        None => std::ptr::null(),
+    };
+    // SAFETY: all hold n elements.
+    unsafe { map2(x.as_ptr(), dp, dx.as_mut_ptr(), n, |v, d| gelu_grad(v, d)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::Fused;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 8) as f32 / (1u32 << 24) as f32 * 40.0 - 20.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exp_gives_the_generic_bits() {
+        if !simd::has_avx512() {
+            eprintln!("SKIPPED: this CPU has no AVX-512");
+            return;
+        }
+        let mut x: Vec<f32> = (0..4000).map(|i| i as f32 * 0.047 - 95.0).collect();
+        x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-30]);
+        x.resize(x.len().div_ceil(L) * L, 0.5);
+        for c in x.chunks_exact(L) {
+            let mut got = [0.0f32; L];
+            // SAFETY: AVX-512 checked above; `c` and `got` hold 16 elements.
+            unsafe { _mm512_storeu_ps(got.as_mut_ptr(), exp(_mm512_loadu_ps(c.as_ptr()))) };
+            for (g, &v) in got.iter().zip(c) {
+                let want = simd::exp::<Fused>(v);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "exp({v}): {g} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn gelu_gives_the_generic_bits() {
+        if !simd::has_avx512() {
+            eprintln!("SKIPPED: this CPU has no AVX-512");
+            return;
+        }
+        for n in [1usize, 15, 16, 17, 63, 64, 65, 100, 1000] {
+            let mut x = data(n, n as u32 + 7);
+            x[0] = if n > 1 { 0.0 } else { -3.0 };
+            let dy = data(n, n as u32 + 9);
+            let mut y = vec![f32::NAN; n];
+            let mut yi = x.clone();
+            let mut d = vec![f32::NAN; n];
+            let mut di = dy.clone();
+            // SAFETY: AVX-512 checked above.
+            unsafe {
+                gelu_slice(Some(&x), &mut y);
+                gelu_slice(None, &mut yi);
+                gelu_grad_slice(&x, Some(&dy), &mut d);
+                gelu_grad_slice(&x, None, &mut di);
+            }
+            for i in 0..n {
+                let want = simd::gelu::<Fused>(x[i]);
+                assert_eq!(y[i].to_bits(), want.to_bits(), "gelu({}) n {n}", x[i]);
+                assert_eq!(yi[i].to_bits(), want.to_bits());
+                let want = dy[i] * simd::gelu_grad::<Fused>(x[i]);
+                assert_eq!(d[i].to_bits(), want.to_bits(), "gelu'({}) n {n}", x[i]);
+                assert_eq!(di[i].to_bits(), want.to_bits());
+            }
+        }
+    }
+
+    /// Softmax and cross-entropy rows equal the generic forms bit for bit, for lengths
+    /// around every block and vector boundary, in place and from a source.
+    #[test]
+    fn rows_give_the_generic_bits() {
+        if !simd::has_avx512() {
+            eprintln!("SKIPPED: this CPU has no AVX-512");
+            return;
+        }
+        for len in [
+            1usize, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 256, 1000,
+        ] {
+            let x = data(len, len as u32);
+            for n in [1, len / 3 + 1, len.saturating_sub(1).max(1), len] {
+                for scale in [0.125f32, 1.0, 0.0] {
+                    let mut want = x.clone();
+                    let lw = crate::softmax::softmax_row_in_place::<Fused>(&mut want, n, scale);
+                    let mut got = vec![f32::NAN; len];
+                    // SAFETY: AVX-512 checked above.
+                    let lg = unsafe { softmax_row(Some(&x), &mut got, n, scale) };
+                    let mut inplace = x.clone();
+                    // SAFETY: as above.
+                    let li = unsafe { softmax_row(None, &mut inplace, n, scale) };
+                    assert_eq!(
+                        lg.to_bits(),
+                        lw.to_bits(),
+                        "lse len {len} n {n} scale {scale}"
+                    );
+                    assert_eq!(li.to_bits(), lw.to_bits());
+                    for i in 0..len {
+                        assert_eq!(
+                            got[i].to_bits(),
+                            want[i].to_bits(),
+                            "len {len} n {n} at {i}"
+                        );
+                        assert_eq!(inplace[i].to_bits(), want[i].to_bits());
+                    }
+                }
+            }
+            let pad = len + 7;
+            let mut xp = x.clone();
+            xp.resize(pad, 3.0);
+            for target in [0, len / 2, len - 1] {
+                let mut want = xp.clone();
+                let lw = crate::softmax::cross_entropy_in_place_with::<Fused>(
+                    &mut want,
+                    target as u32,
+                    len,
+                    0.25,
+                );
+                let mut got = vec![f32::NAN; pad];
+                // SAFETY: AVX-512 checked above.
+                let lg = unsafe { cross_entropy_row(Some(&xp), &mut got, target, len, 0.25) };
+                assert_eq!(lg.to_bits(), lw.to_bits(), "loss len {len} target {target}");
+                for i in 0..pad {
+                    assert_eq!(got[i].to_bits(), want[i].to_bits(), "len {len} at {i}");
+                }
+            }
+        }
+    }
+}
