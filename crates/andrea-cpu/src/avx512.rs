@@ -69,6 +69,31 @@ fn exp(x: __m512) -> __m512 {
     _mm512_scalef_ps(p, k)
 }
 
+/// `2^z` on 16 lanes: [`simd::pow2`] step for step (`vscalefps` for `2^k`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn pow2(z: __m512) -> __m512 {
+    use simd::pow2_consts as q;
+    let magic = _mm512_set1_ps(simd::exp_consts::MAGIC);
+    let z = _mm512_min_ps(
+        _mm512_set1_ps(q::HI),
+        _mm512_max_ps(_mm512_set1_ps(q::LO), z),
+    );
+    let k = _mm512_sub_ps(_mm512_add_ps(z, magic), magic);
+    let f = _mm512_sub_ps(z, k);
+    let f2 = _mm512_mul_ps(f, f);
+    let f4 = _mm512_mul_ps(f2, f2);
+    let a = _mm512_fmadd_ps(f, _mm512_set1_ps(q::Q1), _mm512_set1_ps(1.0));
+    let b = _mm512_fmadd_ps(f, _mm512_set1_ps(q::Q3), _mm512_set1_ps(q::Q2));
+    let c = _mm512_fmadd_ps(
+        f2,
+        _mm512_set1_ps(q::Q6),
+        _mm512_fmadd_ps(f, _mm512_set1_ps(q::Q5), _mm512_set1_ps(q::Q4)),
+    );
+    let p = _mm512_fmadd_ps(f4, c, _mm512_fmadd_ps(f2, b, a));
+    _mm512_scalef_ps(p, k)
+}
+
 /// [`simd::sum_lanes`] of the 32 lanes `lo ++ hi`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq")]
@@ -305,7 +330,7 @@ fn gelu(x: __m512) -> __m512 {
         _mm512_mul_ps(x, x),
         _mm512_set1_ps(simd::GELU_K1),
     );
-    let e = exp(_mm512_mul_ps(x, u));
+    let e = pow2(_mm512_mul_ps(x, u));
     _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
 }
 
@@ -320,7 +345,7 @@ fn gelu_grad(x: __m512, dy: __m512) -> __m512 {
         x2,
         _mm512_set1_ps(simd::GELU_K1),
     );
-    let e = exp(_mm512_mul_ps(x, u));
+    let e = pow2(_mm512_mul_ps(x, u));
     let s = _mm512_div_ps(one, _mm512_add_ps(one, e));
     let du = _mm512_fmadd_ps(
         _mm512_set1_ps(simd::GELU_D3),
