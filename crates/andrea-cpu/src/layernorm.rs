@@ -152,33 +152,13 @@ multiversion! {
             .zip(rstd)
         {
             // x̂, and the two row sums mean(g) and mean(g·x̂) with g = dout·γ.
-            let mut s1 = [0.0f32; 16];
-            let mut s2 = [0.0f32; 16];
             for (xh, &v) in xhat.iter_mut().zip(x) {
                 *xh = (v - m) * r;
             }
-            let chunks = xhat
-                .chunks_exact(16)
-                .zip(dout.chunks_exact(16))
-                .zip(gamma.chunks_exact(16));
-            for ((xh, d), g) in chunks {
-                for l in 0..16 {
-                    let gd = d[l] * g[l];
-                    s1[l] += gd;
-                    s2[l] += gd * xh[l];
-                }
-            }
-            let tail = c - c % 16;
-            for l in 0..c % 16 {
-                let gd = dout[tail + l] * gamma[tail + l];
-                s1[l] += gd;
-                s2[l] += gd * xhat[tail + l];
-            }
-            let (mut mg, mut mgx) = (0.0f32, 0.0f32);
-            for l in 0..16 {
-                mg += s1[l];
-                mgx += s2[l];
-            }
+            let (mut mg, mut mgx) = simd::two_sums_of(&xhat, dout, gamma, |xh, d, g| {
+                let gd = d * g;
+                (gd, gd * xh)
+            });
             mg /= c as f32;
             mgx /= c as f32;
             for ((((o, &xh), &d), &g), (pg, pb)) in dx
@@ -229,12 +209,14 @@ pub(crate) fn backward(
     let partials = &partials;
     (0..c.div_ceil(band)).into_par_iter().for_each(|i| {
         let (c0, c1) = (i * band, ((i + 1) * band).min(c));
-        for j in c0..c1 {
-            let (mut g, mut b) = (0.0f32, 0.0f32);
-            for p in partials.chunks_exact(2 * c) {
-                g += p[j];
-                b += p[c + j];
-            }
+        // Each column's partials are added in chunk order; a whole band at a time, so
+        // the adds run across columns in vectors.
+        let (mut g, mut b) = (vec![0.0f32; c1 - c0], vec![0.0f32; c1 - c0]);
+        for p in partials.chunks_exact(2 * c) {
+            add_rows_in_place(&p[c0..c1], &mut g);
+            add_rows_in_place(&p[c + c0..c + c1], &mut b);
+        }
+        for (j, (g, b)) in (c0..c1).zip(g.into_iter().zip(b)) {
             // SAFETY: `j < c`; the column band belongs to this task alone.
             unsafe {
                 *pg.get().add(j) += g;

@@ -467,8 +467,13 @@ pub(crate) fn sum_exp<M: MulAdd>(x: &[f32], m: f32) -> f32 {
 /// kernels (`avx512` module) give the same bits with five adds instead of 31 in a chain.
 #[inline(always)]
 pub(crate) fn sum_lanes(acc: &[f32; BLOCK]) -> f32 {
-    let mut v = *acc;
-    let mut w = BLOCK / 2;
+    fold(*acc)
+}
+
+/// `N` lanes (a power of two) summed as a tree, halves lane by lane.
+#[inline(always)]
+fn fold<const N: usize>(mut v: [f32; N]) -> f32 {
+    let mut w = N / 2;
     while w >= 1 {
         for i in 0..w {
             v[i] += v[i + w];
@@ -478,72 +483,113 @@ pub(crate) fn sum_lanes(acc: &[f32; BLOCK]) -> f32 {
     v[0]
 }
 
-/// Sum of `x` with 16 independent accumulators (vectorises without reassociating
-/// across lanes differently on different targets).
-#[inline(always)]
-pub(crate) fn sum(x: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let chunks = x.chunks_exact(16);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for i in 0..16 {
-            acc[i] += c[i];
-        }
-    }
-    let mut s = 0.0;
-    for (i, &t) in tail.iter().enumerate() {
-        acc[i] += t;
-    }
-    for a in acc {
-        s += a;
-    }
-    s
-}
+/// Lanes of the sums below: four AVX-512 (eight AVX2) accumulators, so a row's sum is
+/// four independent chains of adds rather than one, then a tree.
+const SUM_LANES: usize = 64;
 
-/// `Σ (x - c)²` with 16 accumulators.
+/// `Σ term(a[i], b[i])` over the common length: element `i` of each 64-block into lane
+/// `i`, then 16-blocks and single elements of the rest into lanes from 0, then [`fold`].
+/// Every copy adds in this order, so they agree bit for bit.
 #[inline(always)]
-pub(crate) fn sum_sq_dev(x: &[f32], c: f32) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let chunks = x.chunks_exact(16);
-    let tail = chunks.remainder();
-    for ch in chunks {
-        for i in 0..16 {
-            let d = ch[i] - c;
-            acc[i] += d * d;
-        }
-    }
-    for (i, &t) in tail.iter().enumerate() {
-        let d = t - c;
-        acc[i] += d * d;
-    }
-    let mut s = 0.0;
-    for a in acc {
-        s += a;
-    }
-    s
-}
-
-/// `Σ a·b` with 16 accumulators.
-#[inline(always)]
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 16];
+fn sum_of(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> f32) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let (ta, tb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..16 {
-            acc[i] += x[i] * y[i];
+    let mut acc = [0.0f32; SUM_LANES];
+    let (mut ca, mut cb) = (a.chunks_exact(SUM_LANES), b.chunks_exact(SUM_LANES));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..SUM_LANES {
+            acc[i] += term(x[i], y[i]);
         }
     }
-    for i in 0..ta.len() {
-        acc[i] += ta[i] * tb[i];
+    let (mut ca, mut cb) = (
+        ca.remainder().chunks_exact(16),
+        cb.remainder().chunks_exact(16),
+    );
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..16 {
+            acc[i] += term(x[i], y[i]);
+        }
     }
-    let mut s = 0.0;
-    for v in acc {
-        s += v;
+    // The last terms go through a zero-padded block, so `acc` is only ever indexed by
+    // constants and stays in registers (a variable index puts it on the stack, and every
+    // add of the loops above then waits on a store).
+    let mut last = [0.0f32; 16];
+    for (l, (&x, &y)) in last
+        .iter_mut()
+        .zip(ca.remainder().iter().zip(cb.remainder()))
+    {
+        *l = term(x, y);
     }
-    s
+    for i in 0..16 {
+        acc[i] += last[i];
+    }
+    fold(acc)
+}
+
+/// Two sums `Σ term(a[i], b[i], c[i])` at once, in [`sum_of`]'s order.
+#[inline(always)]
+pub(crate) fn two_sums_of(
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    term: impl Fn(f32, f32, f32) -> (f32, f32),
+) -> (f32, f32) {
+    const L: usize = SUM_LANES;
+    let n = a.len().min(b.len()).min(c.len());
+    let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+    let (mut s, mut t) = ([0.0f32; L], [0.0f32; L]);
+    let full = n - n % L;
+    for ((x, y), z) in a[..full]
+        .chunks_exact(L)
+        .zip(b[..full].chunks_exact(L))
+        .zip(c[..full].chunks_exact(L))
+    {
+        for i in 0..L {
+            let (u, v) = term(x[i], y[i], z[i]);
+            s[i] += u;
+            t[i] += v;
+        }
+    }
+    let mid = full + (n - full) / 16 * 16;
+    for ((x, y), z) in a[full..mid]
+        .chunks_exact(16)
+        .zip(b[full..mid].chunks_exact(16))
+        .zip(c[full..mid].chunks_exact(16))
+    {
+        for i in 0..16 {
+            let (u, v) = term(x[i], y[i], z[i]);
+            s[i] += u;
+            t[i] += v;
+        }
+    }
+    // Zero-padded, as in `sum_of`.
+    let (mut ls, mut lt) = ([0.0f32; 16], [0.0f32; 16]);
+    for i in 0..n - mid {
+        (ls[i], lt[i]) = term(a[mid + i], b[mid + i], c[mid + i]);
+    }
+    for i in 0..16 {
+        s[i] += ls[i];
+        t[i] += lt[i];
+    }
+    (fold(s), fold(t))
+}
+
+/// Sum of `x` ([`sum_of`]'s order).
+#[inline(always)]
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    sum_of(x, x, |v, _| v)
+}
+
+/// `Σ (x - c)²` ([`sum_of`]'s order).
+#[inline(always)]
+pub(crate) fn sum_sq_dev(x: &[f32], c: f32) -> f32 {
+    sum_of(x, x, |v, _| (v - c) * (v - c))
+}
+
+/// `Σ a·b` ([`sum_of`]'s order).
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    sum_of(a, b, |x, y| x * y)
 }
 
 #[cfg(test)]
