@@ -88,9 +88,48 @@ fn local(s: &mut [f32], cols: usize) -> Operand {
 /// skips most of the masked upper triangle (for T = 256, 62.5% of the full T×T work).
 const QUERY_BLOCK: usize = 64;
 
+/// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
+/// keeping each row's log-sum-exp (the `avx512` module's kernel where the CPU has it,
+/// same bits).
+fn causal_softmax(
+    s: &mut [f32],
+    lse: &mut [f32],
+    first_row: usize,
+    tq: usize,
+    tk: usize,
+    pos_offset: usize,
+    scale: f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx512() && scale >= 0.0 {
+        for (r, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
+            let n = visible(first_row + r, tq, tk, Some(pos_offset));
+            // SAFETY: the CPU has AVX-512; n >= 1.
+            let (m, sum) = unsafe { crate::avx512::softmax_row(None, row, n, scale) };
+            *l = m + sum.ln();
+        }
+        return;
+    }
+    causal_softmax_rows(s, lse, first_row, tq, tk, pos_offset, scale)
+}
+
+/// `P = exp(S·scale - L)` on the causal part of rows `first_row..` (stride `t`, `width`
+/// computed columns), 0 elsewhere among those columns (AVX-512 where the CPU has it).
+fn recompute(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx512() {
+        for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
+            let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
+            // SAFETY: the CPU has AVX-512.
+            unsafe { crate::avx512::exp_shifted_row(vis, scale, l) };
+            masked.fill(0.0);
+        }
+        return;
+    }
+    recompute_probs(p, lse, first_row, t, width, scale)
+}
+
 multiversion! {
-    /// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
-    /// keeping each row's log-sum-exp.
     fn causal_softmax_rows(s: &mut [f32], lse: &mut [f32], first_row: usize, tq: usize, tk: usize, pos_offset: usize, scale: f32) {
         for (r, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
             let n = visible(first_row + r, tq, tk, Some(pos_offset));
@@ -100,8 +139,6 @@ multiversion! {
 }
 
 multiversion! {
-    /// `P = exp(S·scale - L)` on the causal part of rows `first_row..` (stride `t`,
-    /// `width` computed columns), 0 elsewhere among those columns.
     fn recompute_probs(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
         for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
             let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
@@ -164,7 +201,7 @@ pub(crate) fn forward(
                     let kt = transposed(head(k, b, h));
                     sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(s_blk, tk));
                 }
-                causal_softmax_rows(s_blk, &mut lse[i0..i1], i0, tq, tk, pos_offset, scale);
+                causal_softmax(s_blk, &mut lse[i0..i1], i0, tq, tk, pos_offset, scale);
                 unsafe {
                     let ob = head_rows(out, b, h, i0);
                     sgemm_strided(
@@ -226,7 +263,7 @@ pub(crate) fn backward(
                     let kt = transposed(head(k, b, h));
                     sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(p_blk, t));
                 }
-                recompute_probs(p_blk, &lse[i0..i1], i0, t, kend, scale);
+                recompute(p_blk, &lse[i0..i1], i0, t, kend, scale);
                 unsafe {
                     // dP = dO·vᵀ
                     let vt = transposed(head(v, b, h));
