@@ -10,6 +10,7 @@
 //! `dk = dSᵀ·q`. The scratch is two `T×T` matrices per thread, reused across calls.
 
 use std::cell::RefCell;
+use std::f32::consts::LOG2_E;
 
 use rayon::prelude::*;
 
@@ -89,7 +90,7 @@ fn local(s: &mut [f32], cols: usize) -> Operand {
 const QUERY_BLOCK: usize = 64;
 
 /// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
-/// keeping each row's log-sum-exp (the `avx512` module's kernel where the CPU has it,
+/// keeping each row's log-sum-exp, in base 2 (the `avx512` module's kernel where the CPU has it,
 /// same bits).
 fn causal_softmax(
     s: &mut [f32],
@@ -106,14 +107,14 @@ fn causal_softmax(
             let n = visible(first_row + r, tq, tk, Some(pos_offset));
             // SAFETY: the CPU has AVX-512; n >= 1.
             let (m, sum) = unsafe { crate::avx512::softmax_row(None, row, n, scale) };
-            *l = m + sum.ln();
+            *l = m + sum.log2();
         }
         return;
     }
     causal_softmax_rows(s, lse, first_row, tq, tk, pos_offset, scale)
 }
 
-/// `P = exp(S·scale - L)` on the causal part of rows `first_row..` (stride `t`, `width`
+/// `P = 2^(S·scale·log2 e - L)` (L in base 2) on the causal part of rows `first_row..` (stride `t`, `width`
 /// computed columns), 0 elsewhere among those columns (AVX-512 where the CPU has it).
 fn recompute(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
     #[cfg(target_arch = "x86_64")]
@@ -121,7 +122,7 @@ fn recompute(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usiz
         for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
             let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
             // SAFETY: the CPU has AVX-512.
-            unsafe { crate::avx512::exp_shifted_row(vis, scale, l) };
+            unsafe { crate::avx512::exp_shifted_row(vis, scale * LOG2_E, l) };
             masked.fill(0.0);
         }
         return;
@@ -142,7 +143,7 @@ multiversion! {
     fn recompute_probs(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
         for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
             let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
-            simd::exp_shifted::<M>(vis, scale, l);
+            simd::pow2_shifted::<M>(vis, scale * LOG2_E, l);
             masked.fill(0.0);
         }
     }

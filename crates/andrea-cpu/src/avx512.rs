@@ -12,7 +12,7 @@
 //! * **Horizontal sums as a tree** of vector adds rather than 32 dependent scalar adds.
 //!
 //! **Same bits as the other copies.** Every element goes through the same IEEE
-//! operations in the same order as [`simd::exp`](crate::simd::exp) with `Fused`, and
+//! operations in the same order as [`simd::pow2`](crate::simd::pow2) with `Fused`, and
 //! sums keep the same [`BLOCK`] lanes (element `i` of a row into lane `i mod 32`) added
 //! in the same order, then folded by the same tree ([`simd::sum_lanes`]). `p·2^k` by
 //! `vscalefps` and by a multiply with the built power of two are the same correctly
@@ -23,6 +23,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
+use std::f32::consts::LOG2_E;
 
 use crate::simd::{self, BLOCK};
 
@@ -39,50 +40,26 @@ fn first(n: usize) -> __mmask16 {
     }
 }
 
-/// `e^x` on 16 lanes: [`simd::exp`] step for step; without the upper clamp when `!HI`,
-/// for arguments known to be at most 88, where that clamp changes nothing (softmax's
-/// `x - max`).
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn exp_below<const HI: bool>(x: __m512) -> __m512 {
-    use simd::exp_consts as c;
-    let x = _mm512_max_ps(_mm512_set1_ps(c::LO), x);
-    let x = if HI {
-        _mm512_min_ps(_mm512_set1_ps(c::HI), x)
-    } else {
-        x
-    };
-    let t = _mm512_fmadd_ps(
-        x,
-        _mm512_set1_ps(std::f32::consts::LOG2_E),
-        _mm512_set1_ps(c::MAGIC),
-    );
-    let k = _mm512_sub_ps(t, _mm512_set1_ps(c::MAGIC));
-    let r = _mm512_fnmadd_ps(
-        k,
-        _mm512_set1_ps(c::LN2_LO),
-        _mm512_fnmadd_ps(k, _mm512_set1_ps(c::LN2_HI), x),
-    );
-    let r2 = _mm512_mul_ps(r, r);
-    let r4 = _mm512_mul_ps(r2, r2);
-    let a = _mm512_add_ps(_mm512_set1_ps(1.0), r);
-    let b = _mm512_fmadd_ps(r, _mm512_set1_ps(c::P3), _mm512_set1_ps(c::P2));
-    let cc = _mm512_fmadd_ps(r, _mm512_set1_ps(c::P5), _mm512_set1_ps(c::P4));
-    let d = _mm512_fmadd_ps(r, _mm512_set1_ps(c::P7), _mm512_set1_ps(c::P6));
-    let p = _mm512_fmadd_ps(r4, _mm512_fmadd_ps(r2, d, cc), _mm512_fmadd_ps(r2, b, a));
-    _mm512_scalef_ps(p, k)
-}
-
 /// `2^z` on 16 lanes: [`simd::pow2`] step for step (`vscalefps` for `2^k`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn pow2(z: __m512) -> __m512 {
+    pow2_below::<true>(z)
+}
+
+/// [`pow2`], without the upper clamp when `!HI`: for arguments known to be at most 126,
+/// where that clamp changes nothing (softmax's `x - max`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn pow2_below<const HI: bool>(z: __m512) -> __m512 {
     use simd::pow2_consts as q;
-    let magic = _mm512_set1_ps(simd::exp_consts::MAGIC);
-    let z = _mm512_min_ps(
-        _mm512_set1_ps(q::HI),
-        _mm512_max_ps(_mm512_set1_ps(q::LO), z),
-    );
+    let magic = _mm512_set1_ps(q::MAGIC);
+    let z = _mm512_max_ps(_mm512_set1_ps(q::LO), z);
+    let z = if HI {
+        _mm512_min_ps(_mm512_set1_ps(q::HI), z)
+    } else {
+        z
+    };
     let k = _mm512_sub_ps(_mm512_add_ps(z, magic), magic);
     let f = _mm512_sub_ps(z, k);
     let f2 = _mm512_mul_ps(f, f);
@@ -138,50 +115,51 @@ unsafe fn max(x: *const f32, n: usize) -> f32 {
     _mm512_reduce_max_ps(_mm512_max_ps(m0, m1))
 }
 
-/// `dst[i] = e^(scale·src[i] - m)` for `i < n`; returns their sum, added as
-/// [`simd::exp_shifted`] adds it. `src` may equal `dst`.
+/// `dst[i] = 2^(src[i]·scale2 - m2)` for `i < n`; returns their sum, added as
+/// [`simd::pow2_shifted`] adds it. `src` may equal `dst`.
 ///
 /// # Safety
-/// `src` is valid for `n` reads and `dst` for `n` writes.
+/// `src` is valid for `n` reads and `dst` for `n` writes; `m2 >= src[i]·scale2` up to
+/// rounding (it is the row's max).
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn exp_shifted(src: *const f32, dst: *mut f32, n: usize, scale: f32, m: f32) -> f32 {
-    // `scale·x - m <= scale·max - m`, which is a rounding error of `m`: at most 88 while
-    // |m| < 2^24 (and for NaN, the clamp passes it through either way).
+unsafe fn exp_shifted(src: *const f32, dst: *mut f32, n: usize, scale2: f32, m2: f32) -> f32 {
+    // `x·scale2 - m2 <= max·scale2 - m2`, a rounding error of `m2`: at most 126 while
+    // |m2| < 2^24 (a NaN passes through the clamp either way).
     // SAFETY: the caller's.
     unsafe {
-        if m.abs() < 16_777_216.0 {
-            exp_shifted_with::<false>(src, dst, n, scale, m)
+        if m2.abs() < 16_777_216.0 {
+            exp_shifted_with::<false>(src, dst, n, scale2, m2)
         } else {
-            exp_shifted_with::<true>(src, dst, n, scale, m)
+            exp_shifted_with::<true>(src, dst, n, scale2, m2)
         }
     }
 }
 
-/// [`exp_shifted`] with [`exp_below::<HI>`].
+/// [`exp_shifted`] with [`pow2_below::<HI>`].
 ///
 /// # Safety
-/// As [`exp_shifted`], and with `!HI` every `scale·src[i] - m` is at most 88.
+/// As [`exp_shifted`], and with `!HI` every `src[i]·scale2 - m2` is at most 126.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq")]
 unsafe fn exp_shifted_with<const HI: bool>(
     src: *const f32,
     dst: *mut f32,
     n: usize,
-    scale: f32,
-    m: f32,
+    scale2: f32,
+    m2: f32,
 ) -> f32 {
-    let (vs, vm) = (_mm512_set1_ps(scale), _mm512_set1_ps(-m));
+    let (vs, vm) = (_mm512_set1_ps(scale2), _mm512_set1_ps(-m2));
     let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let mut i = 0;
     // Two blocks of 32 per pass: four independent exp chains in flight.
     while i + 2 * BLOCK <= n {
         // SAFETY: i + 64 <= n.
         unsafe {
-            let e0 = exp_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i)), vs, vm));
-            let e1 = exp_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + L)), vs, vm));
-            let e2 = exp_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 2 * L)), vs, vm));
-            let e3 = exp_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 3 * L)), vs, vm));
+            let e0 = pow2_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i)), vs, vm));
+            let e1 = pow2_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + L)), vs, vm));
+            let e2 = pow2_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 2 * L)), vs, vm));
+            let e3 = pow2_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 3 * L)), vs, vm));
             _mm512_storeu_ps(dst.add(i), e0);
             _mm512_storeu_ps(dst.add(i + L), e1);
             _mm512_storeu_ps(dst.add(i + 2 * L), e2);
@@ -207,7 +185,7 @@ unsafe fn exp_shifted_with<const HI: bool>(
             } else {
                 _mm512_maskz_loadu_ps(k, src.add(i))
             };
-            let e = exp_below::<HI>(_mm512_fmadd_ps(x, vs, vm));
+            let e = pow2_below::<HI>(_mm512_fmadd_ps(x, vs, vm));
             if full {
                 _mm512_storeu_ps(dst.add(i), e);
             } else {
@@ -226,16 +204,16 @@ unsafe fn exp_shifted_with<const HI: bool>(
     sum_lanes(a0, a1)
 }
 
-/// `row[..n] = e^(scale·row[..n] - m)`, in place; returns the sum (as
-/// [`simd::exp_shifted`], same bits).
+/// `row = 2^(row·scale2 - m2)`, in place; returns the sum (as [`simd::pow2_shifted`],
+/// same bits). `m2` is at least the row's max times `scale2`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and DQ.
 #[target_feature(enable = "avx512f,avx512dq")]
-pub(crate) unsafe fn exp_shifted_row(row: &mut [f32], scale: f32, m: f32) -> f32 {
+pub(crate) unsafe fn exp_shifted_row(row: &mut [f32], scale2: f32, m2: f32) -> f32 {
     let (n, p) = (row.len(), row.as_mut_ptr());
     // SAFETY: `p` holds n elements; each is read before it is written.
-    unsafe { exp_shifted(p, p, n, scale, m) }
+    unsafe { exp_shifted(p, p, n, scale2, m2) }
 }
 
 /// `x[..n] *= s`.
@@ -305,8 +283,9 @@ fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
 }
 
 /// One softmax row: `dst[..n] = softmax(scale·src[..n])`, `dst[n..] = 0`; returns the
-/// row's scaled max `m` and `s = Σ e^(scale·x - m)`, whose `m + ln s` is the log-sum-exp
-/// [`crate::softmax::softmax_row_in_place`] returns (the same bits). `src == None` means in place. Requires `scale >= 0` and `1 <= n`.
+/// row's `m2 = max·scale·log2 e` and `s = Σ 2^(x·scale·log2 e - m2)`, whose
+/// `m2 + log2 s` is the base-2 log-sum-exp [`crate::softmax::softmax_row_in_place`]
+/// returns (the same bits). `src == None` means in place. Requires `scale >= 0` and `1 <= n`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and DQ.
@@ -323,11 +302,12 @@ pub(crate) unsafe fn softmax_row(
     // SAFETY: `s_ptr` has n elements, `d` has dst.len() >= n; every read of an element
     // comes before its write when they alias.
     unsafe {
-        let m = max(s_ptr, n) * scale;
-        let s = exp_shifted(s_ptr, d, n, scale, m);
+        let scale2 = scale * LOG2_E;
+        let m2 = max(s_ptr, n) * scale2;
+        let s = exp_shifted(s_ptr, d, n, scale2, m2);
         scale_in_place(d, n, 1.0 / s);
         zero(d.add(n), dst.len() - n);
-        (m, s)
+        (m2, s)
     }
 }
 
@@ -352,9 +332,9 @@ pub(crate) unsafe fn cross_entropy_row(
     // SAFETY: as in `softmax_row`; `target < vocab`.
     unsafe {
         let x_t = *s_ptr.add(target);
-        let m = max(s_ptr, vocab);
-        let sum = exp_shifted(s_ptr, d, vocab, 1.0, m);
-        let loss = m + sum.ln() - x_t;
+        let m2 = max(s_ptr, vocab) * LOG2_E;
+        let sum = exp_shifted(s_ptr, d, vocab, LOG2_E, m2);
+        let loss = crate::softmax::loss_of(m2, sum, x_t);
         scale_in_place(d, vocab, grad_scale / sum);
         *d.add(target) -= grad_scale;
         zero(d.add(vocab), dst.len() - vocab);
@@ -508,29 +488,29 @@ mod tests {
     }
 
     #[test]
-    fn exp_gives_the_generic_bits() {
+    fn pow2_gives_the_generic_bits() {
         if !simd::has_avx512() {
             eprintln!("SKIPPED: this CPU has no AVX-512");
             return;
         }
-        let mut x: Vec<f32> = (0..4000).map(|i| i as f32 * 0.047 - 95.0).collect();
+        let mut x: Vec<f32> = (0..6000).map(|i| i as f32 * 0.047 - 140.0).collect();
         x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-30]);
         x.resize(x.len().div_ceil(L) * L, 0.5);
         for c in x.chunks_exact(L) {
-            let mut got = [0.0f32; L];
-            // SAFETY: AVX-512 checked above; `c` and `got` hold 16 elements.
+            let (mut got, mut low) = ([0.0f32; L], [0.0f32; L]);
+            // SAFETY: AVX-512 checked above; `c`, `got` and `low` hold 16 elements.
             unsafe {
-                _mm512_storeu_ps(
-                    got.as_mut_ptr(),
-                    exp_below::<true>(_mm512_loadu_ps(c.as_ptr())),
-                )
-            };
-            for (g, &v) in got.iter().zip(c) {
-                let want = simd::exp::<Fused>(v);
-                assert!(
-                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                    "exp({v}): {g} vs {want}"
-                );
+                let v = _mm512_loadu_ps(c.as_ptr());
+                _mm512_storeu_ps(got.as_mut_ptr(), pow2(v));
+                _mm512_storeu_ps(low.as_mut_ptr(), pow2_below::<false>(v));
+            }
+            for ((g, l), &v) in got.iter().zip(low).zip(c) {
+                let want = simd::pow2::<Fused>(v);
+                let same = |a: f32| a.to_bits() == want.to_bits() || (a.is_nan() && want.is_nan());
+                assert!(same(*g), "pow2({v}): {g} vs {want}");
+                if v <= 126.0 {
+                    assert!(same(l), "pow2_below({v}): {l} vs {want}");
+                }
             }
         }
     }
@@ -586,11 +566,11 @@ mod tests {
                     let mut got = vec![f32::NAN; len];
                     // SAFETY: AVX-512 checked above.
                     let (m, s) = unsafe { softmax_row(Some(&x), &mut got, n, scale) };
-                    let lg = m + s.ln();
+                    let lg = m + s.log2();
                     let mut inplace = x.clone();
                     // SAFETY: as above.
                     let (m, s) = unsafe { softmax_row(None, &mut inplace, n, scale) };
-                    let li = m + s.ln();
+                    let li = m + s.log2();
                     assert_eq!(
                         lg.to_bits(),
                         lw.to_bits(),

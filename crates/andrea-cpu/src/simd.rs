@@ -135,92 +135,13 @@ impl MulAdd for Unfused {
     }
 }
 
-/// The constants of [`exp`], shared with the AVX-512 kernels so every copy uses the same.
-pub(crate) mod exp_consts {
-    /// The clamp: `e^x` is a normal f32 on `[LO, HI]`.
-    pub(crate) const LO: f32 = -87.0;
-    pub(crate) const HI: f32 = 88.0;
-    /// `ln 2` in two parts, `LN2_HI` exact in few bits, for the two-step reduction.
-    pub(crate) const LN2_HI: f32 = 0.693_145_75;
-    pub(crate) const LN2_LO: f32 = 1.428_606_8e-6;
-    /// `1.5·2^23`: adding it rounds to an integer held in the low mantissa bits.
-    pub(crate) const MAGIC: f32 = 12_582_912.0;
-    /// Taylor coefficients `1/k!` for `k = 2..=7`.
-    pub(crate) const P2: f32 = 0.5;
-    pub(crate) const P3: f32 = 1.0 / 6.0;
-    pub(crate) const P4: f32 = 1.0 / 24.0;
-    pub(crate) const P5: f32 = 1.0 / 120.0;
-    pub(crate) const P6: f32 = 1.0 / 720.0;
-    pub(crate) const P7: f32 = 1.0 / 5040.0;
-}
-
-/// `e^x` for f32, written so loops over it vectorise: `x = k·ln2 + r` with `|r| <= ln2/2`,
-/// `e^r` by its Taylor series to `r^7/7!` (relative error below 2e-7 on that interval)
-/// evaluated in Estrin's scheme (a dependency chain of 4 multiply-adds, not 8), and
-/// `2^k` built in the exponent bits. Inputs are clamped to [-87, 88], where `e^x` is a
-/// normal f32.
-///
-/// `k = round(x·log2 e)` uses the 1.5·2^23 trick: adding it pushes the fraction out of
-/// the mantissa, whose low bits then hold `k`. No float-to-int conversion is needed
-/// (Rust's saturating `as i32` does not vectorise).
-#[inline(always)]
-pub(crate) fn exp<M: MulAdd>(x: f32) -> f32 {
-    use exp_consts::*;
-    let x = x.clamp(LO, HI);
-    let t = M::mul_add(x, std::f32::consts::LOG2_E, MAGIC);
-    let k = t - MAGIC;
-    let ki = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    // Two-step reduction keeps r accurate: k·ln2 in two parts.
-    let r = M::mul_add(-k, LN2_LO, M::mul_add(-k, LN2_HI, x));
-    let r2 = r * r;
-    let r4 = r2 * r2;
-    let a = 1.0 + r;
-    let b = M::mul_add(r, P3, P2);
-    let c = M::mul_add(r, P5, P4);
-    let d = M::mul_add(r, P7, P6);
-    let p = M::mul_add(r4, M::mul_add(r2, d, c), M::mul_add(r2, b, a));
-    p * f32::from_bits(((ki + 127) as u32) << 23)
-}
-
 /// Elements per block of the block forms below: 4 AVX2 vectors.
 pub(crate) const BLOCK: usize = 32;
 
-/// [`exp`] of a block, in place, computed step by step across the whole block ("step
-/// major"). The scalar form's chain of ~20 dependent operations per element otherwise
-/// fills the out-of-order window with one vector's chain; interleaving four independent
-/// vectors keeps both FMA pipes busy (about 30% faster on Zen 4). Same operations, same
-/// results as [`exp`].
-#[inline(always)]
-pub(crate) fn exp_block<M: MulAdd, const N: usize>(x: &mut [f32; N]) {
-    use exp_consts::*;
-    let mut t = [0.0f32; N];
-    for i in 0..N {
-        x[i] = x[i].clamp(LO, HI);
-        t[i] = M::mul_add(x[i], std::f32::consts::LOG2_E, MAGIC);
-    }
-    let mut r = [0.0f32; N];
-    for i in 0..N {
-        let k = t[i] - MAGIC;
-        r[i] = M::mul_add(-k, LN2_LO, M::mul_add(-k, LN2_HI, x[i]));
-    }
-    for i in 0..N {
-        let r1 = r[i];
-        let r2 = r1 * r1;
-        let r4 = r2 * r2;
-        let a = 1.0 + r1;
-        let b = M::mul_add(r1, P3, P2);
-        let c = M::mul_add(r1, P5, P4);
-        let d = M::mul_add(r1, P7, P6);
-        x[i] = M::mul_add(r4, M::mul_add(r2, d, c), M::mul_add(r2, b, a));
-    }
-    for i in 0..N {
-        let ki = (t[i].to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-        x[i] *= f32::from_bits(((ki + 127) as u32) << 23);
-    }
-}
-
-/// The constants of [`pow2`], shared with the AVX-512 kernels.
+/// The constants of [`pow2`], shared with the AVX-512 kernels so every copy uses the same.
 pub(crate) mod pow2_consts {
+    /// `1.5·2^23`: adding it rounds to an integer held in the low mantissa bits.
+    pub(crate) const MAGIC: f32 = 12_582_912.0;
     /// The clamp: `2^z` is a normal f32 on `[LO, HI]`.
     pub(crate) const LO: f32 = -126.0;
     pub(crate) const HI: f32 = 126.0;
@@ -235,15 +156,25 @@ pub(crate) mod pow2_consts {
     pub(crate) const Q6: f32 = 1.535_335_2e-4;
 }
 
-/// `2^z` for f32: `z = k + f` with `k = round(z)` (the 1.5·2^23 trick, as in [`exp`]) and
-/// `|f| <= 1/2` exact, `2^f` by a degree-6 minimax polynomial in Estrin's scheme, `2^k`
-/// in the exponent bits. Relative error below 2.5e-7 on `[-126, 126]`, where `z` is
-/// clamped. Cheaper than [`exp`] by three operations (no `·log2 e`, no two-part
-/// reduction, one degree less), for callers whose exponent is already a rounded product
-/// that can take `log2 e` into its constants (GELU).
+/// `2^z` for f32, written so loops over it vectorise: `z = k + f` with `k = round(z)` and
+/// `|f| <= 1/2` exact, `2^f` by a degree-6 minimax polynomial evaluated in Estrin's
+/// scheme (a dependency chain of 3 multiply-adds, not 6), `2^k` built in the exponent
+/// bits. Relative error below 2.5e-7 on `[-126, 126]`, where `z` is clamped (`2^z` is a
+/// normal f32 there).
+///
+/// `k = round(z)` uses the 1.5·2^23 trick: adding it pushes the fraction out of the
+/// mantissa, whose low bits then hold `k`. No float-to-int conversion is needed (Rust's
+/// saturating `as i32` does not vectorise).
+///
+/// Every exponential in this crate is one of these, with `log2 e` taken into the caller's
+/// constants: GELU's `x·(K1 + K3·x²)`, and softmax's `x·scale - max` as one multiply-add
+/// `x·(scale·log2 e) - max·log2 e`. The only roundings that adds are those of the two
+/// constants: the one of `max·log2 e` is shared by a whole row and cancels in the
+/// normalisation, and the other is a relative 3e-8 of `scale`. That is cheaper than
+/// `e^x` with a two-part `ln 2` reduction by four operations on the FMA pipes, which
+/// bound these loops.
 #[inline(always)]
 pub(crate) fn pow2<M: MulAdd>(z: f32) -> f32 {
-    use exp_consts::MAGIC;
     use pow2_consts::*;
     let z = z.clamp(LO, HI);
     let t = z + MAGIC;
@@ -260,10 +191,13 @@ pub(crate) fn pow2<M: MulAdd>(z: f32) -> f32 {
     p * f32::from_bits(((ki + 127) as u32) << 23)
 }
 
-/// [`pow2`] of a block, in place, step major (see [`exp_block`]); same results.
+/// [`pow2`] of a block, in place, computed step by step across the whole block ("step
+/// major"). The scalar form's chain of ~15 dependent operations per element otherwise
+/// fills the out-of-order window with one vector's chain; interleaving four independent
+/// vectors keeps both FMA pipes busy (about 30% faster on Zen 4). Same operations, same
+/// results as [`pow2`].
 #[inline(always)]
 pub(crate) fn pow2_block<M: MulAdd, const N: usize>(x: &mut [f32; N]) {
-    use exp_consts::MAGIC;
     use pow2_consts::*;
     let mut t = [0.0f32; N];
     for i in 0..N {
@@ -285,7 +219,7 @@ pub(crate) fn pow2_block<M: MulAdd, const N: usize>(x: &mut [f32; N]) {
     }
 }
 
-/// `y = GELU(x)` over a slice, in blocks (see [`exp_block`]); same results as [`gelu`].
+/// `y = GELU(x)` over a slice, in blocks (see [`pow2_block`]); same results as [`gelu`].
 /// (The AVX-512 copy of the `gelu` op uses the `avx512` module's kernel, same bits.)
 #[inline(always)]
 pub(crate) fn gelu_slice<M: MulAdd, const N: usize>(x: &[f32], y: &mut [f32]) {
@@ -306,7 +240,7 @@ pub(crate) fn gelu_slice<M: MulAdd, const N: usize>(x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// `g = GELU'(v)` for a block (see [`exp_block`]); same results as [`gelu_grad`].
+/// `g = GELU'(v)` for a block (see [`pow2_block`]); same results as [`gelu_grad`].
 #[inline(always)]
 pub(crate) fn gelu_grad_block<M: MulAdd, const N: usize>(v: &[f32], g: &mut [f32; N]) {
     let v: &[f32; N] = v.try_into().expect("a block");
@@ -417,47 +351,49 @@ pub(crate) fn max(x: &[f32]) -> f32 {
     acc.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a))
 }
 
-/// `y = e^(scale·y - m)` in place; returns `Σ y` (in blocks, [`BLOCK`] accumulators).
+/// `y = 2^(y·scale2 - m2)` in place (`e^(y·scale - m)` for `scale2 = scale·log2 e`,
+/// `m2 = m·log2 e`, see [`pow2`]); returns `Σ y` (in blocks, [`BLOCK`] accumulators).
 #[inline(always)]
-pub(crate) fn exp_shifted<M: MulAdd>(y: &mut [f32], scale: f32, m: f32) -> f32 {
+pub(crate) fn pow2_shifted<M: MulAdd>(y: &mut [f32], scale2: f32, m2: f32) -> f32 {
     let mut acc = [0.0f32; BLOCK];
     let mut chunks = y.chunks_exact_mut(BLOCK);
     for c in &mut chunks {
         let mut e = [0.0f32; BLOCK];
         for i in 0..BLOCK {
-            e[i] = M::mul_add(c[i], scale, -m);
+            e[i] = M::mul_add(c[i], scale2, -m2);
         }
-        exp_block::<M, BLOCK>(&mut e);
+        pow2_block::<M, BLOCK>(&mut e);
         c.copy_from_slice(&e);
         for i in 0..BLOCK {
             acc[i] += e[i];
         }
     }
     for (i, t) in chunks.into_remainder().iter_mut().enumerate() {
-        *t = exp::<M>(M::mul_add(*t, scale, -m));
+        *t = pow2::<M>(M::mul_add(*t, scale2, -m2));
         acc[i] += *t;
     }
     sum_lanes(&acc)
 }
 
-/// `Σ e^(x - m)` (in blocks, [`BLOCK`] accumulators), `x` unchanged.
+/// `Σ 2^(x·scale2 - m2)` (in blocks, [`BLOCK`] accumulators, as [`pow2_shifted`]), `x`
+/// unchanged.
 #[inline(always)]
-pub(crate) fn sum_exp<M: MulAdd>(x: &[f32], m: f32) -> f32 {
+pub(crate) fn sum_pow2<M: MulAdd>(x: &[f32], scale2: f32, m2: f32) -> f32 {
     let mut acc = [0.0f32; BLOCK];
     let chunks = x.chunks_exact(BLOCK);
     let tail = chunks.remainder();
     for c in chunks {
         let mut e = [0.0f32; BLOCK];
         for i in 0..BLOCK {
-            e[i] = c[i] - m;
+            e[i] = M::mul_add(c[i], scale2, -m2);
         }
-        exp_block::<M, BLOCK>(&mut e);
+        pow2_block::<M, BLOCK>(&mut e);
         for i in 0..BLOCK {
             acc[i] += e[i];
         }
     }
     for (i, &t) in tail.iter().enumerate() {
-        acc[i] += exp::<M>(t - m);
+        acc[i] += pow2::<M>(M::mul_add(t, scale2, -m2));
     }
     sum_lanes(&acc)
 }
@@ -596,33 +532,12 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn exp_matches_std_to_a_few_ulp() {
-        let mut worst = 0.0f64;
-        let mut x = -87.0f32;
-        while x < 88.0 {
-            let want = (x as f64).exp();
-            let got = exp::<Unfused>(x) as f64;
-            let fused = exp::<Fused>(x) as f64;
-            worst = worst.max(((fused - want) / want).abs());
-            worst = worst.max(((got - want) / want).abs());
-            x += 0.0137;
-        }
-        assert!(worst < 5e-7, "worst relative error {worst}");
-    }
-
     /// The block forms, in both block widths the copies use (the AVX-512 copy's GELU runs
     /// 64-element blocks), give the scalar forms' bits.
     #[test]
     fn block_forms_equal_the_scalar_forms() {
         fn check<M: MulAdd, const N: usize>() {
             let x: Vec<f32> = (0..200).map(|i| i as f32 * 0.19 - 18.0).collect();
-            let mut blk = [0.0f32; N];
-            blk.copy_from_slice(&x[..N]);
-            exp_block::<M, N>(&mut blk);
-            for i in 0..N {
-                assert_eq!(blk[i], exp::<M>(x[i]));
-            }
             for (j, c) in x.chunks_exact(N).enumerate() {
                 let mut blk: [f32; N] = c.try_into().unwrap();
                 blk.iter_mut().for_each(|v| *v *= 7.5);

@@ -3,6 +3,8 @@
 
 use rayon::prelude::*;
 
+use std::f32::consts::{LN_2, LOG2_E};
+
 use andrea_core::IGNORE_INDEX;
 
 #[cfg(target_arch = "x86_64")]
@@ -19,25 +21,26 @@ pub(crate) fn visible(row: usize, q_len: usize, k_len: usize, causal: Option<usi
     }
 }
 
-/// `y[..n] = softmax(scale·y[..n])`, `y[n..] = 0`. Returns `ln Σ e^(scale·x - max) + max`,
-/// the row's log-sum-exp of the scaled scores.
+/// `y[..n] = softmax(scale·y[..n])`, `y[n..] = 0`. Returns the row's log-sum-exp of the
+/// scaled scores *in base 2*, `log2 Σ 2^(x·scale2)` with `scale2 = scale·log2 e` (the
+/// attention backward recomputes the probabilities as `2^(x·scale2 - lse)`).
 #[inline(always)]
 pub(crate) fn softmax_row_in_place<M: MulAdd>(y: &mut [f32], n: usize, scale: f32) -> f32 {
     let (head, tail) = y.split_at_mut(n);
-    let mx = simd::max(head);
-    // max(scale·x) is scale·max(x) for scale >= 0, scale·min(x) otherwise.
-    let m = if scale >= 0.0 {
-        mx * scale
+    let scale2 = scale * LOG2_E;
+    // max(scale2·x) is scale2·max(x) for scale >= 0, scale2·min(x) otherwise.
+    let m2 = if scale >= 0.0 {
+        simd::max(head) * scale2
     } else {
-        -simd::max(&head.iter().map(|v| -v).collect::<Vec<_>>()) * scale
+        -simd::max(&head.iter().map(|v| -v).collect::<Vec<_>>()) * scale2
     };
-    let s = simd::exp_shifted::<M>(head, scale, m);
+    let s = simd::pow2_shifted::<M>(head, scale2, m2);
     let inv = 1.0 / s;
     for v in head.iter_mut() {
         *v *= inv;
     }
     tail.fill(0.0);
-    m + s.ln()
+    m2 + s.log2()
 }
 
 multiversion! {
@@ -139,10 +142,17 @@ multiversion! {
     /// The loss of one row, without its gradient.
     fn cross_entropy_loss_row(logits: &[f32], target: u32, vocab: usize) -> f32 {
         let real = &logits[..vocab];
-        let m = simd::max(real);
-        let s = simd::sum_exp::<M>(real, m);
-        m + s.ln() - logits[target as usize]
+        let m2 = simd::max(real) * LOG2_E;
+        let s = simd::sum_pow2::<M>(real, LOG2_E, m2);
+        loss_of(m2, s, logits[target as usize])
     }
+}
+
+/// The loss `ln Σ e^x - x_t` of a row from its `m2 = max·log2 e` and
+/// `s = Σ 2^(x·log2 e - m2)`: `ln 2·(m2 + log2 s) - x_t`.
+#[inline(always)]
+pub(crate) fn loss_of(m2: f32, s: f32, x_t: f32) -> f32 {
+    LN_2 * (m2 + s.log2()) - x_t
 }
 
 /// Fused softmax + cross-entropy over rows of `vp` logits (first `vocab` real).
@@ -225,9 +235,9 @@ pub(crate) fn cross_entropy_in_place_with<M: MulAdd>(
     // One exp pass: e^(x - max) into the row, then scale by grad_scale / Σ.
     let x_t = g[target as usize];
     let (real, pad) = g.split_at_mut(vocab);
-    let m = simd::max(real);
-    let sum = simd::exp_shifted::<M>(real, 1.0, m);
-    let loss = m + sum.ln() - x_t;
+    let m2 = simd::max(real) * LOG2_E;
+    let sum = simd::pow2_shifted::<M>(real, LOG2_E, m2);
+    let loss = loss_of(m2, sum, x_t);
     let k = grad_scale / sum;
     for o in real.iter_mut() {
         *o *= k;
