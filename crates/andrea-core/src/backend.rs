@@ -73,7 +73,7 @@ pub trait Backend: Sized {
     /// Device memory holding `u32` token ids.
     type IdBuffer: DeviceMemory + Send;
 
-    /// A short human-readable description ("cpu (2 threads)", "cuda: NVIDIA H200").
+    /// A short human-readable description ("cpu (2 threads, avx512)", "cuda: NVIDIA H200").
     fn name(&self) -> String;
 
     // ---- memory -------------------------------------------------------------------

@@ -260,17 +260,6 @@ unsafe fn zero(x: *mut f32, n: usize) {
     }
 }
 
-/// Asks for the cache lines of `x` ahead of their use (a hint: no effect on results).
-/// Causal rows read only their visible part, so each row's reads start a new stream
-/// that the hardware prefetcher picks up late (measured: 5-15% on the causal softmax).
-#[inline]
-pub(crate) fn prefetch(x: &[f32]) {
-    for line in x.chunks(16) {
-        // SAFETY: a prefetch of a valid address has no effect but on the caches.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
-    }
-}
-
 /// The start of a row's source: `src`, which must hold `n` elements, or `dst` itself.
 fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
     match src {

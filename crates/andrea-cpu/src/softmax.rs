@@ -44,16 +44,12 @@ pub(crate) fn softmax_row_in_place<M: MulAdd>(y: &mut [f32], n: usize, scale: f3
 }
 
 multiversion! {
-    /// Softmax of rows `first_row..` of `y`, first copied row by row from `src` if given
-    /// (so the copy is one more pass over a row in L1, not over the whole tensor).
-    fn softmax_rows(src: Option<&[f32]>, y: &mut [f32], first_row: usize, q_len: usize, k_len: usize, scale: f32, causal: Option<usize>) {
-        for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
-            if let Some(src) = src {
-                row.copy_from_slice(&src[i * k_len..(i + 1) * k_len]);
-            }
-            let n = visible(first_row + i, q_len, k_len, causal);
-            softmax_row_in_place::<M>(row, n, scale);
+    /// Softmax of one row, first copied from `src` if given.
+    fn softmax_row(src: Option<&[f32]>, row: &mut [f32], n: usize, scale: f32) {
+        if let Some(src) = src {
+            row.copy_from_slice(src);
         }
+        softmax_row_in_place::<M>(row, n, scale);
     }
 }
 
@@ -74,22 +70,23 @@ pub(crate) fn softmax(
         .enumerate()
         .for_each(|(t, y)| {
             let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
-            #[cfg(target_arch = "x86_64")]
-            if simd::has_avx512() && scale >= 0.0 {
-                let ahead = |i: usize| (i + PREFETCH_ROWS) * k_len;
-                for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
-                    let n = visible(t * rows + i, q_len, k_len, causal);
-                    if let Some(s) = src.filter(|s| ahead(i) < s.len()) {
-                        let na = visible(t * rows + i + PREFETCH_ROWS, q_len, k_len, causal);
-                        avx512::prefetch(&s[ahead(i)..ahead(i) + na]);
-                    }
-                    let src = src.map(|s| &s[i * k_len..(i + 1) * k_len]);
+            let avx512 = cfg!(target_arch = "x86_64") && simd::has_avx512() && scale >= 0.0;
+            let ahead = |i: usize| (i + PREFETCH_ROWS) * k_len;
+            for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
+                let n = visible(t * rows + i, q_len, k_len, causal);
+                if let Some(s) = src.filter(|s| ahead(i) < s.len()) {
+                    let na = visible(t * rows + i + PREFETCH_ROWS, q_len, k_len, causal);
+                    simd::prefetch(&s[ahead(i)..ahead(i) + na]);
+                }
+                let src = src.map(|s| &s[i * k_len..(i + 1) * k_len]);
+                #[cfg(target_arch = "x86_64")]
+                if avx512 {
                     // SAFETY: the CPU has AVX-512; n >= 1 (a causal row sees its own key).
                     unsafe { avx512::softmax_row(src, row, n, scale) };
+                    continue;
                 }
-                return;
+                softmax_row(src, row, n, scale);
             }
-            softmax_rows(src, y, t * rows, q_len, k_len, scale, causal)
         });
 }
 
