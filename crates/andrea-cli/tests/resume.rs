@@ -37,12 +37,12 @@ fn check_resume(extra: &[&str]) {
     }
     for f in ["model.safetensors", "optimizer.safetensors"] {
         let (x, y) = (
-            safetensors_parts(&dir.join("whole/latest").join(f)),
-            safetensors_parts(&dir.join("split/latest").join(f)),
+            bytes(dir.join("whole/latest").join(f)),
+            bytes(dir.join("split/latest").join(f)),
         );
         assert!(
             x == y,
-            "{f} differs between the whole run and the resumed one"
+            "{f} differs (byte for byte) between the whole run and the resumed one"
         );
     }
 }

@@ -141,12 +141,3 @@ pub fn metrics(run: &Path) -> Vec<serde_json::Value> {
 pub fn bytes(p: impl AsRef<Path>) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
-
-/// A safetensors file as (header JSON, tensor bytes): the header's key order is not
-/// significant (its metadata is a map), the bytes of every tensor are.
-pub fn safetensors_parts(p: &Path) -> (serde_json::Value, Vec<u8>) {
-    let b = bytes(p);
-    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
-    let header = serde_json::from_slice(&b[8..8 + n]).unwrap();
-    (header, b[8 + n..].to_vec())
-}

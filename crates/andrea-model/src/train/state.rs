@@ -27,10 +27,10 @@ impl<B: Backend> Trainer<B> {
                 out.push((format!("{moment}.{}", p.name()), p.shape().to_vec(), host));
             }
         }
-        let meta = HashMap::from([
-            ("format".to_string(), "pt".to_string()),
-            ("step".to_string(), self.steps.to_string()),
-        ]);
+        // One key only: safetensors writes the metadata in the map's (random) order, and
+        // a single key keeps the file byte-identical from run to run. (transformers'
+        // `"format": "pt"` matters to model files, not to this one.)
+        let meta = HashMap::from([("step".to_string(), self.steps.to_string())]);
         write_atomic(path.as_ref(), &tensors::serialize(&out, meta)?)
     }
 
