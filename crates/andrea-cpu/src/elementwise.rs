@@ -4,16 +4,12 @@
 use rayon::prelude::*;
 
 use crate::par::MIN_TASK_ELEMS;
-use crate::simd::{self, multiversion, MulAdd};
+use crate::simd::{self, multiversion};
 
+// The AVX-512 copies of GELU and its backward are the `avx512` module's kernels.
 multiversion! {
-    avx512;
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
-        if M::WIDE_BLOCK == 2 * simd::BLOCK {
-            simd::gelu_slice::<M, { 2 * simd::BLOCK }>(x, y);
-        } else {
-            simd::gelu_slice::<M, { simd::BLOCK }>(x, y);
-        }
+        simd::gelu_slice::<M, { simd::BLOCK }>(x, y);
     }
 }
 
@@ -29,24 +25,14 @@ multiversion! {
 }
 
 multiversion! {
-    avx512;
     fn gelu_backward_chunk(x: &[f32], dy: &[f32], dx: &mut [f32]) {
-        if M::WIDE_BLOCK == 2 * simd::BLOCK {
-            simd::gelu_grad_slice::<M, { 2 * simd::BLOCK }>(x, Some(dy), dx);
-        } else {
-            simd::gelu_grad_slice::<M, { simd::BLOCK }>(x, Some(dy), dx);
-        }
+        simd::gelu_grad_slice::<M, { simd::BLOCK }>(x, Some(dy), dx);
     }
 }
 
 multiversion! {
-    avx512;
     fn gelu_backward_chunk_in_place(x: &[f32], dydx: &mut [f32]) {
-        if M::WIDE_BLOCK == 2 * simd::BLOCK {
-            simd::gelu_grad_slice::<M, { 2 * simd::BLOCK }>(x, None, dydx);
-        } else {
-            simd::gelu_grad_slice::<M, { simd::BLOCK }>(x, None, dydx);
-        }
+        simd::gelu_grad_slice::<M, { simd::BLOCK }>(x, None, dydx);
     }
 }
 

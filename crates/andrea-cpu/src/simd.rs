@@ -2,10 +2,13 @@
 //!
 //! The crate is built for the baseline x86-64 target so its binaries run anywhere;
 //! [`multiversion!`] compiles a hot loop a second time with AVX2 + FMA enabled and
-//! picks that copy at run time when the CPU has them. The AVX2 copy uses fused
-//! multiply-adds in the transcendental functions (half the dependent operations), so a
-//! machine without AVX2 may differ from one with it in the last bits of GELU, softmax and
-//! the loss; on one machine, results never depend on the run or the thread count.
+//! picks that copy at run time when the CPU has them ([`level`], which `ANDREA_SIMD`
+//! can cap). The AVX2 copy uses fused multiply-adds in the transcendental functions
+//! (half the dependent operations), so a machine without AVX2 may differ from one with
+//! it in the last bits of GELU, softmax and the loss; on one machine, results never
+//! depend on the run or the thread count. Softmax, the loss and GELU have AVX-512
+//! kernels written with intrinsics (the `avx512` module), which follow the functions
+//! here operation for operation and give the AVX2 copy's bits.
 
 /// Defines `fn $name(args) -> ret` whose body is compiled twice, once for the baseline
 /// target and once with `avx2,fma`, and dispatches at run time. Helpers called from the
@@ -15,11 +18,11 @@
 ///
 /// `multiversion! { avx512; fn ... }` adds a third copy with AVX-512 (F, VL, DQ, BW),
 /// taken first where the CPU has it. It is opt-in per function, by measurement: on Zen 4,
-/// whose 512-bit units are two 256-bit halves, it speeds up GELU (with blocks twice as
-/// wide, [`MulAdd::WIDE_BLOCK`], which its 32 registers hold without spilling: 29 -> 38
-/// GB/s), GELU backward and LayerNorm, and nothing elsewhere. Inside it `M` is
-/// [`Fused512`]. The copies run the same operations in the same order on every element
-/// (reductions keep [`BLOCK`] explicit lanes in every copy), so they give the same bits.
+/// whose 512-bit units are two 256-bit halves, it speeds up LayerNorm (32 registers hold
+/// its four-vector sums) and nothing else that is not already an intrinsics kernel.
+/// Inside it `M` is [`Fused`] too. The copies run the same operations in the same order
+/// on every element (reductions keep explicit lanes in every copy), so they give the
+/// same bits.
 macro_rules! multiversion {
     (avx512; $(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? {
@@ -28,7 +31,7 @@ macro_rules! multiversion {
                 #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
                 unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
                     #[allow(dead_code)]
-                    type M = crate::simd::Fused512;
+                    type M = crate::simd::Fused;
                     $body
                 }
                 if crate::simd::has_avx512() {
@@ -147,9 +150,6 @@ pub(crate) fn has_avx512() -> bool {
 
 /// `a·b + c`, fused where the CPU has FMA ([`Fused`]), two roundings otherwise.
 pub(crate) trait MulAdd {
-    /// Elements per block in loops that gain from more independent vectors in flight
-    /// (elementwise ones only: reductions keep [`BLOCK`] lanes so every copy sums alike).
-    const WIDE_BLOCK: usize = BLOCK;
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
 }
 
@@ -157,17 +157,6 @@ pub(crate) trait MulAdd {
 pub(crate) struct Fused;
 /// `a·b + c` as a product and a sum.
 pub(crate) struct Unfused;
-
-/// [`Fused`] in the AVX-512 copy: 32 vector registers hold wider blocks.
-pub(crate) struct Fused512;
-
-impl MulAdd for Fused512 {
-    const WIDE_BLOCK: usize = 2 * BLOCK;
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a.mul_add(b, c)
-    }
-}
 
 impl MulAdd for Fused {
     #[inline(always)]
@@ -595,8 +584,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
 
-    /// The block forms, in both block widths the copies use (the AVX-512 copy's GELU runs
-    /// 64-element blocks), give the scalar forms' bits.
+    /// The block forms, at two block widths, give the scalar forms' bits.
     #[test]
     fn block_forms_equal_the_scalar_forms() {
         fn check<M: MulAdd, const N: usize>() {
@@ -625,7 +613,7 @@ mod tests {
         check::<Unfused, BLOCK>();
         check::<Unfused, { 2 * BLOCK }>();
         check::<Fused, BLOCK>();
-        check::<Fused512, { 2 * BLOCK }>();
+        check::<Fused, { 2 * BLOCK }>();
     }
 
     #[test]
