@@ -1,15 +1,18 @@
-//! AVX-512 kernels written with intrinsics, for the row loops the compiler's
-//! auto-vectorised copies leave slow: softmax rows (short, with ragged causal lengths)
-//! and the softmax + cross-entropy rows of the output layer.
+//! AVX-512 kernels written with intrinsics, for the loops the compiler's auto-vectorised
+//! copies leave slow: softmax rows (short, with ragged causal lengths), the softmax +
+//! cross-entropy rows of the output layer, and GELU and its backward.
 //!
 //! What the intrinsics buy over the `multiversion!` copies:
 //!
 //! * **Masked tails.** A row whose length is not a multiple of 16 ends in one masked
 //!   vector, not a scalar loop. A causal row of 256 has on average 16 scalar elements
-//!   in the generic form, each a ~20-operation `exp` on one lane: that cost as much as
-//!   the rest of the row.
+//!   in the generic form, each a ~15-operation `pow2` on one lane: that cost as much as
+//!   the rest of the row. Masked *stores* are slow on Zen 4, so only a pass's last
+//!   vector is masked.
 //! * **`vscalefps`** builds `p·2^k` in one instruction in place of three integer ones.
 //! * **Horizontal sums as a tree** of vector adds rather than 32 dependent scalar adds.
+//! * **No upper clamp** in softmax's exponentials, whose arguments are at most a rounding
+//!   error above 0 (checked per row).
 //!
 //! **Same bits as the other copies.** Every element goes through the same IEEE
 //! operations in the same order as [`simd::pow2`](crate::simd::pow2) with `Fused`, and
@@ -18,7 +21,7 @@
 //! `vscalefps` and by a multiply with the built power of two are the same correctly
 //! rounded product. Unit tests compare the bits with the generic forms.
 //!
-//! Everything here requires AVX-512 F (and the callers check [`simd::has_avx512`]).
+//! Everything here requires AVX-512 F and DQ (the callers check [`simd::has_avx512`]).
 
 #![cfg(target_arch = "x86_64")]
 

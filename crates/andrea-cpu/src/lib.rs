@@ -23,7 +23,10 @@
 //!   for AVX2 + FMA, some (measured faster) a third time for AVX-512, and the copy the CPU
 //!   supports is chosen at run time (the `simd` module docs). Softmax, softmax +
 //!   cross-entropy and GELU have AVX-512 kernels written with intrinsics (`avx512`
-//!   module: masked tails, `vscalefps`, tree sums). The copies give the same bits.
+//!   module: masked tails, `vscalefps`, tree sums). The copies give the same bits. The
+//!   environment variable `ANDREA_SIMD=avx2` (or `baseline`, `avx512`) caps the level
+//!   the kernels use, read once per process, to test or measure the narrower copies on a
+//!   wider CPU; [`Backend::name`] reports the level in use.
 //! * **Determinism**: results are bit-identical from run to run *and for any thread
 //!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
 //!   reduction adds in an order fixed by the sizes, and GEMM blocks never split the
