@@ -88,6 +88,7 @@ fn mat<M: andrea_core::DeviceMemory>(buf: &M, rows: usize, cols: usize, t: bool)
 pub fn bench_backend<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     bench_gemms(c, be, label);
     bench_rest(c, be, label);
+    bench_remaining(c, be, label);
 }
 
 fn bench_gemms<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
@@ -116,6 +117,125 @@ fn bench_gemms<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             },
         );
     }
+    g.finish();
+}
+
+/// The step's other ops, also memory-bound (bytes: reads + writes, as each says):
+/// softmax backward, the bias gradient, the embedding and its backward, the fused
+/// residual + LayerNorm, the gradient norm and scaling.
+fn bench_remaining<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
+    let sync = |be: &B| be.synchronize().unwrap();
+    let mut g = c.benchmark_group("memory_bound");
+    group_settings(&mut g);
+    let mut run = |name: String, bytes: usize, op: &mut dyn FnMut()| {
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_function(BenchmarkId::new(label, name), |bch| {
+            bch.iter(|| {
+                op();
+                sync(be)
+            })
+        });
+    };
+
+    // Reads probs and dprobs, writes dx.
+    let sm = B * H * T * T;
+    let (p, dp) = (upload(be, &randn(sm, 21)), upload(be, &randn(sm, 22)));
+    let dx = be.alloc(sm).unwrap();
+    let shape = [B * H, T, T];
+    run(
+        format!("softmax_backward_{B}x{H}x{T}x{T}"),
+        12 * sm,
+        &mut || {
+            be.softmax_backward(
+                View::new(&p, 0, shape),
+                View::new(&dp, 0, shape),
+                View::new(&dx, 0, shape),
+                0.125,
+            )
+            .unwrap()
+        },
+    );
+
+    // Reads dout [BT, 4C] (the fc layer's bias, the widest).
+    let dout = upload(be, &randn(BT * 4 * C, 23));
+    let dbias = be.alloc(4 * C).unwrap();
+    run(
+        format!("bias_backward_{BT}x{}", 4 * C),
+        4 * BT * 4 * C,
+        &mut || {
+            be.bias_backward(View::new(&dout, 0, [BT, 4 * C]), View::whole(&dbias))
+                .unwrap()
+        },
+    );
+
+    // Reads BT rows of wte and of wpe, writes BT rows.
+    let ids = be.alloc_ids(BT).unwrap();
+    be.upload_ids(
+        &(0..BT as u32)
+            .map(|i| i * 37 % V as u32)
+            .collect::<Vec<_>>(),
+        View::whole(&ids),
+    )
+    .unwrap();
+    let (wte, wpe) = (upload(be, &randn(V * C, 24)), upload(be, &randn(T * C, 25)));
+    let (emb, demb) = (be.alloc(BT * C).unwrap(), upload(be, &randn(BT * C, 26)));
+    let (ev, idv) = (View::new(&emb, 0, [B, T, C]), View::whole(&ids));
+    run(format!("embedding_{B}x{T}x{C}"), 12 * BT * C, &mut || {
+        be.embedding(
+            idv,
+            View::new(&wte, 0, [V, C]),
+            View::new(&wpe, 0, [T, C]),
+            ev,
+            0,
+        )
+        .unwrap()
+    });
+    // Reads dout; reads and writes BT rows of dwte and T rows of dwpe.
+    let (dwte, dwpe) = (be.alloc(V * C).unwrap(), be.alloc(T * C).unwrap());
+    run(
+        format!("embedding_backward_{B}x{T}x{C}"),
+        12 * BT * C + 8 * T * C,
+        &mut || {
+            be.embedding_backward(
+                idv,
+                View::new(&demb, 0, [B, T, C]),
+                View::new(&dwte, 0, [V, C]),
+                View::new(&dwpe, 0, [T, C]),
+            )
+            .unwrap()
+        },
+    );
+
+    // Reads a and b, writes the residual and the normalised rows.
+    let r = BT * C;
+    let (a, bb) = (upload(be, &randn(r, 27)), upload(be, &randn(r, 28)));
+    let (res, out) = (be.alloc(r).unwrap(), be.alloc(r).unwrap());
+    let (gamma, beta) = (upload(be, &randn(C, 29)), upload(be, &randn(C, 30)));
+    let (mean, rstd) = (be.alloc(BT).unwrap(), be.alloc(BT).unwrap());
+    run(format!("residual_layernorm_{BT}x{C}"), 16 * r, &mut || {
+        be.residual_layernorm(
+            View::new(&a, 0, [BT, C]),
+            View::new(&bb, 0, [BT, C]),
+            View::new(&res, 0, [BT, C]),
+            View::whole(&gamma),
+            View::whole(&beta),
+            View::new(&out, 0, [BT, C]),
+            View::whole(&mean),
+            View::whole(&rstd),
+            1e-5,
+        )
+        .unwrap()
+    });
+
+    // The global gradient norm reads, scaling reads and writes, 7.3M values (as AdamW's).
+    let np = 7 * 1024 * 1024;
+    let grads = upload(be, &randn(np, 31));
+    run(format!("sum_squares_{np}"), 4 * np, &mut || {
+        black_box(be.sum_squares(View::whole(&grads)).unwrap());
+    });
+    run(format!("scale_{np}"), 8 * np, &mut || {
+        be.scale(View::whole(&grads), 1.0).unwrap()
+    });
     g.finish();
 }
 
