@@ -45,7 +45,9 @@ multiversion! {
 }
 
 multiversion! {
-    fn add_chunk_in_place(y: &mut [f32], b: &[f32]) {
+    /// `y += b` on the calling thread (the one vectorised copy the crate's row sums,
+    /// scatter-adds and partials use).
+    pub(crate) fn add_assign(y: &mut [f32], b: &[f32]) {
         for (o, &q) in y.iter_mut().zip(b) {
             *o += q;
         }
@@ -126,7 +128,7 @@ pub(crate) fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
 pub(crate) fn add_in_place(y: &mut [f32], b: &[f32]) {
     y.par_chunks_mut(MIN_TASK_ELEMS)
         .zip(b.par_chunks(MIN_TASK_ELEMS))
-        .for_each(|(y, b)| add_chunk_in_place(y, b));
+        .for_each(|(y, b)| add_assign(y, b));
 }
 
 /// `y *= alpha`.

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 use andrea_core::check::EmbeddingDims;
 
 use crate::buffer::SendPtr;
+use crate::elementwise::add_assign;
 use crate::par::{cols_per_task, rows_per_task};
 
 /// `out[b, t] = wte[ids[b·T + t]] + wpe[pos_offset + t]`; ids already checked `< V`.
@@ -53,12 +54,12 @@ pub(crate) fn backward(
         let c0 = i * band;
         let c1 = (c0 + band).min(c);
         for (row, &id) in dout.chunks_exact(c).zip(ids) {
-            let base = id as usize * c;
-            for (j, &g) in (c0..c1).zip(&row[c0..c1]) {
-                // SAFETY: `id < V` (checked) so `base + j` is inside `dwte`; the column
-                // band `c0..c1` belongs to this task alone.
-                unsafe { *p.get().add(base + j) += g };
-            }
+            // SAFETY: `id < V` (checked) so the row's band is inside `dwte`; the column
+            // band `c0..c1` belongs to this task alone.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(p.get().add(id as usize * c + c0), c1 - c0)
+            };
+            add_assign(dst, &row[c0..c1]);
         }
     });
     let t_len = d.seq;
@@ -67,10 +68,7 @@ pub(crate) fn backward(
         .enumerate()
         .for_each(|(t, dst)| {
             for b in 0..d.batch {
-                let src = &dout[(b * t_len + t) * c..][..c];
-                for (o, &g) in dst.iter_mut().zip(src) {
-                    *o += g;
-                }
+                add_assign(dst, &dout[(b * t_len + t) * c..][..c]);
             }
         });
 }

@@ -114,7 +114,7 @@ impl Gemv<'_> {
             }
             let (first, rest) = p.split_at_mut(m * n);
             for part in rest.chunks_exact(m * n) {
-                add_into(first, part);
+                crate::elementwise::add_assign(first, part);
             }
             for i in 0..m {
                 // SAFETY: row i of C, n long, in bounds and exclusive to this op.
@@ -247,15 +247,6 @@ multiversion! {
             for i in 0..m {
                 dots[i * cols + j] = dot::<M>(&x[i * k..][..k], wj);
             }
-        }
-    }
-}
-
-multiversion! {
-    /// `acc += part`, element by element.
-    fn add_into(acc: &mut [f32], part: &[f32]) {
-        for (a, &p) in acc.iter_mut().zip(part) {
-            *a += p;
         }
     }
 }

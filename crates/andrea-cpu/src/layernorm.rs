@@ -13,6 +13,7 @@ use std::cell::Cell;
 use rayon::prelude::*;
 
 use crate::buffer::SendPtr;
+use crate::elementwise::add_assign;
 use crate::par::{cols_per_task, rows_per_task};
 use crate::simd::{self, multiversion};
 
@@ -99,7 +100,7 @@ pub(crate) fn residual_forward(
             let range = t * chunk..t * chunk + res.len();
             match src {
                 ResidualSrc::Sum(a, b) => add_rows(&a[range.clone()], &b[range], res),
-                ResidualSrc::AddInto(x) => add_rows_in_place(&x[range], res),
+                ResidualSrc::AddInto(x) => add_assign(res, &x[range]),
                 ResidualSrc::Double => double_rows(res),
             }
             forward_rows(res, gamma, beta, out, mean, rstd, eps);
@@ -110,14 +111,6 @@ multiversion! {
     fn add_rows(a: &[f32], b: &[f32], y: &mut [f32]) {
         for ((o, &p), &q) in y.iter_mut().zip(a).zip(b) {
             *o = p + q;
-        }
-    }
-}
-
-multiversion! {
-    fn add_rows_in_place(x: &[f32], y: &mut [f32]) {
-        for (o, &q) in y.iter_mut().zip(x) {
-            *o += q;
         }
     }
 }
@@ -226,8 +219,8 @@ pub(crate) fn backward(
         // the adds run across columns in vectors.
         let (mut g, mut b) = (vec![0.0f32; c1 - c0], vec![0.0f32; c1 - c0]);
         for p in partials.chunks_exact(2 * c) {
-            add_rows_in_place(&p[c0..c1], &mut g);
-            add_rows_in_place(&p[c + c0..c + c1], &mut b);
+            add_assign(&mut g, &p[c0..c1]);
+            add_assign(&mut b, &p[c + c0..c + c1]);
         }
         for (j, (g, b)) in (c0..c1).zip(g.into_iter().zip(b)) {
             // SAFETY: `j < c`; the column band belongs to this task alone.

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use crate::buffer::SendPtr;
+use crate::elementwise::add_assign;
 use crate::par::cols_per_task;
 use crate::simd::multiversion;
 
@@ -15,21 +16,13 @@ pub(crate) fn bias_backward(dout: &[f32], dbias: &mut [f32], n: usize, m: usize)
         let c1 = (c0 + band).min(m);
         let mut acc = vec![0.0f32; c1 - c0];
         for row in dout.chunks_exact(m) {
-            add_into(&mut acc, &row[c0..c1]);
+            add_assign(&mut acc, &row[c0..c1]);
         }
         for (j, a) in (c0..c1).zip(acc) {
             // SAFETY: `j < m`, and the band `c0..c1` belongs to this task alone.
             unsafe { *p.get().add(j) += a };
         }
     });
-}
-
-multiversion! {
-    fn add_into(acc: &mut [f32], x: &[f32]) {
-        for (a, &g) in acc.iter_mut().zip(x) {
-            *a += g;
-        }
-    }
 }
 
 /// Elements per partial sum of [`sum_squares`]; the partials are then added in order.
