@@ -65,16 +65,15 @@ fn pow2_below<const HI: bool>(z: __m512) -> __m512 {
     };
     let k = _mm512_sub_ps(_mm512_add_ps(z, magic), magic);
     let f = _mm512_sub_ps(z, k);
-    let f2 = _mm512_mul_ps(f, f);
-    let f4 = _mm512_mul_ps(f2, f2);
-    let a = _mm512_fmadd_ps(f, _mm512_set1_ps(q::Q1), _mm512_set1_ps(1.0));
-    let b = _mm512_fmadd_ps(f, _mm512_set1_ps(q::Q3), _mm512_set1_ps(q::Q2));
-    let c = _mm512_fmadd_ps(
-        f2,
-        _mm512_set1_ps(q::Q6),
-        _mm512_fmadd_ps(f, _mm512_set1_ps(q::Q5), _mm512_set1_ps(q::Q4)),
+    // Horner, as `simd::poly2f`.
+    let h = |acc, c: f32| _mm512_fmadd_ps(acc, f, _mm512_set1_ps(c));
+    let p = h(
+        h(
+            h(h(h(h(_mm512_set1_ps(q::Q6), q::Q5), q::Q4), q::Q3), q::Q2),
+            q::Q1,
+        ),
+        1.0,
     );
-    let p = _mm512_fmadd_ps(f4, c, _mm512_fmadd_ps(f2, b, a));
     _mm512_scalef_ps(p, k)
 }
 
