@@ -109,7 +109,6 @@ fn bench_gemms<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
                         mat(&b, k, n, tb),
                         None,
                         View::new(&out, 0, [m, n]).mat(),
-                        false,
                     )
                     .unwrap();
                     sync(be);

@@ -100,18 +100,25 @@ pub trait Backend: Sized {
 
     // ---- linear algebra -----------------------------------------------------------
 
-    /// `c[b] (+)= a[b] · b[b] (+ bias)` for `a[b]: [M, K]`, `b[b]: [K, N]`,
-    /// `c[b]: [M, N]`, `bias: [N]` added to every row. With `accumulate`, adds into
-    /// `c` (weight gradients, gradient accumulation); otherwise overwrites it. Any
-    /// strides: a transposed operand is [`Matrix::t`], never a copy. `a` and `b` have
-    /// batch 1 (broadcast) or `c`'s batch.
+    /// `c[b] = a[b] · b[b] (+ bias)` for `a[b]: [M, K]`, `b[b]: [K, N]`, `c[b]: [M, N]`,
+    /// `bias: [N]` added to every row. Any strides: a transposed operand is
+    /// [`Matrix::t`], never a copy. `a` and `b` have batch 1 (broadcast) or `c`'s batch.
     fn matmul(
         &self,
         a: Mat<'_, Self>,
         b: Mat<'_, Self>,
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
-        accumulate: bool,
+    ) -> Result<()>;
+
+    /// [`Backend::matmul`] that adds into `c` instead of overwriting it:
+    /// `c[b] += a[b] · b[b] (+ bias)` (weight gradients, gradient accumulation).
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
     ) -> Result<()>;
 
     /// Column sums `dbias[j] += Σ_i dout[i, j]` of `dout: [N, M]` into `dbias: [M]`.

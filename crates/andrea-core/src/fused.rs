@@ -18,7 +18,7 @@ pub fn linear_gelu<B: Backend>(
     pre: Tensor<'_, B>,
     out: Tensor<'_, B>,
 ) -> Result<()> {
-    be.matmul(x, w, Some(bias), pre.mat(), false)?;
+    be.matmul(x, w, Some(bias), pre.mat())?;
     be.gelu(pre, out)
 }
 
@@ -92,9 +92,9 @@ pub fn attention_forward<B: Backend>(
     let per_batch = d.heads * d.q_len * d.k_len;
     for b in 0..d.batch {
         let (s, s_mat) = scores::<B>(workspace, b * per_batch, d.heads, d.q_len, d.k_len);
-        be.matmul(q.heads_of(b), k.heads_of(b).t(), None, s_mat, false)?;
+        be.matmul(q.heads_of(b), k.heads_of(b).t(), None, s_mat)?;
         be.softmax(s, s, scale, Some(pos_offset))?;
-        be.matmul(s_mat, v.heads_of(b), None, out.heads_of(b), false)?;
+        be.matmul(s_mat, v.heads_of(b), None, out.heads_of(b))?;
     }
     Ok(())
 }
@@ -141,11 +141,11 @@ pub fn attention_backward<B: Backend>(
     for b in 0..d.batch {
         let (p, p_mat) = scores::<B>(workspace, b * per_batch, d.heads, t, t);
         let (dp, dp_mat) = scores::<B>(scratch, 0, d.heads, t, t);
-        be.matmul(dout.heads_of(b), v.heads_of(b).t(), None, dp_mat, false)?;
-        be.matmul(p_mat.t(), dout.heads_of(b), None, dv.heads_of(b), false)?;
+        be.matmul(dout.heads_of(b), v.heads_of(b).t(), None, dp_mat)?;
+        be.matmul(p_mat.t(), dout.heads_of(b), None, dv.heads_of(b))?;
         be.softmax_backward(p, dp, dp, scale)?;
-        be.matmul(dp_mat, k.heads_of(b), None, dq.heads_of(b), false)?;
-        be.matmul(dp_mat.t(), q.heads_of(b), None, dk.heads_of(b), false)?;
+        be.matmul(dp_mat, k.heads_of(b), None, dq.heads_of(b))?;
+        be.matmul(dp_mat.t(), q.heads_of(b), None, dk.heads_of(b))?;
     }
     Ok(())
 }

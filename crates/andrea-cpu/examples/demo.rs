@@ -166,7 +166,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&w_qkv, C, 3 * C).mat(),
                 Some(View::whole(&b_qkv)),
                 v2(&qkv, 3 * C).mat(),
-                false,
             )
             .unwrap()
         });
@@ -182,7 +181,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&w_proj, C, C).mat(),
                 Some(View::whole(&b_proj)),
                 v2(&x1, C).mat(),
-                false,
             )
             .unwrap()
         });
@@ -228,7 +226,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&w_fc2, 4 * C, C).mat(),
                 Some(View::whole(&b_fc2)),
                 v2(&x2, C).mat(),
-                false,
             )
             .unwrap()
         });
@@ -253,7 +250,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&wte, V, C).mat().t(),
                 None,
                 v2(&logits, V).mat(),
-                false,
             )
             .unwrap()
         });
@@ -279,17 +275,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&wte, V, C).mat(),
                 None,
                 v2(&dlnf, C).mat(),
-                false,
             )
             .unwrap()
         });
         tm.op("lm_head backward: dwte", f(V, n, C), || {
-            be.matmul(
+            be.matmul_add(
                 v2(&logits, V).mat().t(),
                 v2(&lnf, C).mat(),
                 None,
                 w2(&dwte, V, C).mat(),
-                true,
             )
             .unwrap()
         });
@@ -312,17 +306,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&w_fc2, 4 * C, C).mat().t(),
                 None,
                 v2(&dfc, 4 * C).mat(),
-                false,
             )
             .unwrap()
         });
         tm.op("mlp.c_proj backward: dW", f(4 * C, n, C), || {
-            be.matmul(
+            be.matmul_add(
                 v2(&fc, 4 * C).mat().t(),
                 v2(&dres, C).mat(),
                 None,
                 w2(&dw_fc2, 4 * C, C).mat(),
-                true,
             )
             .unwrap()
         });
@@ -340,17 +332,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&w_fc, C, 4 * C).mat().t(),
                 None,
                 v2(&dln, C).mat(),
-                false,
             )
             .unwrap()
         });
         tm.op("mlp.c_fc backward: dW", f(C, n, 4 * C), || {
-            be.matmul(
+            be.matmul_add(
                 v2(&ln2, C).mat().t(),
                 v2(&dfc, 4 * C).mat(),
                 None,
                 w2(&dw_fc, C, 4 * C).mat(),
-                true,
             )
             .unwrap()
         });
@@ -373,15 +363,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&w_proj, C, C).mat().t(),
                 None,
                 v2(&datt, C).mat(),
-                false,
             )
             .unwrap();
-            be.matmul(
+            be.matmul_add(
                 v2(&att, C).mat().t(),
                 v2(&dres, C).mat(),
                 None,
                 w2(&dw_proj, C, C).mat(),
-                true,
             )
             .unwrap();
         });
@@ -408,15 +396,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 w2(&w_qkv, C, 3 * C).mat().t(),
                 None,
                 v2(&dln, C).mat(),
-                false,
             )
             .unwrap();
-            be.matmul(
+            be.matmul_add(
                 v2(&ln1, C).mat().t(),
                 v2(&dqkv, 3 * C).mat(),
                 None,
                 w2(&dw_qkv, C, 3 * C).mat(),
-                true,
             )
             .unwrap();
         });

@@ -180,6 +180,25 @@ impl CpuBackend {
     }
 }
 
+impl CpuBackend {
+    /// `matmul` and `matmul_add`: `c (+)= a·b (+ bias)`.
+    fn gemm(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let d = check::matmul(&a, &b, bias.as_ref(), &c)?;
+        // SAFETY: checked in bounds and disjoint from `c`.
+        let bias = bias.map(|t| unsafe { read(&t) });
+        let g = gemm::Gemm::new(&a, &b, bias, &c, accumulate, d, self.kernel);
+        self.run(|| g.run());
+        Ok(())
+    }
+}
+
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
     type IdBuffer = CpuIds;
@@ -248,14 +267,18 @@ impl Backend for CpuBackend {
         b: Mat<'_, Self>,
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
-        accumulate: bool,
     ) -> Result<()> {
-        let d = check::matmul(&a, &b, bias.as_ref(), &c)?;
-        // SAFETY: checked in bounds and disjoint from `c`.
-        let bias = bias.map(|t| unsafe { read(&t) });
-        let g = gemm::Gemm::new(&a, &b, bias, &c, accumulate, d, self.kernel);
-        self.run(|| g.run());
-        Ok(())
+        self.gemm(a, b, bias, c, false)
+    }
+
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.gemm(a, b, bias, c, true)
     }
 
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {

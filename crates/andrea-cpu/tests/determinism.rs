@@ -44,7 +44,6 @@ fn everything(be: &CpuBackend) -> Vec<u32> {
             View::new(&w, 0, [k, nn]).mat(),
             None,
             View::new(&o, 0, [m, nn]).mat(),
-            false,
         )
         .unwrap();
         outs.push(o);
@@ -60,7 +59,6 @@ fn everything(be: &CpuBackend) -> Vec<u32> {
             View::new(&w, 0, [nn, k]).mat().t(),
             None,
             View::new(&o, 0, [m, nn]).mat(),
-            false,
         )
         .unwrap();
         outs.push(o);

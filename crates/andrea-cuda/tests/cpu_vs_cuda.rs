@@ -87,13 +87,11 @@ fn run_matmul<B: Backend>(
         View::new(&bb, 0, [c.k, c.n]).mat()
     };
     let bias_v = c.bias.then(|| View::new(&biasb, 0, [c.n]));
-    be.matmul(
-        am,
-        bm,
-        bias_v,
-        View::new(&cb, 0, [c.m, c.n]).mat(),
-        c.accumulate,
-    )
+    if c.accumulate {
+        be.matmul_add(am, bm, bias_v, View::new(&cb, 0, [c.m, c.n]).mat())
+    } else {
+        be.matmul(am, bm, bias_v, View::new(&cb, 0, [c.m, c.n]).mat())
+    }
     .expect("matmul");
     read(be, &cb)
 }

@@ -120,7 +120,6 @@ pub(crate) fn forward<'a, B: Backend>(
         p.c_attn_w.mat(),
         Some(p.c_attn_b),
         a.qkv.mat(),
-        false,
     )?;
     attention(a.qkv, a.atty)?;
     be.matmul(
@@ -128,7 +127,6 @@ pub(crate) fn forward<'a, B: Backend>(
         p.attn_proj_w.mat(),
         Some(p.attn_proj_b),
         a.proj.mat(),
-        false,
     )?;
     be.residual_layernorm(
         a.x,
@@ -147,7 +145,6 @@ pub(crate) fn forward<'a, B: Backend>(
         p.mlp_proj_w.mat(),
         Some(p.mlp_proj_b),
         a.proj.mat(),
-        false,
     )?;
     be.residual_layernorm(
         a.residual_2,
@@ -177,24 +174,12 @@ pub(crate) fn backward<B: Backend>(
     scratch: Tensor<'_, B>,
 ) -> Result<()> {
     // r3 = r2 + fc·W + b: ∂L/∂r2 = d_res (passes through) plus what the MLP adds below.
-    be.matmul(
-        d.d_res.mat(),
-        p.mlp_proj_w.mat().t(),
-        None,
-        d.d_fc.mat(),
-        false,
-    )?;
-    be.matmul(
-        a.fc.mat().t(),
-        d.d_res.mat(),
-        None,
-        g.mlp_proj_w.mat(),
-        true,
-    )?;
+    be.matmul(d.d_res.mat(), p.mlp_proj_w.mat().t(), None, d.d_fc.mat())?;
+    be.matmul_add(a.fc.mat().t(), d.d_res.mat(), None, g.mlp_proj_w.mat())?;
     be.bias_backward(d.d_res, g.mlp_proj_b)?;
     be.gelu_backward(a.fc_pre, d.d_fc, d.d_fc)?;
-    be.matmul(d.d_fc.mat(), p.c_fc_w.mat().t(), None, d.d_ln.mat(), false)?;
-    be.matmul(a.ln_2.mat().t(), d.d_fc.mat(), None, g.c_fc_w.mat(), true)?;
+    be.matmul(d.d_fc.mat(), p.c_fc_w.mat().t(), None, d.d_ln.mat())?;
+    be.matmul_add(a.ln_2.mat().t(), d.d_fc.mat(), None, g.c_fc_w.mat())?;
     be.bias_backward(d.d_fc, g.c_fc_b)?;
     be.layernorm_backward(
         a.residual_2,
@@ -212,20 +197,8 @@ pub(crate) fn backward<B: Backend>(
         .d_ln
         .reshape(a.atty.shape)
         .expect("d_ln has the size of atty");
-    be.matmul(
-        d.d_res.mat(),
-        p.attn_proj_w.mat().t(),
-        None,
-        d_att.mat(),
-        false,
-    )?;
-    be.matmul(
-        a.atty.mat().t(),
-        d.d_res.mat(),
-        None,
-        g.attn_proj_w.mat(),
-        true,
-    )?;
+    be.matmul(d.d_res.mat(), p.attn_proj_w.mat().t(), None, d_att.mat())?;
+    be.matmul_add(a.atty.mat().t(), d.d_res.mat(), None, g.attn_proj_w.mat())?;
     be.bias_backward(d.d_res, g.attn_proj_b)?;
     let [q, k, v] = Heads::split_qkv(a.qkv, n_head).expect("[B, T, 3C] view");
     let [dq, dk, dv] = Heads::split_qkv(d.d_qkv, n_head).expect("[B, T, 3C] view");
@@ -241,20 +214,8 @@ pub(crate) fn backward<B: Backend>(
         workspace,
         scratch,
     )?;
-    be.matmul(
-        d.d_qkv.mat(),
-        p.c_attn_w.mat().t(),
-        None,
-        d.d_ln.mat(),
-        false,
-    )?;
-    be.matmul(
-        a.ln_1.mat().t(),
-        d.d_qkv.mat(),
-        None,
-        g.c_attn_w.mat(),
-        true,
-    )?;
+    be.matmul(d.d_qkv.mat(), p.c_attn_w.mat().t(), None, d.d_ln.mat())?;
+    be.matmul_add(a.ln_1.mat().t(), d.d_qkv.mat(), None, g.c_attn_w.mat())?;
     be.bias_backward(d.d_qkv, g.c_attn_b)?;
     be.layernorm_backward(
         a.x,

@@ -101,15 +101,28 @@ impl Backend for Faulty {
         b: Mat<'_, Self>,
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
-        accumulate: bool,
+    ) -> Result<()> {
+        if self.fault == Fault::PanicsOnBadInput {
+            if let Err(e) = check::matmul(&a, &b, bias.as_ref(), &c) {
+                panic!("index out of bounds (really: {e})");
+            }
+        }
+        self.inner.matmul(a, b, bias, c)
+    }
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
     ) -> Result<()> {
         match self.fault {
-            Fault::IgnoresAccumulate => self.inner.matmul(a, b, bias, c, false),
+            Fault::IgnoresAccumulate => self.inner.matmul(a, b, bias, c),
             Fault::PanicsOnBadInput => match check::matmul(&a, &b, bias.as_ref(), &c) {
-                Ok(_) => self.inner.matmul(a, b, bias, c, accumulate),
+                Ok(_) => self.inner.matmul_add(a, b, bias, c),
                 Err(e) => panic!("index out of bounds (really: {e})"),
             },
-            _ => self.inner.matmul(a, b, bias, c, accumulate),
+            _ => self.inner.matmul_add(a, b, bias, c),
         }
     }
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {

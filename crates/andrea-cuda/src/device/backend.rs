@@ -73,9 +73,18 @@ impl Backend for CudaBackend {
         b: Mat<'_, Self>,
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
-        accumulate: bool,
     ) -> Result<()> {
-        self.op_matmul(a, b, bias, c, accumulate)
+        self.op_matmul(a, b, bias, c, false)
+    }
+
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.op_matmul(a, b, bias, c, true)
     }
 
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {

@@ -348,7 +348,6 @@ impl<B: Backend> Model<B> {
             layout.wte_padded.on(params).mat().t(),
             None,
             logits.mat(),
-            false,
         )?;
         be.download(logits, &mut cache.host_padded)?;
         let (v, vp) = (cfg.vocab_size, cfg.padded_vocab_size());

@@ -129,7 +129,6 @@ impl<B: Backend> Trainer<B> {
             layout.wte_padded.on(params).mat().t(),
             None,
             logits.mat(),
-            false,
         )?;
         let losses = s.losses.flat(acts, n);
         let targets_view = View::new(&self.targets, 0, [n]);
@@ -227,13 +226,12 @@ impl<B: Backend> Trainer<B> {
         }
         let d = s.grads::<B>(acts, cfg, b);
         let wte = layout.wte_padded.on(params);
-        be.matmul(logits.mat(), wte.mat(), None, d.d_ln.mat(), false)?;
-        be.matmul(
+        be.matmul(logits.mat(), wte.mat(), None, d.d_ln.mat())?;
+        be.matmul_add(
             logits.mat().t(),
             s.ln_f.rows(acts, n).mat(),
             None,
             layout.wte_padded.on(grads).mat(),
-            true,
         )?;
         be.fill(d.d_res, 0.0)?;
         be.layernorm_backward(

@@ -96,6 +96,31 @@ fn scatter(m: &Matrix<'_, NaiveBuffer<f32>>, values: &[f32]) {
     }
 }
 
+impl NaiveBackend {
+    /// `matmul` and `matmul_add`: `c (+)= a·b (+ bias)`.
+    fn gemm(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let d = check::matmul(&a, &b, bias.as_ref(), &c)?;
+        let (av, bv) = (gather(&a), gather(&b));
+        let bias = bias.map(|t| read(&t));
+        let mut cv = if accumulate {
+            gather(&c)
+        } else {
+            vec![0.0; d.batch * d.m * d.n]
+        };
+        let batched = (a.batch > 1, b.batch > 1);
+        kernels::matmul(&mut cv, &av, &bv, bias.as_deref(), d, batched, accumulate);
+        scatter(&c, &cv);
+        Ok(())
+    }
+}
+
 impl Backend for NaiveBackend {
     type Buffer = NaiveBuffer<f32>;
     type IdBuffer = NaiveBuffer<u32>;
@@ -148,20 +173,18 @@ impl Backend for NaiveBackend {
         b: Mat<'_, Self>,
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
-        accumulate: bool,
     ) -> Result<()> {
-        let d = check::matmul(&a, &b, bias.as_ref(), &c)?;
-        let (av, bv) = (gather(&a), gather(&b));
-        let bias = bias.map(|t| read(&t));
-        let mut cv = if accumulate {
-            gather(&c)
-        } else {
-            vec![0.0; d.batch * d.m * d.n]
-        };
-        let batched = (a.batch > 1, b.batch > 1);
-        kernels::matmul(&mut cv, &av, &bv, bias.as_deref(), d, batched, accumulate);
-        scatter(&c, &cv);
-        Ok(())
+        self.gemm(a, b, bias, c, false)
+    }
+
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.gemm(a, b, bias, c, true)
     }
 
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {

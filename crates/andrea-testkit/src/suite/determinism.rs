@@ -41,12 +41,11 @@ pub fn determinism<B: Backend>(be: &B, _cfg: &Config) -> Case {
         );
         let bias = buffer(be, &data(4, n))?;
         let bt = v(&b, 0, &[n, k]).mat().t();
-        be.matmul(
+        be.matmul_add(
             v(&a, 0, &[m, k]).mat(),
             bt,
             Some(v(&bias, 0, &[n])),
             v(&c, 0, &[m, n]).mat(),
-            true,
         )
         .or_fail("matmul")?;
         read_all(be, &c)

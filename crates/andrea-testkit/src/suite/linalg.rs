@@ -142,13 +142,11 @@ pub fn matmul<B: Backend>(be: &B, cfg: &Config) -> Case {
         let (a_buf, b_buf, c_buf) = (buffer(be, &a)?, buffer(be, &b)?, buffer(be, &c0)?);
         let bias_buf = buffer(be, &bias)?;
         let bias_view = c.bias.then(|| view(&bias_buf, 1, &[c.n]));
-        be.matmul(
-            la.on(&a_buf),
-            lb.on(&b_buf),
-            bias_view,
-            lc.on(&c_buf),
-            c.accumulate,
-        )
+        if c.accumulate {
+            be.matmul_add(la.on(&a_buf), lb.on(&b_buf), bias_view, lc.on(&c_buf))
+        } else {
+            be.matmul(la.on(&a_buf), lb.on(&b_buf), bias_view, lc.on(&c_buf))
+        }
         .or_fail("matmul")?;
 
         let mut want = to_f64(&c0);

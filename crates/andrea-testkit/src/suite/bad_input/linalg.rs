@@ -31,76 +31,33 @@ pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
     let op = &["matmul"];
     let bias4 = Some(View::new(&bias, 0, [4]));
     x.ok("matmul", || {
-        be.matmul(
-            mat(&a, 0, 2, 3),
-            mat(&b, 0, 3, 4),
-            bias4,
-            mat(&c, 0, 2, 4),
-            false,
-        )
+        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 3, 4), bias4, mat(&c, 0, 2, 4))
     });
     x.ok("matmul, batched", || {
-        be.matmul(
+        be.matmul_add(
             mat(&a, 0, 2, 3).batched(3, 6),
             mat(&b, 0, 3, 4),
             None,
             mat(&c, 0, 2, 4).batched(3, 8),
-            true,
         )
     });
     x.err(op, "matmul: inner dimension 3 vs 4", || {
-        be.matmul(
-            mat(&a, 0, 2, 3),
-            mat(&b, 0, 4, 4),
-            None,
-            mat(&c, 0, 2, 4),
-            false,
-        )
+        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 4, 4), None, mat(&c, 0, 2, 4))
     });
     x.err(op, "matmul: c has 3 rows, a has 2", || {
-        be.matmul(
-            mat(&a, 0, 2, 3),
-            mat(&b, 0, 3, 4),
-            None,
-            mat(&c, 0, 3, 4),
-            false,
-        )
+        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 3, 4), None, mat(&c, 0, 3, 4))
     });
     x.err(op, "matmul: c has 5 columns, b has 4", || {
-        be.matmul(
-            mat(&a, 0, 2, 3),
-            mat(&b, 0, 3, 4),
-            None,
-            mat(&c, 0, 2, 5),
-            false,
-        )
+        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 3, 4), None, mat(&c, 0, 2, 5))
     });
     x.err(op, "matmul: zero rows", || {
-        be.matmul(
-            mat(&a, 0, 0, 3),
-            mat(&b, 0, 3, 4),
-            None,
-            mat(&c, 0, 0, 4),
-            false,
-        )
+        be.matmul(mat(&a, 0, 0, 3), mat(&b, 0, 3, 4), None, mat(&c, 0, 0, 4))
     });
     x.err(op, "matmul: zero inner dimension", || {
-        be.matmul(
-            mat(&a, 0, 2, 0),
-            mat(&b, 0, 0, 4),
-            None,
-            mat(&c, 0, 2, 4),
-            false,
-        )
+        be.matmul(mat(&a, 0, 2, 0), mat(&b, 0, 0, 4), None, mat(&c, 0, 2, 4))
     });
     x.err(op, "matmul: a past the buffer end", || {
-        be.matmul(
-            mat(&a, 36, 2, 3),
-            mat(&b, 0, 3, 4),
-            None,
-            mat(&c, 0, 2, 4),
-            false,
-        )
+        be.matmul(mat(&a, 36, 2, 3), mat(&b, 0, 3, 4), None, mat(&c, 0, 2, 4))
     });
     x.err(op, "matmul: b (transposed) past the buffer end", || {
         be.matmul(
@@ -108,33 +65,20 @@ pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
             mat(&b, 30, 4, 3).t(),
             None,
             mat(&c, 0, 2, 4),
-            false,
         )
     });
     x.err(op, "matmul: c overlaps a", || {
-        be.matmul(
-            mat(&a, 0, 2, 3),
-            mat(&b, 0, 3, 4),
-            None,
-            mat(&a, 4, 2, 4),
-            false,
-        )
+        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 3, 4), None, mat(&a, 4, 2, 4))
     });
     x.err(op, "matmul: c overlaps b", || {
-        be.matmul(
-            mat(&a, 0, 2, 3),
-            mat(&b, 0, 3, 4),
-            None,
-            mat(&b, 0, 2, 4),
-            false,
-        )
+        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 3, 4), None, mat(&b, 0, 2, 4))
     });
     x.err(op, "matmul: c rows alias (row stride 0)", || {
         let c0 = Matrix {
             row_stride: 0,
             ..mat(&c, 0, 2, 4)
         };
-        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 3, 4), None, c0, false)
+        be.matmul(mat(&a, 0, 2, 3), mat(&b, 0, 3, 4), None, c0)
     });
     x.err(op, "matmul: bias of 3 for 4 columns", || {
         be.matmul(
@@ -142,7 +86,6 @@ pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
             mat(&b, 0, 3, 4),
             Some(View::new(&bias, 0, [3])),
             mat(&c, 0, 2, 4),
-            false,
         )
     });
     x.err(op, "matmul: a batch 2, c batch 3", || {
@@ -151,7 +94,6 @@ pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
             mat(&b, 0, 3, 4),
             None,
             mat(&c, 0, 2, 4).batched(3, 8),
-            false,
         )
     });
     x.err(op, "matmul: c overlaps bias", || {
@@ -160,7 +102,6 @@ pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
             mat(&b, 0, 3, 4),
             Some(View::new(&c, 0, [4])),
             mat(&c, 2, 1, 4),
-            false,
         )
     });
 
