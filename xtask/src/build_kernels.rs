@@ -3,7 +3,14 @@
 //! (committed: the crate builds without nvcc), then assembles each PTX with ptxas for
 //! sm_80 and sm_90 and prints every kernel's registers, shared memory and spills.
 //!
-//! `--check` writes nothing: it fails when a committed PTX file differs from what the
+//! It also packs each committed PTX into a fatbin, `target/kernels-fatbin/<name>.fatbin`:
+//! sm_80 and sm_90 machine code assembled from that PTX, plus the PTX itself for newer
+//! GPUs. Not committed; `cargo xtask gpu-bundle` builds andrea-cuda with
+//! `ANDREA_CUDA_FATBIN_DIR` pointing there, so the bundle's kernels run as compiled here
+//! instead of being JIT-compiled by the driver at start.
+//!
+//! `--check` writes nothing to the repository (the fatbins go to a scratch folder, to
+//! check that they build): it fails when a committed PTX file differs from what the
 //! sources compile to (comment lines, which carry the compiler's build stamp, are
 //! ignored), when a `.cu` has no PTX or a PTX no `.cu`, or when a committed file does not
 //! assemble. Both modes fail on any register spill.
@@ -113,6 +120,37 @@ fn compile(tc: &Toolchain, src: &Path, out: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Where `build-kernels` leaves the fatbins (relative to the workspace root).
+pub const FATBIN_DIR: &str = "target/kernels-fatbin";
+
+/// Packs `ptx` (compute_80) into a fatbin with machine code for every [`REPORT_ARCHS`]
+/// entry and the PTX itself.
+fn fatbin(tc: &Toolchain, ptx: &Path, out: &Path) -> Result<u64, String> {
+    let codes = REPORT_ARCHS
+        .iter()
+        .copied()
+        .chain([VIRTUAL_ARCH])
+        .collect::<Vec<_>>()
+        .join(",");
+    let o = Command::new(&tc.nvcc)
+        .args(["-fatbin", &format!("-arch={VIRTUAL_ARCH}"), &format!("-code={codes}")])
+        .arg("-o")
+        .arg(out)
+        .arg(ptx)
+        .output()
+        .map_err(|e| format!("running {}: {e}", tc.nvcc.display()))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{} does not pack into a fatbin ({codes}):\n{}",
+            ptx.display(),
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    std::fs::metadata(out)
+        .map(|m| m.len())
+        .map_err(|e| format!("{}: {e}", out.display()))
+}
+
 fn assemble(tc: &Toolchain, ptx: &Path, arch: &str) -> Result<Vec<KernelInfo>, String> {
     let o = Command::new(&tc.ptxas)
         .arg(format!("-arch={arch}"))
@@ -140,6 +178,13 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
     if !check {
         std::fs::create_dir_all(&ptx_dir).map_err(|e| format!("{}: {e}", ptx_dir.display()))?;
     }
+    let fat_dir = if check {
+        tmp.join("fatbin")
+    } else {
+        root.join(FATBIN_DIR)
+    };
+    std::fs::create_dir_all(&fat_dir).map_err(|e| format!("{}: {e}", fat_dir.display()))?;
+    let mut fat_bytes = 0u64;
     let srcs = sources(root)?;
     let mut problems = Vec::new();
     let mut infos = Vec::new();
@@ -178,6 +223,10 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
                 Err(e) => problems.push(e),
             }
         }
+        match fatbin(&tc, &target, &fat_dir.join(format!("{name}.fatbin"))) {
+            Ok(n) => fat_bytes += n,
+            Err(e) => problems.push(e),
+        }
     }
     if let Ok(entries) = std::fs::read_dir(&ptx_dir) {
         for e in entries.flatten() {
@@ -204,11 +253,15 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
     }
     if problems.is_empty() {
         println!(
-            "{} kernels in {} files: PTX {}, assembles for {} with no spills",
+            "{} kernels in {} files: PTX {}, assembles for {} with no spills; fatbins \
+             ({} + PTX, {:.1} MiB) in {}",
             infos.len() / REPORT_ARCHS.len(),
             srcs.len(),
             if check { "up to date" } else { "written" },
-            REPORT_ARCHS.join(" and ")
+            REPORT_ARCHS.join(" and "),
+            REPORT_ARCHS.join(", "),
+            fat_bytes as f64 / (1024.0 * 1024.0),
+            fat_dir.display()
         );
         Ok(())
     } else {

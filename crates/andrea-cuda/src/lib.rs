@@ -31,4 +31,4 @@ pub use precision::{MatmulPrecision, Precision};
 mod device;
 
 #[cfg(feature = "cuda")]
-pub use device::{CudaBackend, CudaBuffer, CudaIds};
+pub use device::{CudaBackend, CudaBuffer, CudaIds, ModuleLoad};

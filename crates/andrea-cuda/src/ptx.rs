@@ -1,6 +1,12 @@
 //! The PTX the kernels compile to, committed under `ptx/` by `cargo xtask build-kernels`
 //! (from `kernels/*.cu`, virtual architecture compute_80, nvcc 13.0: PTX ISA 9.0, which
 //! needs a driver of the CUDA 13.0 era, 580 or newer). The crate never runs nvcc.
+//!
+//! A build can also embed machine code: with `ANDREA_CUDA_FATBIN_DIR` set at build time
+//! (`cargo xtask gpu-bundle` does it), [`fatbin`] returns each module's fatbin (SASS for
+//! sm_80 and sm_90 plus the same compute_80 PTX, assembled from the committed PTX by
+//! `cargo xtask build-kernels`), which the backend loads in place of the PTX text, so an
+//! sm_80 or sm_90 GPU runs the kernels without JIT compilation.
 
 /// One compiled `kernels/<name>.cu`.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +27,18 @@ macro_rules! modules {
 modules! {
     "adamw" "attention" "bias" "elementwise" "embedding" "gelu" "layernorm" "loss" "matmul"
     "norm" "softmax"
+}
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/fatbins.rs"));
+}
+
+/// The fatbin embedded for module `name`, if this build has one.
+pub fn fatbin(name: &str) -> Option<&'static [u8]> {
+    embedded::FATBINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
 }
 
 /// The PTX ISA version the modules declare (`.version`), for the driver-too-old message.

@@ -14,7 +14,7 @@ mod ops_rows;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+use std::ffi::{c_int, c_uint, c_void, CString};
 
 use andrea_core::{Error, Result, View};
 use cust::context::Context;
@@ -54,6 +54,8 @@ pub struct CudaBackend {
     compute_capability: (i32, i32),
     sync_each_launch: bool,
     functions: HashMap<&'static str, CuFunction>,
+    /// How each kernel module was loaded.
+    loads: Vec<ModuleLoad>,
     /// Column-sum partials; grows to the largest need, then is reused.
     scratch: RefCell<Option<DeviceBuffer<f32>>>,
     /// Sorted token positions for the embedding backward.
@@ -124,7 +126,7 @@ impl CudaBackend {
         // which is what `alloc_zeroed`'s legacy-stream memset relies on.
         let stream = Stream::new(StreamFlags::DEFAULT, None)
             .map_err(|e| driver::from_cust(e, "creating the CUDA stream", &device_name, None))?;
-        let (modules, functions) = load_modules(version)?;
+        let (modules, functions, loads) = load_modules(version)?;
         let sq = |n| alloc_zeroed::<f64>(n, &device_name);
         Ok(CudaBackend {
             precision,
@@ -136,10 +138,17 @@ impl CudaBackend {
             sq_partials: sq(SQ_MAX_PARTIALS)?,
             sq_total: sq(1)?,
             _modules: modules,
+            loads,
             stream,
             context,
             device_name,
         })
+    }
+
+    /// How each kernel module was loaded (embedded machine code or JIT-compiled PTX) and
+    /// the driver's time for it.
+    pub fn module_loads(&self) -> &[ModuleLoad] {
+        &self.loads
     }
 
     /// The arithmetic in use.
@@ -288,43 +297,137 @@ fn alloc_zeroed<T: DeviceCopy + Zeroable>(len: usize, device: &str) -> Result<De
         .map_err(|e| driver::from_cust(e, "allocating device memory", device, Some(bytes)))
 }
 
-type Loaded = (Vec<LoadedModule>, HashMap<&'static str, CuFunction>);
+type Loaded = (
+    Vec<LoadedModule>,
+    HashMap<&'static str, CuFunction>,
+    Vec<ModuleLoad>,
+);
 
-/// Loads every PTX module (the driver JIT-compiles it for this GPU) and looks up its
-/// kernels.
+/// How one kernel module was loaded: from embedded machine code (no JIT) or from PTX
+/// that the driver compiled for this GPU, and how long that took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleLoad {
+    pub module: &'static str,
+    /// `"fatbin"` (embedded sm_80/sm_90 machine code, see [`ptx::fatbin`]) or `"ptx"`.
+    pub image: &'static str,
+    /// The driver's own wall time for the load (`CU_JIT_WALL_TIME`), in milliseconds.
+    pub millis: f32,
+}
+
+// `CUjit_option` values (cuda.h).
+const CU_JIT_WALL_TIME: c_int = 2;
+const CU_JIT_INFO_LOG_BUFFER: c_int = 3;
+const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_int = 4;
+const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
+const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
+const JIT_LOG_BYTES: usize = 16 * 1024;
+
+/// The text the driver wrote into a log buffer (NUL-terminated, possibly empty).
+fn log_text(buf: &[u8]) -> String {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).trim().to_string()
+}
+
+/// Loads every kernel module and looks up its kernels: the embedded fatbin where this
+/// build has one (the driver picks the machine code for this GPU, or JIT-compiles the
+/// PTX inside it for a newer one), else the PTX text. The driver's error log is passed
+/// back in the error, so a JIT failure says why.
 fn load_modules(driver_version: i32) -> Result<Loaded> {
     let mut modules = Vec::new();
     let mut functions = HashMap::new();
+    let mut loads = Vec::new();
     for m in ptx::MODULES {
-        let src = CString::new(m.source).map_err(|_| Error::Device {
-            context: format!("loading PTX module `{}`", m.name),
-            message: "the PTX text contains a NUL byte".into(),
-        })?;
+        // The image, 8-byte aligned (a fatbin is read as a header struct); PTX text is
+        // NUL-terminated.
+        let (image_kind, bytes): (&'static str, Vec<u8>) = match ptx::fatbin(m.name) {
+            Some(fb) => ("fatbin", fb.to_vec()),
+            None => {
+                let src = CString::new(m.source).map_err(|_| Error::Device {
+                    context: format!("loading PTX module `{}`", m.name),
+                    message: "the PTX text contains a NUL byte".into(),
+                })?;
+                ("ptx", src.into_bytes_with_nul())
+            }
+        };
+        let mut image = vec![0u64; bytes.len().div_ceil(8)];
+        // SAFETY: `image` holds at least `bytes.len()` bytes; u64 has no invalid bits.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                image.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
+        };
+        let mut info_log = vec![0u8; JIT_LOG_BYTES];
+        let mut error_log = vec![0u8; JIT_LOG_BYTES];
+        let mut options = [
+            CU_JIT_WALL_TIME,
+            CU_JIT_INFO_LOG_BUFFER,
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_ERROR_LOG_BUFFER,
+            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        // Option values travel in pointer-sized slots: sizes as integers, the wall time
+        // comes back as an f32 in the low bytes of its slot.
+        let mut values: [*mut c_void; 5] = [
+            std::ptr::null_mut(),
+            info_log.as_mut_ptr().cast(),
+            JIT_LOG_BYTES as *mut c_void,
+            error_log.as_mut_ptr().cast(),
+            JIT_LOG_BYTES as *mut c_void,
+        ];
         let mut module: CuModule = std::ptr::null_mut();
-        // SAFETY: `src` is NUL-terminated PTX; no JIT options.
+        // SAFETY: `image` is a fatbin or NUL-terminated PTX; the log buffers outlive the
+        // call and their sizes are the ones passed.
         let code = unsafe {
             driver::cuModuleLoadDataEx(
                 &mut module,
-                src.as_ptr() as *const c_void,
-                0,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                image.as_ptr() as *const c_void,
+                options.len() as c_uint,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
             )
         };
+        let why = || {
+            let log = log_text(&error_log);
+            if log.is_empty() {
+                String::new()
+            } else {
+                format!("; the driver's JIT log: {log}")
+            }
+        };
         match code {
+            driver::CUDA_SUCCESS => {}
             driver::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
             | driver::CUDA_ERROR_INVALID_PTX
             | driver::CUDA_ERROR_NO_BINARY_FOR_GPU => {
-                return Err(driver::driver_too_old(driver_version));
+                let mut e = driver::driver_too_old(driver_version);
+                if let Error::Device { context, message } = &mut e {
+                    context.push_str(&format!(" (module `{}`, {image_kind})", m.name));
+                    message.push_str(&format!(" [{}]{}", driver::describe(code), why()));
+                }
+                return Err(e);
             }
             driver::CUDA_ERROR_OUT_OF_MEMORY => {
                 return Err(Error::OutOfMemory {
                     device: "CUDA".into(),
-                    bytes: m.source.len(),
+                    bytes: bytes.len(),
                 })
             }
-            _ => driver::check(code, || format!("loading PTX module `{}`", m.name))?,
+            _ => {
+                let extra = why();
+                driver::check(code, || {
+                    format!("loading kernel module `{}` ({image_kind}){extra}", m.name)
+                })?
+            }
         }
+        // The wall time (f32) sits in the first 4 bytes of its slot.
+        let millis = f32::from_bits(values[0] as usize as u32);
+        loads.push(ModuleLoad {
+            module: m.name,
+            image: image_kind,
+            millis: if millis.is_finite() { millis } else { 0.0 },
+        });
         modules.push(LoadedModule(module));
         for entry in ptx::entries(m) {
             let cname = CString::new(entry).unwrap_or_default();
@@ -337,5 +440,5 @@ fn load_modules(driver_version: i32) -> Result<Loaded> {
             functions.insert(entry, f);
         }
     }
-    Ok((modules, functions))
+    Ok((modules, functions, loads))
 }
