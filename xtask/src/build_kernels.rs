@@ -133,7 +133,11 @@ fn fatbin(tc: &Toolchain, ptx: &Path, out: &Path) -> Result<u64, String> {
         .collect::<Vec<_>>()
         .join(",");
     let o = Command::new(&tc.nvcc)
-        .args(["-fatbin", &format!("-arch={VIRTUAL_ARCH}"), &format!("-code={codes}")])
+        .args([
+            "-fatbin",
+            &format!("-arch={VIRTUAL_ARCH}"),
+            &format!("-code={codes}"),
+        ])
         .arg("-o")
         .arg(out)
         .arg(ptx)

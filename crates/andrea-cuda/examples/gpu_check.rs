@@ -1,0 +1,573 @@
+//! Correctness at production shapes and speed of the CUDA backend, for the GPU bundle's
+//! `run.sh` (`cargo xtask gpu-bundle`). Every result is one JSON line on stdout:
+//!
+//! ```text
+//! gpu_check gemm      [--tokens 16384] [--d-model 768] [--vocab 8512] [--reps 10]
+//! gpu_check attention [--batch 16] [--seq 1024] [--heads 12] [--head-dim 64] [--reps 5]
+//! gpu_check train     [--config andrea-120m.toml] [--batch 16] [--seq 1024] [--steps 2]
+//! gpu_check loads
+//! ```
+//!
+//! * `gemm`: the 11 products of an ANDREA-120M training step at `tokens = B·T` rows
+//!   (forward, dX, dW with K = tokens, the LM head at the padded vocabulary 8512 whose last
+//!   tile is half empty), timed in FP32, TF32 and BF16; TF32 and BF16 are checked against
+//!   the FP32 kernel on the same GPU with the bound of `tests/cpu_vs_cuda.rs`:
+//!   `|fast - fp32| <= 2·((2·u_op + 2·K·2⁻²⁴)·Σ_k |a_ik|·|b_kj| + 1e-6)`, where the
+//!   magnitudes `Σ|a|·|b|` come from one more FP32 product of `|a|` and `|b|`.
+//! * `attention`: forward and backward at `[B, T, 3C]`, timed per precision; every
+//!   precision against the FP32 path, and the FP32 path against the CPU backend on the
+//!   first sequence. Bounds below, at [`attention_tol`].
+//! * `train`: training steps of a model from the same seed on the same synthetic batch in
+//!   FP32, TF32 and BF16: loss and gradient norm per step side by side, and the first
+//!   TF32 step repeated on a fresh model, which must give the same bits (the backend is
+//!   deterministic by design).
+//! * `loads`: how the kernel modules were loaded (embedded machine code or JIT-compiled
+//!   PTX) and the driver's time for each.
+//!
+//! Exit status 0 when every check passed, 1 when one failed, 2 on a usage or device error.
+//! Needs `--features cuda`; the sizes are flags so the same binary runs on the emulator.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use andrea_core::{AttentionShape, Backend, Heads, Matrix, View};
+use andrea_cpu::CpuBackend;
+use andrea_cuda::{CudaBackend, MatmulPrecision, Precision};
+use andrea_model::{Config, Model, Trainer};
+use andrea_testkit::tol::{self, Tol};
+
+type Res<T> = Result<T, String>;
+
+const PRECISIONS: [(&str, Precision); 3] = [
+    ("fp32", Precision::FP32),
+    ("tf32", Precision::FAST),
+    ("bf16", Precision::BF16),
+];
+const U24: f64 = 1.0 / 16_777_216.0;
+
+fn unit_roundoff(p: MatmulPrecision) -> f64 {
+    match p {
+        MatmulPrecision::Fp32 => U24,
+        MatmulPrecision::Tf32 => 1.0 / 2048.0,
+        MatmulPrecision::Bf16 => 1.0 / 256.0,
+    }
+}
+
+/// Command-line flags `--name value`, read as numbers or text.
+struct Flags(HashMap<String, String>);
+
+impl Flags {
+    fn parse(args: &[String]) -> Res<Self> {
+        let mut map = HashMap::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let key = a
+                .strip_prefix("--")
+                .ok_or_else(|| format!("unexpected argument `{a}` (flags are --name value)"))?;
+            let value = it.next().ok_or_else(|| format!("--{key} needs a value"))?;
+            map.insert(key.to_string(), value.clone());
+        }
+        Ok(Flags(map))
+    }
+    fn usize(&self, key: &str, default: usize) -> Res<usize> {
+        match self.0.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("--{key} {v}: expected a whole number")),
+        }
+    }
+    fn text(&self, key: &str, default: &str) -> String {
+        self.0.get(key).cloned().unwrap_or_else(|| default.into())
+    }
+}
+
+/// One JSON result line.
+fn emit(v: serde_json::Value) {
+    println!("{v}");
+}
+
+fn device<T>(what: &str) -> impl Fn(T) -> String + '_
+where
+    T: std::fmt::Display,
+{
+    move |e| format!("{what}: {e}")
+}
+
+fn backend(precision: Precision) -> Res<CudaBackend> {
+    CudaBackend::with_precision(precision).map_err(device("starting the CUDA backend"))
+}
+
+/// Uniform values in `[-1, 1)` from a seed (xorshift).
+fn data(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn upload<B: Backend>(be: &B, host: &[f32]) -> Res<B::Buffer> {
+    let b = be.alloc(host.len()).map_err(device("alloc"))?;
+    be.upload(host, View::whole(&b)).map_err(device("upload"))?;
+    Ok(b)
+}
+
+fn download<B: Backend>(be: &B, t: View<'_, B::Buffer>) -> Res<Vec<f32>> {
+    let mut host = vec![0.0; t.numel()];
+    be.download(t, &mut host).map_err(device("download"))?;
+    Ok(host)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median seconds of `reps` calls of `f` after 2 warm-ups, each ending with a synchronize.
+fn time<B: Backend>(be: &B, reps: usize, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
+    let mut times = Vec::with_capacity(reps);
+    for i in 0..reps + 2 {
+        let t0 = Instant::now();
+        f()?;
+        be.synchronize().map_err(device("synchronize"))?;
+        if i >= 2 {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    Ok(median(times))
+}
+
+/// The worst `|got - want| / bound(i)` and where; NaN where `want` is finite is infinite.
+fn worst(got: &[f32], want: &[f32], bound: impl Fn(usize) -> f64) -> (f64, usize, f64) {
+    let mut w = (0.0f64, 0usize, 0.0f64);
+    for (i, (&g, &r)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - r as f64).abs();
+        let ratio = if err.is_nan() {
+            f64::INFINITY
+        } else {
+            err / bound(i)
+        };
+        if ratio > w.0 || (i == 0 && ratio.is_infinite()) {
+            w = (ratio, i, err);
+        }
+    }
+    w
+}
+
+// ---- GEMMs ----------------------------------------------------------------------------
+
+/// (name, m, k, n, a transposed, b transposed) of one training step at `bt` tokens,
+/// width `c` (768) and padded vocabulary `v` (8512 = 8449 rounded up to a multiple of 64).
+fn gemms(bt: usize, c: usize, v: usize) -> Vec<(&'static str, usize, usize, usize, bool, bool)> {
+    vec![
+        ("fwd_qkv", bt, c, 3 * c, false, false),
+        ("fwd_attn_proj", bt, c, c, false, false),
+        ("fwd_fc", bt, c, 4 * c, false, false),
+        ("fwd_fc_proj", bt, 4 * c, c, false, false),
+        ("fwd_lm_head", bt, c, v, false, true),
+        ("bwd_dx_qkv", bt, 3 * c, c, false, true),
+        ("bwd_dw_qkv", c, bt, 3 * c, true, false),
+        ("bwd_dx_fc_proj", bt, c, 4 * c, false, true),
+        ("bwd_dw_fc_proj", 4 * c, bt, c, true, false),
+        ("bwd_dx_lm_head", bt, v, c, false, false),
+        ("bwd_dwte_lm_head", v, bt, c, true, false),
+    ]
+}
+
+fn mat<M: andrea_core::DeviceMemory>(buf: &M, rows: usize, cols: usize, t: bool) -> Matrix<'_, M> {
+    if t {
+        View::new(buf, 0, [cols, rows]).mat().t()
+    } else {
+        View::new(buf, 0, [rows, cols]).mat()
+    }
+}
+
+fn gemm(flags: &Flags) -> Res<bool> {
+    let bt = flags.usize("tokens", 16 * 1024)?;
+    let reps = flags.usize("reps", 10)?.max(1);
+    let shapes = gemms(
+        bt,
+        flags.usize("d-model", 768)?,
+        flags.usize("vocab", 8512)?,
+    );
+    // FP32 results and magnitudes, kept on the host for the fast precisions.
+    let mut reference: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+    let mut ok = true;
+    for (label, precision) in PRECISIONS {
+        let be = backend(precision)?;
+        for (idx, &(name, m, k, n, ta, tb)) in shapes.iter().enumerate() {
+            let a_host = data(2 * idx as u64 + 1, m * k);
+            let b_host = data(2 * idx as u64 + 2, k * n);
+            let (a, b) = (upload(&be, &a_host)?, upload(&be, &b_host)?);
+            let c = be.alloc(m * n).map_err(device("alloc"))?;
+            let run = || {
+                be.matmul(
+                    mat(&a, m, k, ta),
+                    mat(&b, k, n, tb),
+                    None,
+                    View::new(&c, 0, [m, n]).mat(),
+                )
+                .map_err(device(name))
+            };
+            let secs = time(&be, reps, run)?;
+            let got = download(&be, View::whole(&c))?;
+            let flops = 2.0 * (m * k * n) as f64;
+            let mut row = serde_json::json!({
+                "phase": "gemm", "name": name, "m": m, "k": k, "n": n,
+                "precision": label, "backend": be.name(),
+                "median_ms": secs * 1e3, "tflop_per_s": flops / secs / 1e12,
+            });
+            if precision == Precision::FP32 {
+                let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
+                let (aa, ab) = (upload(&be, &abs(&a_host))?, upload(&be, &abs(&b_host))?);
+                be.matmul(
+                    mat(&aa, m, k, ta),
+                    mat(&ab, k, n, tb),
+                    None,
+                    View::new(&c, 0, [m, n]).mat(),
+                )
+                .map_err(device(name))?;
+                let mag = download(&be, View::whole(&c))?;
+                let finite = got.iter().all(|x| x.is_finite());
+                row["check"] = "finite".into();
+                row["pass"] = finite.into();
+                ok &= finite;
+                reference.push((got, mag));
+            } else {
+                let (want, mag) = &reference[idx];
+                let u = unit_roundoff(precision.matmul);
+                let bound =
+                    |i: usize| 2.0 * ((2.0 * u + 2.0 * k as f64 * U24) * mag[i] as f64 + 1e-6);
+                let (ratio, at, err) = worst(&got, want, bound);
+                let pass = ratio <= 1.0;
+                ok &= pass;
+                row["check"] = "vs fp32, 2((2u+2K·2^-24)Σ|a||b|+1e-6)".into();
+                row["worst_err_over_bound"] = ratio.into();
+                row["worst_abs_err"] = err.into();
+                row["worst_at"] = serde_json::json!([at / n, at % n]);
+                row["pass"] = pass.into();
+            }
+            emit(row);
+        }
+    }
+    Ok(ok)
+}
+
+// ---- attention ------------------------------------------------------------------------
+
+/// What one attention pass returns: `out`, then `d(qkv)` (dq, dk, dv interleaved as the
+/// model stores them).
+struct AttentionRun {
+    out: Vec<f32>,
+    dqkv: Vec<f32>,
+    forward_s: f64,
+    backward_s: f64,
+}
+
+fn attention_pass<B: Backend>(
+    be: &B,
+    shape: [usize; 4],
+    qkv_host: &[f32],
+    dout_host: &[f32],
+    reps: usize,
+) -> Res<AttentionRun> {
+    let [b, t, h, d] = shape;
+    let c = h * d;
+    let qkv = upload(be, qkv_host)?;
+    let dout = upload(be, dout_host)?;
+    let out = be.alloc(b * t * c).map_err(device("alloc"))?;
+    let dqkv = be.alloc(b * t * 3 * c).map_err(device("alloc"))?;
+    let ashape = AttentionShape {
+        batch: b,
+        heads: h,
+        q_len: t,
+        k_len: t,
+    };
+    let ws = be
+        .alloc(be.attention_workspace_len(ashape).max(1))
+        .map_err(device("alloc"))?;
+    let scratch = be
+        .alloc(be.attention_backward_scratch_len(ashape).max(1))
+        .map_err(device("alloc"))?;
+    let bad = |what: &str| format!("{what}: [{b}, {t}, {c}] does not split into {h} heads");
+    let split =
+        |buf| Heads::split_qkv(View::new(buf, 0, [b, t, 3 * c]), h).ok_or_else(|| bad("qkv"));
+    let [q, k, v] = split(&qkv)?;
+    let [dq, dk, dv] = split(&dqkv)?;
+    let o = Heads::from_tensor(View::new(&out, 0, [b, t, c]), h).ok_or_else(|| bad("out"))?;
+    let dov = Heads::from_tensor(View::new(&dout, 0, [b, t, c]), h).ok_or_else(|| bad("dout"))?;
+    let forward_s = time(be, reps, || {
+        be.attention_forward(q, k, v, o, View::whole(&ws), 0)
+            .map_err(device("attention_forward"))
+    })?;
+    let backward_s = time(be, reps, || {
+        be.attention_backward(
+            q,
+            k,
+            v,
+            o,
+            dov,
+            dq,
+            dk,
+            dv,
+            View::whole(&ws),
+            View::whole(&scratch),
+        )
+        .map_err(device("attention_backward"))
+    })?;
+    Ok(AttentionRun {
+        out: download(be, View::whole(&out))?,
+        dqkv: download(be, View::whole(&dqkv))?,
+        forward_s,
+        backward_s,
+    })
+}
+
+/// The bound on the difference of two attention implementations, for the output and for
+/// the gradients, at `t` keys and head size `d`, inputs in [-1, 1]:
+///
+/// * both in FP32: each is within `tol::attention_out` / `tol::attention_grad` of the
+///   exact result (the conformance suite holds both backends to those), so they are
+///   within twice that of each other;
+/// * one with operands rounded to a format of unit roundoff `u` (TF32, BF16 tensor
+///   cores): a score `q·k/sqrt(d)` moves by at most `2u·Σ_d|q||k|/sqrt(d) <= 2u·sqrt(d)`,
+///   which moves each probability by at most `2·that` relative and the output (a convex
+///   combination of values in [-1, 1]) by at most `4u·sqrt(d)`, plus `2u` from rounding P
+///   and V; the gradients chain t- and d-term sums of the same terms, bounded coarsely by
+///   `(1 + sqrt(d))` times the output's bound.
+fn attention_tol(t: usize, d: usize, u: f64) -> (Tol, Tol) {
+    let fp32_out = tol::attention_out(t, d);
+    let fp32_grad = tol::attention_grad(t, d);
+    let base_out = Tol::new(2.0 * fp32_out.abs, 2.0 * fp32_out.rel);
+    let base_grad = Tol::new(2.0 * fp32_grad.abs, 2.0 * fp32_grad.rel);
+    if u <= U24 {
+        return (base_out, base_grad);
+    }
+    let sd = (d as f64).sqrt();
+    let fast = 4.0 * u * sd + 2.0 * u;
+    (
+        Tol::new(base_out.abs + fast, base_out.rel),
+        Tol::new(base_grad.abs + fast * (1.0 + sd), base_grad.rel),
+    )
+}
+
+fn compare_row(
+    name: &str,
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    tol: Tol,
+) -> (serde_json::Value, bool) {
+    let (ratio, at, err) = worst(got, want, |i| tol.bound(want[i] as f64));
+    let pass = ratio <= 1.0;
+    (
+        serde_json::json!({
+            "phase": "attention", "name": name, "check": what,
+            "tol_abs": tol.abs, "tol_rel": tol.rel,
+            "worst_err_over_bound": ratio, "worst_abs_err": err, "worst_at": at, "pass": pass,
+        }),
+        pass,
+    )
+}
+
+fn attention(flags: &Flags) -> Res<bool> {
+    let b = flags.usize("batch", 16)?;
+    let t = flags.usize("seq", 1024)?;
+    let h = flags.usize("heads", 12)?;
+    let d = flags.usize("head-dim", 64)?;
+    let reps = flags.usize("reps", 5)?.max(1);
+    let c = h * d;
+    let qkv = data(101, b * t * 3 * c);
+    let dout = data(102, b * t * c);
+    // Causal attention FLOPs as the kernels count them (full T×T): QKᵀ and PV forward,
+    // 2.5x that backward.
+    let flops = 4.0 * (b * h * t * t * d) as f64;
+    let mut ok = true;
+    let mut fp32: Option<AttentionRun> = None;
+    for (label, precision) in PRECISIONS {
+        let be = backend(precision)?;
+        let r = attention_pass(&be, [b, t, h, d], &qkv, &dout, reps)?;
+        emit(serde_json::json!({
+            "phase": "attention", "name": format!("forward_{b}x{t}x{h}x{d}"), "precision": label,
+            "median_ms": r.forward_s * 1e3, "tflop_per_s": flops / r.forward_s / 1e12,
+        }));
+        emit(serde_json::json!({
+            "phase": "attention", "name": format!("backward_{b}x{t}x{h}x{d}"), "precision": label,
+            "median_ms": r.backward_s * 1e3, "tflop_per_s": 2.5 * flops / r.backward_s / 1e12,
+        }));
+        match &fp32 {
+            None => {
+                // The FP32 path against the CPU backend on the first sequence.
+                let cpu = CpuBackend::new();
+                let per = t * 3 * c;
+                let want = attention_pass(&cpu, [1, t, h, d], &qkv[..per], &dout[..t * c], 1)?;
+                let (to, tg) = attention_tol(t, d, U24);
+                for (what, got, want, tol) in [
+                    ("fp32 out vs cpu", &r.out[..t * c], &want.out[..], to),
+                    ("fp32 d(qkv) vs cpu", &r.dqkv[..per], &want.dqkv[..], tg),
+                ] {
+                    let (row, pass) = compare_row("attention_first_sequence", what, got, want, tol);
+                    ok &= pass;
+                    emit(row);
+                }
+                fp32 = Some(r);
+            }
+            Some(want) => {
+                let (to, tg) = attention_tol(t, d, unit_roundoff(precision.matmul));
+                for (what, got, want, tol) in [
+                    (format!("{label} out vs fp32"), &r.out, &want.out, to),
+                    (format!("{label} d(qkv) vs fp32"), &r.dqkv, &want.dqkv, tg),
+                ] {
+                    let (row, pass) = compare_row("attention", &what, got, want, tol);
+                    ok &= pass;
+                    emit(row);
+                }
+            }
+        }
+    }
+    Ok(ok)
+}
+
+// ---- training steps -------------------------------------------------------------------
+
+/// One training step: (loss, gradient norm before clipping, seconds).
+type StepRow = (f32, f32, f64);
+
+/// `steps` steps from seed 1 on one synthetic batch; returns the backend's name too.
+fn train_steps(
+    config: &Config,
+    precision: Precision,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+) -> Res<(String, Vec<StepRow>)> {
+    let be = backend(precision)?;
+    let name = be.name();
+    let model = Model::new(be, config.model.clone(), 1).map_err(device("Model::new"))?;
+    let optimizer = config.optimizer.clone();
+    let lr = optimizer.lr;
+    let mut trainer = Trainer::new(model, optimizer, batch, seq).map_err(device("Trainer"))?;
+    let (tokens, targets) =
+        andrea_model::bench::synthetic_batch(config.model.vocab_size, batch, seq, 1);
+    let mut out = Vec::new();
+    for _ in 0..steps {
+        let t0 = Instant::now();
+        let loss = trainer
+            .forward_train(&tokens, &targets)
+            .map_err(device("forward"))?;
+        trainer.backward().map_err(device("backward"))?;
+        let norm = trainer.grad_norm().map_err(device("grad_norm"))?;
+        trainer.step(lr).map_err(device("step"))?;
+        trainer
+            .model()
+            .backend()
+            .synchronize()
+            .map_err(device("synchronize"))?;
+        out.push((loss, norm, t0.elapsed().as_secs_f64()));
+    }
+    Ok((name, out))
+}
+
+fn train(flags: &Flags) -> Res<bool> {
+    let path = flags.text("config", "configs/andrea-120m.toml");
+    let config = Config::from_toml_file(&path).map_err(device(&path))?;
+    let batch = flags.usize("batch", 16)?;
+    let seq = flags.usize("seq", 1024)?;
+    let steps = flags.usize("steps", 2)?.max(1);
+    // Sanity bounds, not derived: relative differences from FP32 that a correct TF32 or
+    // BF16 step stays well inside at initialisation (operand roundoff 2⁻¹¹ / 2⁻⁸ enters
+    // the loss through sums that average it).
+    let bounds = |p: MatmulPrecision| match p {
+        MatmulPrecision::Fp32 => (0.0, 0.0),
+        MatmulPrecision::Tf32 => (2e-3, 2e-2),
+        MatmulPrecision::Bf16 => (2e-2, 1e-1),
+    };
+    let mut ok = true;
+    let mut fp32: Vec<StepRow> = Vec::new();
+    for (label, precision) in PRECISIONS {
+        let (name, rows) = train_steps(&config, precision, batch, seq, steps)?;
+        for (i, &(loss, norm, secs)) in rows.iter().enumerate() {
+            let mut row = serde_json::json!({
+                "phase": "train_step", "precision": label, "backend": name,
+                "config": path, "batch": batch, "seq": seq, "step": i + 1,
+                "loss": loss, "grad_norm": norm, "seconds": secs,
+            });
+            let finite = loss.is_finite() && norm.is_finite();
+            let mut pass = finite;
+            if precision != Precision::FP32 {
+                let (bl, bn) = bounds(precision.matmul);
+                let (l0, n0, _) = fp32[i];
+                let dl = ((loss - l0) / l0).abs() as f64;
+                let dn = ((norm - n0) / n0).abs() as f64;
+                row["loss_rel_diff_vs_fp32"] = dl.into();
+                row["grad_norm_rel_diff_vs_fp32"] = dn.into();
+                row["bounds"] = serde_json::json!([bl, bn]);
+                pass &= dl <= bl && dn <= bn;
+            }
+            row["pass"] = pass.into();
+            ok &= pass;
+            emit(row);
+        }
+        if precision == Precision::FP32 {
+            fp32 = rows;
+        } else if precision == Precision::FAST {
+            // Determinism: the same first step on a fresh model gives the same bits.
+            let (_, again) = train_steps(&config, precision, batch, seq, 1)?;
+            let same = again[0].0.to_bits() == rows[0].0.to_bits()
+                && again[0].1.to_bits() == rows[0].1.to_bits();
+            ok &= same;
+            emit(serde_json::json!({
+                "phase": "train_step", "precision": label, "check": "repeat step 1: same bits",
+                "loss": again[0].0, "grad_norm": again[0].1, "pass": same,
+            }));
+        }
+    }
+    Ok(ok)
+}
+
+fn loads() -> Res<bool> {
+    let t0 = Instant::now();
+    let be = backend(Precision::FAST)?;
+    let start_s = t0.elapsed().as_secs_f64();
+    for l in be.module_loads() {
+        emit(serde_json::json!({
+            "phase": "loads", "module": l.module, "image": l.image, "driver_ms": l.millis,
+        }));
+    }
+    let all_fatbin = be.module_loads().iter().all(|l| l.image == "fatbin");
+    emit(serde_json::json!({
+        "phase": "loads", "backend": be.name(), "start_s": start_s,
+        "all_fatbin": all_fatbin, "pass": true,
+    }));
+    Ok(true)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprintln!("usage: gpu_check gemm|attention|train|loads [--flag value ...]");
+        return ExitCode::from(2);
+    };
+    let result = Flags::parse(&args[1..]).and_then(|f| match cmd.as_str() {
+        "gemm" => gemm(&f),
+        "attention" => attention(&f),
+        "train" => train(&f),
+        "loads" => loads(),
+        other => Err(format!("unknown check `{other}`")),
+    });
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("gpu_check {cmd}: {e}");
+            emit(serde_json::json!({"phase": cmd, "error": e, "pass": false}));
+            ExitCode::from(2)
+        }
+    }
+}
