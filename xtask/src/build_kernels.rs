@@ -155,6 +155,18 @@ fn fatbin(tc: &Toolchain, ptx: &Path, out: &Path) -> Result<u64, String> {
         .map_err(|e| format!("{}: {e}", out.display()))
 }
 
+/// Packs every committed PTX into `dir/<name>.fatbin` (for `gpu-bundle`).
+pub fn fatbins_only(root: &Path, dir: &Path) -> Result<(), String> {
+    let tc = nvcc::find(root)?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for src in sources(root)? {
+        let name = stem(&src);
+        let ptx = root.join(format!("crates/andrea-cuda/ptx/{name}.ptx"));
+        fatbin(&tc, &ptx, &dir.join(format!("{name}.fatbin")))?;
+    }
+    Ok(())
+}
+
 fn assemble(tc: &Toolchain, ptx: &Path, arch: &str) -> Result<Vec<KernelInfo>, String> {
     let o = Command::new(&tc.ptxas)
         .arg(format!("-arch={arch}"))

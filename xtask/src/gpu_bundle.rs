@@ -1,21 +1,30 @@
-//! `cargo xtask gpu-bundle`: builds, on this machine (no GPU needed, against the link
-//! stub), everything that checks andrea on a GPU, and puts it with `run.sh`
-//! (`scripts/gpu-check.sh`) into `target/gpu-bundle/`:
+//! `cargo xtask gpu-bundle [--ptx-only]`: builds, on this machine (no GPU needed, against
+//! the link stub), everything that checks and measures andrea on a GPU, and puts it with
+//! `run.sh` (`scripts/gpu-check.sh`) into `target/gpu-bundle/`:
 //!
 //! ```text
 //! target/gpu-bundle/
-//!   run.sh          runs everything below, prints one table
+//!   run.sh          the one script: phases under a time budget, results under $OUT
+//!   summary.py      the summary table of run.sh's rows (scripts/gpu-summary.py)
 //!   bin/            test binaries: andrea-cuda's (conformance, CPU-vs-CUDA op by op and
 //!                   the whole model) and andrea-cli's `--backend cuda` test
 //!   andrea          the release `andrea` binary with `--features cuda`
+//!   gpu_check       production-shape checks and timings (andrea-cuda/examples/gpu_check.rs)
 //!   bench/ops       the ops bench with its CUDA columns (criterion, bench profile)
-//!   configs/        tiny.toml and andrea-120m.toml, for `andrea bench`
+//!   peers/          the PyTorch peer scripts (benches/pytorch)
+//!   configs/        tiny.toml and andrea-120m.toml
 //! ```
 //!
-//! Copy that folder to a machine with an NVIDIA GPU and a CUDA 13 driver (580+) but no
-//! Rust, and run `./run.sh` there. The binaries are built with `ANDREA_CUDA_NO_RPATH`, so
-//! they load that machine's driver, never a path on this one. Debug info is stripped.
-//! Builds into `$CARGO_TARGET_DIR` when set, else `target/`.
+//! The kernels are embedded as fatbins (sm_80 and sm_90 machine code plus the PTX, from
+//! `cargo xtask build-kernels`, which needs nvcc: see kernels/README.md), so nothing is
+//! JIT-compiled on the GPU machine; `--ptx-only` builds without them (the driver then
+//! compiles the PTX at start). Copy the folder to a machine with an NVIDIA GPU and a
+//! CUDA 13 driver (580+) but no Rust, and run `./run.sh` there. The binaries are built
+//! with `ANDREA_CUDA_NO_RPATH`, so they load that machine's driver, never a path on this
+//! one (`LD_LIBRARY_PATH=target/cuda-emu/lib64 target/gpu-bundle/run.sh --emulator` runs
+//! the bundle on the emulator). Debug info is stripped. Builds into `$CARGO_TARGET_DIR`
+//! when set, else `target/`. Fails when the bundle passes 60 MiB (the GPU lease carries
+//! 64 MiB).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,9 +34,19 @@ type Artifact = (PathBuf, String, String);
 
 /// Runs `cargo <args> --message-format=json` against the stub and returns the
 /// executables it built.
-fn cargo_build(root: &Path, target_dir: &Path, args: &[&str]) -> Result<Vec<Artifact>, String> {
+fn cargo_build(
+    root: &Path,
+    target_dir: &Path,
+    fatbins: Option<&Path>,
+    args: &[&str],
+) -> Result<Vec<Artifact>, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(&cargo)
+    let mut cmd = Command::new(&cargo);
+    match fatbins {
+        Some(dir) => cmd.env("ANDREA_CUDA_FATBIN_DIR", dir),
+        None => cmd.env_remove("ANDREA_CUDA_FATBIN_DIR"),
+    };
+    let out = cmd
         .args(args)
         .args(["--message-format=json", "--target-dir"])
         .arg(target_dir)
@@ -67,8 +86,35 @@ fn install(exe: &Path, dst: &Path) -> Result<u64, String> {
     Ok(std::fs::metadata(dst).map(|m| m.len()).unwrap_or(0))
 }
 
-pub fn run(root: &Path) -> Result<(), String> {
+/// Bundles bigger than this do not travel with the GPU lease (64 MiB with the tree).
+const MAX_BUNDLE_MIB: f64 = 60.0;
+
+fn copy(src: &Path, dst: &Path) -> Result<u64, String> {
+    if let Some(dir) = dst.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::copy(src, dst).map_err(|e| format!("copying {}: {e}", src.display()))
+}
+
+fn executable(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", p.display()))
+}
+
+pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
     crate::cuda_stub::run(root)?;
+    let fat_dir = root.join(crate::build_kernels::FATBIN_DIR);
+    let fatbins = if ptx_only {
+        None
+    } else {
+        crate::build_kernels::run(root, true).map_err(|e| {
+            format!("{e}\n(the bundle embeds machine code built by nvcc; install it as kernels/README.md says, or pass --ptx-only)")
+        })?;
+        // `--check` built them in a scratch folder; the bundle's come from the committed PTX.
+        crate::build_kernels::fatbins_only(root, &fat_dir)?;
+        Some(fat_dir.as_path())
+    };
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
@@ -82,6 +128,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     let cuda_tests = cargo_build(
         root,
         &target_dir,
+        fatbins,
         &[
             "test",
             "-p",
@@ -94,6 +141,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     let cli_tests = cargo_build(
         root,
         &target_dir,
+        fatbins,
         &[
             "test",
             "-p",
@@ -105,7 +153,11 @@ pub fn run(root: &Path) -> Result<(), String> {
             "--no-run",
         ],
     )?;
-    for (exe, kind, name) in cuda_tests {
+    // `cargo test --no-run` also builds the examples; only the test binaries travel here.
+    for (exe, kind, name) in cuda_tests
+        .into_iter()
+        .filter(|(_, k, _)| k == "test" || k == "lib")
+    {
         total += install(&exe, &bundle.join(format!("bin/{kind}-{name}")))?;
         tests += 1;
     }
@@ -117,6 +169,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     let andrea = cargo_build(
         root,
         &target_dir,
+        fatbins,
         &[
             "build",
             "--release",
@@ -134,9 +187,31 @@ pub fn run(root: &Path) -> Result<(), String> {
         .ok_or("cargo built no `andrea` binary")?;
     total += install(exe, &bundle.join("andrea"))?;
 
+    let check = cargo_build(
+        root,
+        &target_dir,
+        fatbins,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "andrea-cuda",
+            "--features",
+            "cuda",
+            "--example",
+            "gpu_check",
+        ],
+    )?;
+    let (exe, _, _) = check
+        .iter()
+        .find(|(_, k, n)| k == "example" && n == "gpu_check")
+        .ok_or("cargo built no `gpu_check` example")?;
+    total += install(exe, &bundle.join("gpu_check"))?;
+
     let bench = cargo_build(
         root,
         &target_dir,
+        fatbins,
         &[
             "bench",
             "-p",
@@ -162,17 +237,31 @@ pub fn run(root: &Path) -> Result<(), String> {
             .map_err(|e| format!("copying {}: {e}", src.display()))?;
     }
 
-    let script = root.join("scripts/gpu-check.sh");
-    let run_sh = bundle.join("run.sh");
-    std::fs::copy(&script, &run_sh).map_err(|e| format!("copying {}: {e}", script.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&run_sh, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("{}: {e}", run_sh.display()))?;
+    for (src, dst) in [
+        ("scripts/gpu-check.sh", "run.sh"),
+        ("scripts/gpu-summary.py", "summary.py"),
+        ("benches/pytorch/gpu_peers.py", "peers/gpu_peers.py"),
+        ("benches/pytorch/train_step.py", "peers/train_step.py"),
+    ] {
+        total += copy(&root.join(src), &bundle.join(dst))?;
+    }
+    executable(&bundle.join("run.sh"))?;
+    let mib = total as f64 / (1024.0 * 1024.0);
+    if mib > MAX_BUNDLE_MIB {
+        return Err(format!(
+            "{}: {mib:.1} MiB, more than the {MAX_BUNDLE_MIB} MiB a GPU lease carries",
+            bundle.display()
+        ));
+    }
     println!(
-        "{}: {tests} test binaries, the andrea binary and the ops bench, {:.1} MiB; \
-         copy the folder to a GPU machine and run ./run.sh",
+        "{}: {tests} test binaries, andrea, gpu_check, the ops bench and the peer scripts, \
+         {mib:.1} MiB, kernels as {}; copy the folder to a GPU machine and run ./run.sh",
         bundle.display(),
-        total as f64 / (1024.0 * 1024.0)
+        if fatbins.is_some() {
+            "fatbins (sm_80, sm_90 + PTX)"
+        } else {
+            "PTX only (JIT at start)"
+        }
     );
     Ok(())
 }
