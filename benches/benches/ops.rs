@@ -19,6 +19,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use andrea_core::config::step_gemms;
 use andrea_core::{AdamWStep, Backend, Heads, Matrix, View};
 use andrea_cpu::CpuBackend;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
@@ -29,22 +30,6 @@ const T: usize = 256;
 const C: usize = 768;
 const H: usize = 12;
 const V: usize = 8449;
-
-/// The products of one training step: (name, m, k, n, a transposed, b transposed).
-/// Weights are stored [in, out]; wte is [V, C], so the output layer uses wteᵀ.
-const GEMMS: &[(&str, usize, usize, usize, bool, bool)] = &[
-    ("fwd_qkv", BT, C, 3 * C, false, false),
-    ("fwd_attn_proj", BT, C, C, false, false),
-    ("fwd_fc", BT, C, 4 * C, false, false),
-    ("fwd_fc_proj", BT, 4 * C, C, false, false),
-    ("fwd_lm_head", BT, C, V, false, true),
-    ("bwd_dx_qkv", BT, 3 * C, C, false, true),
-    ("bwd_dw_qkv", C, BT, 3 * C, true, false),
-    ("bwd_dx_fc_proj", BT, C, 4 * C, false, true),
-    ("bwd_dw_fc_proj", 4 * C, BT, C, true, false),
-    ("bwd_dx_lm_head", BT, V, C, false, false),
-    ("bwd_dwte_lm_head", V, BT, C, true, false),
-];
 
 fn randn(n: usize, seed: u64) -> Vec<f32> {
     // xorshift + Box-Muller-free uniform in [-1, 1): enough for timing.
@@ -95,7 +80,8 @@ fn bench_gemms<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     let sync = |be: &B| be.synchronize().unwrap();
     let mut g = c.benchmark_group("gemm");
     group_settings(&mut g);
-    for &(name, m, k, n, ta, tb) in GEMMS {
+    for p in step_gemms(BT, C, 4 * C, V) {
+        let (name, m, k, n, ta, tb) = (p.name, p.m, p.k, p.n, p.a_transposed, p.b_transposed);
         let a = upload(be, &randn(m * k, 1));
         let b = upload(be, &randn(k * n, 2));
         let out = be.alloc(m * n).unwrap();
@@ -478,7 +464,8 @@ fn bench_gemm_crate(c: &mut Criterion) {
     let threads = rayon::current_num_threads();
     let mut g = c.benchmark_group("gemm");
     group_settings(&mut g);
-    for &(name, m, k, n, ta, tb) in GEMMS {
+    for p in step_gemms(BT, C, 4 * C, V) {
+        let (name, m, k, n, ta, tb) = (p.name, p.m, p.k, p.n, p.a_transposed, p.b_transposed);
         let a = randn(m * k, 1);
         let b = randn(k * n, 2);
         let mut out = vec![0.0f32; m * n];

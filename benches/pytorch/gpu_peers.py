@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_step import build, flops_per_token, load_config  # noqa: E402
+from train_step import adamw, build, flops_per_token, load_config  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -147,13 +147,7 @@ def run_train(a):
         block.mlp.act = torch.nn.GELU(approximate="tanh")
     model.to(DEV)
     set_tf32(a.mode == "tf32")
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opt_cfg["weight_decay"]},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=opt_cfg["lr"], betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"],
-        fused=(DEV == "cuda"))
+    opt = adamw(model, opt_cfg, fused=(DEV == "cuda"))
     step_model = torch.compile(model) if a.compile else model
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, model_cfg["vocab_size"], (a.batch, a.seq + 1), generator=g).to(DEV)

@@ -105,16 +105,22 @@ def report(args, model_cfg, model, bench, tokens_per_step, times, **extra):
     print(json.dumps(out), flush=True)
 
 
-def train(args, model_cfg, opt_cfg):
-    model = build(model_cfg, args.seed)
-    model.train()
+def adamw(model, opt_cfg, **kwargs):
+    """torch.optim.AdamW with the config's hyper-parameters, decay on 2-D tensors only."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
+    return torch.optim.AdamW(
         [{"params": decay, "weight_decay": opt_cfg["weight_decay"]},
          {"params": no_decay, "weight_decay": 0.0}],
         lr=opt_cfg["lr"], betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"],
+        **kwargs,
     )
+
+
+def train(args, model_cfg, opt_cfg):
+    model = build(model_cfg, args.seed)
+    model.train()
+    opt = adamw(model, opt_cfg)
     g = torch.Generator().manual_seed(args.seed)
     stream = torch.randint(0, model_cfg["vocab_size"],
                            (args.batch_size * args.seq_len + 1,), generator=g)

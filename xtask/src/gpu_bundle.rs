@@ -166,68 +166,41 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
         tests += 1;
     }
 
-    let andrea = cargo_build(
-        root,
-        &target_dir,
-        fatbins,
-        &[
+    // Release builds of one target each: (cargo command, package, target flag, target
+    // kind, target name, where it goes in the bundle).
+    let singles = [
+        ("build", "andrea-cli", "--bin", "bin", "andrea", "andrea"),
+        (
             "build",
-            "--release",
-            "-p",
-            "andrea-cli",
-            "--features",
-            "cuda",
-            "--bin",
-            "andrea",
-        ],
-    )?;
-    let (exe, _, _) = andrea
-        .iter()
-        .find(|(_, k, n)| k == "bin" && n == "andrea")
-        .ok_or("cargo built no `andrea` binary")?;
-    total += install(exe, &bundle.join("andrea"))?;
-
-    let check = cargo_build(
-        root,
-        &target_dir,
-        fatbins,
-        &[
-            "build",
-            "--release",
-            "-p",
             "andrea-cuda",
-            "--features",
-            "cuda",
             "--example",
+            "example",
             "gpu_check",
-        ],
-    )?;
-    let (exe, _, _) = check
-        .iter()
-        .find(|(_, k, n)| k == "example" && n == "gpu_check")
-        .ok_or("cargo built no `gpu_check` example")?;
-    total += install(exe, &bundle.join("gpu_check"))?;
-
-    let bench = cargo_build(
-        root,
-        &target_dir,
-        fatbins,
-        &[
+            "gpu_check",
+        ),
+        (
             "bench",
-            "-p",
             "andrea-benches",
-            "--features",
-            "cuda",
             "--bench",
+            "bench",
             "ops",
-            "--no-run",
-        ],
-    )?;
-    let (exe, _, _) = bench
-        .iter()
-        .find(|(_, k, n)| k == "bench" && n == "ops")
-        .ok_or("cargo built no `ops` bench")?;
-    total += install(exe, &bundle.join("bench/ops"))?;
+            "bench/ops",
+        ),
+    ];
+    for (command, package, flag, kind, name, dst) in singles {
+        let mut args = vec![command, "-p", package, "--features", "cuda", flag, name];
+        args.push(if command == "bench" {
+            "--no-run"
+        } else {
+            "--release"
+        });
+        let built = cargo_build(root, &target_dir, fatbins, &args)?;
+        let (exe, _, _) = built
+            .iter()
+            .find(|(_, k, n)| k == kind && n == name)
+            .ok_or_else(|| format!("cargo built no `{name}` {kind}"))?;
+        total += install(exe, &bundle.join(dst))?;
+    }
 
     let configs = bundle.join("configs");
     std::fs::create_dir_all(&configs).map_err(|e| format!("{}: {e}", configs.display()))?;

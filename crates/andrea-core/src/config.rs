@@ -280,6 +280,47 @@ impl ModelConfig {
     }
 }
 
+/// One matrix product of a training step, `[m, k] · [k, n]`, with its operands as the
+/// model stores them (weights `[in, out]`; the tied LM head reads `wte: [V, C]`
+/// transposed; a weight gradient reads the activations transposed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepGemm {
+    pub name: &'static str,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub a_transposed: bool,
+    pub b_transposed: bool,
+}
+
+/// The 11 distinct products of one training step over `tokens = B·T` rows, width `c`,
+/// MLP width `mlp` and vocabulary `v` (the benches and the GPU checks time these; the
+/// attention projection's backward products have the shapes of `fwd_attn_proj`'s, and
+/// `bwd_dx_fc_proj` stands for both `[tokens, C]·[C, M]` products).
+pub fn step_gemms(tokens: usize, c: usize, mlp: usize, v: usize) -> Vec<StepGemm> {
+    let g = |name, m, k, n, a_transposed, b_transposed| StepGemm {
+        name,
+        m,
+        k,
+        n,
+        a_transposed,
+        b_transposed,
+    };
+    vec![
+        g("fwd_qkv", tokens, c, 3 * c, false, false),
+        g("fwd_attn_proj", tokens, c, c, false, false),
+        g("fwd_fc", tokens, c, mlp, false, false),
+        g("fwd_fc_proj", tokens, mlp, c, false, false),
+        g("fwd_lm_head", tokens, c, v, false, true),
+        g("bwd_dx_qkv", tokens, 3 * c, c, false, true),
+        g("bwd_dw_qkv", c, tokens, 3 * c, true, false),
+        g("bwd_dx_fc_proj", tokens, c, mlp, false, true),
+        g("bwd_dw_fc_proj", mlp, tokens, c, true, false),
+        g("bwd_dx_lm_head", tokens, v, c, false, false),
+        g("bwd_dwte_lm_head", v, tokens, c, true, false),
+    ]
+}
+
 /// AdamW (`torch.optim.AdamW` semantics) and gradient clipping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -444,6 +485,30 @@ mod tests {
 
     fn model_toml(extra: &str) -> String {
         format!("{}{extra}", model_toml_with("n_layer", "2"))
+    }
+
+    #[test]
+    fn step_gemms_forward_products_are_the_counted_weight_flops() {
+        // One block and the LM head: the forward products are a third of the weights'
+        // training FLOPs that `training_flops_per_token` counts (forward + 2x backward).
+        let mut cfg = ModelConfig::andrea_120m();
+        cfg.n_layer = 1;
+        let (tokens, seq) = (4 * 256, 256);
+        let v = cfg.vocab_size;
+        let fwd: f64 = step_gemms(tokens, cfg.d_model, cfg.mlp_dim(), v)
+            .iter()
+            .filter(|g| g.name.starts_with("fwd_"))
+            .map(|g| 2.0 * (g.m * g.k * g.n) as f64)
+            .sum();
+        let attention = 6.0 * (cfg.d_model * (seq + 1)) as f64;
+        let weights = cfg.training_flops_per_token(seq) - attention;
+        assert_eq!(3.0 * fwd / tokens as f64, weights);
+        let all = step_gemms(tokens, 768, 3072, 8512);
+        assert_eq!(all.len(), 11);
+        // Every weight gradient reduces over the tokens; every dX keeps them as rows.
+        for g in &all {
+            assert_eq!(g.name.contains("_dw"), g.k == tokens, "{}", g.name);
+        }
     }
 
     #[test]
