@@ -163,7 +163,7 @@ def run_train(a):
         torch.nn.utils.clip_grad_norm_(model.parameters(), opt_cfg["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
-        last["loss"] = loss
+        last["loss"] = loss.detach()
 
     t0 = time.perf_counter()
     secs = timed(step, a.steps, warmup=a.warmup)
