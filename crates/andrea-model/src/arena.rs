@@ -1,8 +1,9 @@
 //! Activation arenas: one buffer per role, cut into aligned regions once, up front, so
 //! that a step allocates nothing.
 
-use andrea_core::{DeviceMemory, View};
+use andrea_core::{Backend, DeviceMemory, View};
 
+use crate::block::LayerNormOut;
 use crate::layout::ALIGN;
 
 /// An activation of `width` floats per token, at `offset`.
@@ -48,5 +49,33 @@ impl Arena {
         };
         self.len += (tokens * width).max(1).div_ceil(ALIGN) * ALIGN;
         a
+    }
+}
+
+/// Where a LayerNorm over `width` channels writes: `out: [n, width]`, `mean` and
+/// `rstd: [n]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NormSlots {
+    out: Act,
+    mean: Act,
+    rstd: Act,
+}
+
+impl NormSlots {
+    pub fn take(arena: &mut Arena, tokens: usize, width: usize) -> Self {
+        NormSlots {
+            out: arena.take(tokens, width),
+            mean: arena.take(tokens, 1),
+            rstd: arena.take(tokens, 1),
+        }
+    }
+
+    /// The first `n` tokens'.
+    pub fn on<'a, B: Backend>(&self, buf: &'a B::Buffer, n: usize) -> LayerNormOut<'a, B> {
+        LayerNormOut {
+            out: self.out.rows(buf, n),
+            mean: self.mean.flat(buf, n),
+            rstd: self.rstd.flat(buf, n),
+        }
     }
 }

@@ -1,6 +1,8 @@
-//! One transformer block, forward and backward, as a sequence of backend ops. Training
-//! and generation run the same forward; they differ only in the attention (over the
-//! block's own keys, or over a KV cache) and in where the activations live.
+//! One transformer block, forward and backward, as a sequence of backend ops over named
+//! parameter groups ([`Norm`], [`Linear`]) and activation groups ([`LayerNormOut`],
+//! [`Qkv`], [`HeadsView`]). [`crate::gpt`] runs the blocks in order; training,
+//! evaluation and generation differ only in the attention (over the block's own keys,
+//! or over a KV cache) and in where the activations live.
 //!
 //! ```text
 //! ln_1 = LayerNorm(x)                      x, ln_1:          [N, C]
@@ -14,36 +16,84 @@
 //!
 //! Each residual add is fused with the LayerNorm that reads its result: `r2` with
 //! `ln_2`, and `r3` with the *next* block's `ln_1` (or `ln_f` after the last block), so
-//! [`forward`] starts from an `ln_1` its caller computed ([`ln_1`] for the first block)
-//! and ends with the next one ([`Norm`]). That is one pass over the residual stream and
-//! one backend call fewer per block.
+//! [`forward`] starts from an `ln_1` its caller computed and ends with the next one.
+//! That is one pass over the residual stream and one backend call fewer per block.
+//!
+//! The executable specification of all this is the float64 GPT
+//! `andrea_testkit::reference::gpt2` (written plainly, one reference op per line); the
+//! model's gradients are checked against its finite differences (`tests/gradcheck.rs`).
 
-use andrea_core::{Backend, Heads, Tensor};
+use andrea_core::{Backend, DeviceMemory, Heads, HeadsOf, Tensor};
 
-use crate::error::Result;
-use crate::layout::LayerParams;
+use crate::error::{ModelError, Result};
+use crate::layout::{LayerParams, Linear, Norm};
+
+/// What a LayerNorm writes: `out: [N, C]`, and `mean`, `rstd: [N]` for its backward pass.
+pub(crate) struct LayerNormOut<'a, B: Backend> {
+    pub out: Tensor<'a, B>,
+    pub mean: Tensor<'a, B>,
+    pub rstd: Tensor<'a, B>,
+}
+
+/// The fused QKV activation `[B, T, 3C]` (or its gradient), with the query, key and
+/// value heads it holds. Made once per view by [`Qkv::new`], which checks the shape.
+pub(crate) struct Qkv<'a, B: Backend> {
+    pub rows: Tensor<'a, B>,
+    pub q: HeadsOf<'a, B>,
+    pub k: HeadsOf<'a, B>,
+    pub v: HeadsOf<'a, B>,
+}
+
+impl<'a, B: Backend> Qkv<'a, B> {
+    /// `qkv: [B, T, 3C]` split into `n_head` heads of `C / n_head`.
+    pub fn new(qkv: Tensor<'a, B>, n_head: usize) -> Result<Self> {
+        let [q, k, v] = Heads::split_qkv(qkv, n_head).ok_or_else(|| {
+            ModelError::State(format!(
+                "a QKV activation must be [B, T, 3C] with C a multiple of {n_head} heads, got {}",
+                qkv.shape
+            ))
+        })?;
+        Ok(Qkv { rows: qkv, q, k, v })
+    }
+}
+
+/// A `[B, T, C]` activation (the attention's output, or its gradient) both as a tensor
+/// and as `n_head` heads.
+pub(crate) struct HeadsView<'a, B: Backend> {
+    pub rows: Tensor<'a, B>,
+    pub heads: HeadsOf<'a, B>,
+}
+
+impl<'a, B: Backend> HeadsView<'a, B> {
+    pub fn new(t: Tensor<'a, B>, n_head: usize) -> Result<Self> {
+        let heads = Heads::from_tensor(t, n_head).ok_or_else(|| {
+            ModelError::State(format!(
+                "an attention activation must be [B, T, C] with C a multiple of {n_head} heads, got {}",
+                t.shape
+            ))
+        })?;
+        Ok(HeadsView { rows: t, heads })
+    }
+}
 
 /// The activations of one block for `N = B·T` tokens (views into an arena).
 pub(crate) struct BlockActs<'a, B: Backend> {
     /// The block's input (the residual stream), `[N, C]`.
     pub x: Tensor<'a, B>,
-    pub ln_1: Tensor<'a, B>,
-    pub ln_1_mean: Tensor<'a, B>,
-    pub ln_1_rstd: Tensor<'a, B>,
-    /// `[B, T, 3C]`
-    pub qkv: Tensor<'a, B>,
-    /// `[B, T, C]`
-    pub atty: Tensor<'a, B>,
+    pub ln_1: LayerNormOut<'a, B>,
+    pub qkv: Qkv<'a, B>,
+    pub atty: HeadsView<'a, B>,
+    /// What the attention keeps for its backward pass (a flat region).
+    pub attn_workspace: Tensor<'a, B>,
     /// Scratch `[N, C]` for the two projections' outputs (not needed by the backward pass).
     pub proj: Tensor<'a, B>,
     pub residual_2: Tensor<'a, B>,
-    pub ln_2: Tensor<'a, B>,
-    pub ln_2_mean: Tensor<'a, B>,
-    pub ln_2_rstd: Tensor<'a, B>,
+    pub ln_2: LayerNormOut<'a, B>,
     /// `[N, M]`: before and after the GELU.
     pub fc_pre: Tensor<'a, B>,
     pub fc: Tensor<'a, B>,
-    /// The block's output, `[N, C]`; may be exactly `residual_2` (generation).
+    /// The block's output, `[N, C]`; may be exactly `residual_2` (evaluation,
+    /// generation).
     pub residual_3: Tensor<'a, B>,
 }
 
@@ -53,179 +103,146 @@ pub(crate) struct BlockGrads<'a, B: Backend> {
     /// exit that of its input (the residual path passes it through; both LayerNorms add
     /// into it).
     pub d_res: Tensor<'a, B>,
-    /// `[N, C]`: the gradient of a LayerNorm output, and of the attention output.
+    /// `[N, C]`: the gradient of a LayerNorm output.
     pub d_ln: Tensor<'a, B>,
-    /// `[N, M]`: ∂L/∂fc; the first `N·3C` floats hold ∂L/∂qkv later.
+    /// ∂L/∂atty, `[B, T, C]` over the same memory as `d_ln`.
+    pub d_atty: HeadsView<'a, B>,
+    /// `[N, M]`: ∂L/∂fc.
     pub d_fc: Tensor<'a, B>,
-    /// `[B, T, 3C]` over the same memory as `d_fc`.
-    pub d_qkv: Tensor<'a, B>,
+    /// ∂L/∂qkv, `[B, T, 3C]` over the first `N·3C` floats of `d_fc`'s memory.
+    pub d_qkv: Qkv<'a, B>,
 }
 
-/// The LayerNorm applied to a block's output, `[N, C]`: the next block's `ln_1`, or
-/// `ln_f` after the last block.
-pub(crate) struct Norm<'a, B: Backend> {
-    pub weight: Tensor<'a, B>,
-    pub bias: Tensor<'a, B>,
-    pub out: Tensor<'a, B>,
-    pub mean: Tensor<'a, B>,
-    pub rstd: Tensor<'a, B>,
-}
+impl<'p, M: DeviceMemory> Norm<'p, M> {
+    /// `out = LayerNorm(x)`.
+    pub fn forward<B: Backend<Buffer = M>>(
+        &self,
+        be: &B,
+        x: Tensor<'_, B>,
+        out: &LayerNormOut<'_, B>,
+        eps: f32,
+    ) -> Result<()> {
+        let (gamma, beta) = (self.weight, self.bias);
+        Ok(be.layernorm(x, gamma, beta, out.out, out.mean, out.rstd, eps)?)
+    }
 
-impl<'a, B: Backend> Norm<'a, B> {
-    /// The `ln_1` of the block with parameters `p` and activations `a`.
-    pub fn ln_1(p: &LayerParams<'a, B::Buffer>, a: &BlockActs<'a, B>) -> Self {
-        Norm {
-            weight: p.ln_1_w,
-            bias: p.ln_1_b,
-            out: a.ln_1,
-            mean: a.ln_1_mean,
-            rstd: a.ln_1_rstd,
-        }
+    /// `residual = a + b`, then `out = LayerNorm(residual)`, in one pass.
+    pub fn residual_forward<B: Backend<Buffer = M>>(
+        &self,
+        be: &B,
+        a: Tensor<'_, B>,
+        b: Tensor<'_, B>,
+        residual: Tensor<'_, B>,
+        out: &LayerNormOut<'_, B>,
+        eps: f32,
+    ) -> Result<()> {
+        let (gamma, beta) = (self.weight, self.bias);
+        let (y, mean, rstd) = (out.out, out.mean, out.rstd);
+        Ok(be.residual_layernorm(a, b, residual, gamma, beta, y, mean, rstd, eps)?)
+    }
+
+    /// From `dout = ∂L/∂out`: `dx += ∂L/∂x`, and `grad`'s weight and bias `+=`.
+    pub fn backward<B: Backend<Buffer = M>>(
+        &self,
+        be: &B,
+        x: Tensor<'_, B>,
+        saved: &LayerNormOut<'_, B>,
+        dout: Tensor<'_, B>,
+        dx: Tensor<'_, B>,
+        grad: &Norm<'_, M>,
+    ) -> Result<()> {
+        let (mean, rstd) = (saved.mean, saved.rstd);
+        Ok(be.layernorm_backward(x, self.weight, mean, rstd, dout, dx, grad.weight, grad.bias)?)
     }
 }
 
-/// `ln_1 = LayerNorm(x)` of the first block (later blocks get theirs from the block
-/// before, fused with its last residual add).
-pub(crate) fn ln_1<B: Backend>(
-    be: &B,
-    p: &LayerParams<'_, B::Buffer>,
-    a: &BlockActs<'_, B>,
-    eps: f32,
-) -> Result<()> {
-    be.layernorm(
-        a.x,
-        p.ln_1_w,
-        p.ln_1_b,
-        a.ln_1,
-        a.ln_1_mean,
-        a.ln_1_rstd,
-        eps,
-    )?;
-    Ok(())
+impl<'p, M: DeviceMemory> Linear<'p, M> {
+    /// `y = x · weight + bias`.
+    pub fn forward<B: Backend<Buffer = M>>(
+        &self,
+        be: &B,
+        x: Tensor<'_, B>,
+        y: Tensor<'_, B>,
+    ) -> Result<()> {
+        Ok(be.matmul(x.mat(), self.weight.mat(), Some(self.bias), y.mat())?)
+    }
+
+    /// `pre = x · weight + bias`, `y = GELU(pre)` (`pre` is kept for the backward pass).
+    pub fn gelu_forward<B: Backend<Buffer = M>>(
+        &self,
+        be: &B,
+        x: Tensor<'_, B>,
+        pre: Tensor<'_, B>,
+        y: Tensor<'_, B>,
+    ) -> Result<()> {
+        Ok(be.linear_gelu(x.mat(), self.weight.mat(), self.bias, pre, y)?)
+    }
+
+    /// From `dy = ∂L/∂y`: `dx = dy · weightᵀ`, `grad.weight += xᵀ · dy`,
+    /// `grad.bias += Σ_rows dy`.
+    pub fn backward<B: Backend<Buffer = M>>(
+        &self,
+        be: &B,
+        x: Tensor<'_, B>,
+        dy: Tensor<'_, B>,
+        dx: Tensor<'_, B>,
+        grad: &Linear<'_, M>,
+    ) -> Result<()> {
+        be.matmul(dy.mat(), self.weight.mat().t(), None, dx.mat())?;
+        be.matmul_add(x.mat().t(), dy.mat(), None, grad.weight.mat())?;
+        Ok(be.bias_backward(dy, grad.bias)?)
+    }
 }
 
 /// The forward pass of one block, from `a.ln_1` (already `LayerNorm(a.x)`) to
-/// `a.residual_3` and `next`, the LayerNorm of `a.residual_3`. `attention(qkv, atty)`
-/// writes the attention output.
+/// `a.residual_3` and `next_out = next(a.residual_3)`, the LayerNorm after the block.
+/// `attention(qkv, atty, workspace)` writes the attention output.
 pub(crate) fn forward<'a, B: Backend>(
     be: &B,
     p: &LayerParams<'_, B::Buffer>,
     a: &BlockActs<'a, B>,
-    next: &Norm<'_, B>,
+    (next, next_out): (&Norm<'_, B::Buffer>, &LayerNormOut<'_, B>),
     eps: f32,
-    attention: impl FnOnce(Tensor<'a, B>, Tensor<'a, B>) -> Result<()>,
+    attention: impl FnOnce(&Qkv<'a, B>, &HeadsView<'a, B>, Tensor<'a, B>) -> Result<()>,
 ) -> Result<()> {
-    be.matmul(
-        a.ln_1.mat(),
-        p.c_attn_w.mat(),
-        Some(p.c_attn_b),
-        a.qkv.mat(),
-    )?;
-    attention(a.qkv, a.atty)?;
-    be.matmul(
-        a.atty.mat(),
-        p.attn_proj_w.mat(),
-        Some(p.attn_proj_b),
-        a.proj.mat(),
-    )?;
-    be.residual_layernorm(
-        a.x,
-        a.proj,
-        a.residual_2,
-        p.ln_2_w,
-        p.ln_2_b,
-        a.ln_2,
-        a.ln_2_mean,
-        a.ln_2_rstd,
-        eps,
-    )?;
-    be.linear_gelu(a.ln_2.mat(), p.c_fc_w.mat(), p.c_fc_b, a.fc_pre, a.fc)?;
-    be.matmul(
-        a.fc.mat(),
-        p.mlp_proj_w.mat(),
-        Some(p.mlp_proj_b),
-        a.proj.mat(),
-    )?;
-    be.residual_layernorm(
-        a.residual_2,
-        a.proj,
-        a.residual_3,
-        next.weight,
-        next.bias,
-        next.out,
-        next.mean,
-        next.rstd,
-        eps,
-    )?;
-    Ok(())
+    p.c_attn.forward(be, a.ln_1.out, a.qkv.rows)?;
+    attention(&a.qkv, &a.atty, a.attn_workspace)?;
+    p.attn_proj.forward(be, a.atty.rows, a.proj)?;
+    p.ln_2
+        .residual_forward(be, a.x, a.proj, a.residual_2, &a.ln_2, eps)?;
+    p.c_fc.gelu_forward(be, a.ln_2.out, a.fc_pre, a.fc)?;
+    p.mlp_proj.forward(be, a.fc, a.proj)?;
+    next.residual_forward(be, a.residual_2, a.proj, a.residual_3, next_out, eps)
 }
 
 /// The backward pass of one block (training: the attention over the block's own keys).
 /// Parameter gradients in `g` are accumulated (`+=`); `d.d_res` goes from the gradient
-/// of the output to that of the input. Reads `workspace` as the attention forward left it.
+/// of the output to that of the input. Reads `a.attn_workspace` as the attention
+/// forward left it; `scratch` is the attention backward's.
 pub(crate) fn backward<B: Backend>(
     be: &B,
     p: &LayerParams<'_, B::Buffer>,
     g: &LayerParams<'_, B::Buffer>,
     a: &BlockActs<'_, B>,
     d: &BlockGrads<'_, B>,
-    n_head: usize,
-    workspace: Tensor<'_, B>,
     scratch: Tensor<'_, B>,
 ) -> Result<()> {
-    // r3 = r2 + fc·W + b: ∂L/∂r2 = d_res (passes through) plus what the MLP adds below.
-    be.matmul(d.d_res.mat(), p.mlp_proj_w.mat().t(), None, d.d_fc.mat())?;
-    be.matmul_add(a.fc.mat().t(), d.d_res.mat(), None, g.mlp_proj_w.mat())?;
-    be.bias_backward(d.d_res, g.mlp_proj_b)?;
+    // r3 = r2 + MLP(ln_2): ∂L/∂r2 = d_res (passes through) plus what ln_2 adds.
+    p.mlp_proj
+        .backward(be, a.fc, d.d_res, d.d_fc, &g.mlp_proj)?;
     be.gelu_backward(a.fc_pre, d.d_fc, d.d_fc)?;
-    be.matmul(d.d_fc.mat(), p.c_fc_w.mat().t(), None, d.d_ln.mat())?;
-    be.matmul_add(a.ln_2.mat().t(), d.d_fc.mat(), None, g.c_fc_w.mat())?;
-    be.bias_backward(d.d_fc, g.c_fc_b)?;
-    be.layernorm_backward(
-        a.residual_2,
-        p.ln_2_w,
-        a.ln_2_mean,
-        a.ln_2_rstd,
-        d.d_ln,
-        d.d_res,
-        g.ln_2_w,
-        g.ln_2_b,
-    )?;
+    p.c_fc.backward(be, a.ln_2.out, d.d_fc, d.d_ln, &g.c_fc)?;
+    p.ln_2
+        .backward(be, a.residual_2, &a.ln_2, d.d_ln, d.d_res, &g.ln_2)?;
 
-    // r2 = x + atty·W + b.
-    let d_att = d
-        .d_ln
-        .reshape(a.atty.shape)
-        .expect("d_ln has the size of atty");
-    be.matmul(d.d_res.mat(), p.attn_proj_w.mat().t(), None, d_att.mat())?;
-    be.matmul_add(a.atty.mat().t(), d.d_res.mat(), None, g.attn_proj_w.mat())?;
-    be.bias_backward(d.d_res, g.attn_proj_b)?;
-    let [q, k, v] = Heads::split_qkv(a.qkv, n_head).expect("[B, T, 3C] view");
-    let [dq, dk, dv] = Heads::split_qkv(d.d_qkv, n_head).expect("[B, T, 3C] view");
-    be.attention_backward(
-        q,
-        k,
-        v,
-        Heads::from_tensor(a.atty, n_head).expect("[B, T, C] view"),
-        Heads::from_tensor(d_att, n_head).expect("[B, T, C] view"),
-        dq,
-        dk,
-        dv,
-        workspace,
-        scratch,
-    )?;
-    be.matmul(d.d_qkv.mat(), p.c_attn_w.mat().t(), None, d.d_ln.mat())?;
-    be.matmul_add(a.ln_1.mat().t(), d.d_qkv.mat(), None, g.c_attn_w.mat())?;
-    be.bias_backward(d.d_qkv, g.c_attn_b)?;
-    be.layernorm_backward(
-        a.x,
-        p.ln_1_w,
-        a.ln_1_mean,
-        a.ln_1_rstd,
-        d.d_ln,
-        d.d_res,
-        g.ln_1_w,
-        g.ln_1_b,
-    )?;
-    Ok(())
+    // r2 = x + Attention(ln_1): ∂L/∂x = d_res plus what ln_1 adds.
+    p.attn_proj
+        .backward(be, a.atty.rows, d.d_res, d.d_atty.rows, &g.attn_proj)?;
+    let (q, k, v, dq) = (a.qkv.q, a.qkv.k, a.qkv.v, &d.d_qkv);
+    let (out, dout) = (a.atty.heads, d.d_atty.heads);
+    let ws = a.attn_workspace;
+    be.attention_backward(q, k, v, out, dout, dq.q, dq.k, dq.v, ws, scratch)?;
+    p.c_attn
+        .backward(be, a.ln_1.out, d.d_qkv.rows, d.d_ln, &g.c_attn)?;
+    p.ln_1.backward(be, a.x, &a.ln_1, d.d_ln, d.d_res, &g.ln_1)
 }

@@ -72,25 +72,34 @@ impl ParamInfo {
     }
 }
 
-/// The parameters of one block, as views into one buffer (parameters or gradients).
-#[derive(Debug, Clone, Copy)]
+/// A LayerNorm's parameters, `[C]` each: `y = weight·x̂ + bias` (γ and β of the
+/// formula; transformers' `ln_*.weight` and `ln_*.bias`).
+pub(crate) struct Norm<'a, M> {
+    pub weight: View<'a, M>,
+    pub bias: View<'a, M>,
+}
+
+/// A linear layer's parameters: `weight: [in, out]` (as transformers' `Conv1D` stores
+/// it) and `bias: [out]`, so `y = x·weight + bias`.
+pub(crate) struct Linear<'a, M> {
+    pub weight: View<'a, M>,
+    pub bias: View<'a, M>,
+}
+
+/// The parameters of one block, as views into one buffer (parameters or gradients),
+/// named as transformers names them (`attn_proj` is `attn.c_proj`, `mlp_proj` is
+/// `mlp.c_proj`).
 pub(crate) struct LayerParams<'a, M> {
-    pub ln_1_w: View<'a, M>,
-    pub ln_1_b: View<'a, M>,
-    /// `[C, 3C]`
-    pub c_attn_w: View<'a, M>,
-    pub c_attn_b: View<'a, M>,
+    pub ln_1: Norm<'a, M>,
+    /// `[C, 3C]`: the fused query, key and value projection.
+    pub c_attn: Linear<'a, M>,
     /// `[C, C]`
-    pub attn_proj_w: View<'a, M>,
-    pub attn_proj_b: View<'a, M>,
-    pub ln_2_w: View<'a, M>,
-    pub ln_2_b: View<'a, M>,
+    pub attn_proj: Linear<'a, M>,
+    pub ln_2: Norm<'a, M>,
     /// `[C, M]`
-    pub c_fc_w: View<'a, M>,
-    pub c_fc_b: View<'a, M>,
+    pub c_fc: Linear<'a, M>,
     /// `[M, C]`
-    pub mlp_proj_w: View<'a, M>,
-    pub mlp_proj_b: View<'a, M>,
+    pub mlp_proj: Linear<'a, M>,
 }
 
 const LAYER_TENSORS: usize = 12;
@@ -239,19 +248,29 @@ impl ParamLayout {
     pub fn layer<'a, M: DeviceMemory>(&self, buf: &'a M, i: usize) -> LayerParams<'a, M> {
         let s = &self.layers[i];
         let v = |k: usize| s[k].on(buf);
+        let norm = |k: usize| Norm {
+            weight: v(k),
+            bias: v(k + 1),
+        };
+        let linear = |k: usize| Linear {
+            weight: v(k),
+            bias: v(k + 1),
+        };
         LayerParams {
-            ln_1_w: v(0),
-            ln_1_b: v(1),
-            c_attn_w: v(2),
-            c_attn_b: v(3),
-            attn_proj_w: v(4),
-            attn_proj_b: v(5),
-            ln_2_w: v(6),
-            ln_2_b: v(7),
-            c_fc_w: v(8),
-            c_fc_b: v(9),
-            mlp_proj_w: v(10),
-            mlp_proj_b: v(11),
+            ln_1: norm(0),
+            c_attn: linear(2),
+            attn_proj: linear(4),
+            ln_2: norm(6),
+            c_fc: linear(8),
+            mlp_proj: linear(10),
+        }
+    }
+
+    /// The final LayerNorm's parameters as views into `buf`.
+    pub fn ln_f<'a, M: DeviceMemory>(&self, buf: &'a M) -> Norm<'a, M> {
+        Norm {
+            weight: self.ln_f_w.on(buf),
+            bias: self.ln_f_b.on(buf),
         }
     }
 }

@@ -40,6 +40,13 @@
 //!   initialisation from a seed ([`Model::new`]). The vocabulary is padded to a multiple
 //!   of 64 inside (8449 -> 8512 rows of `wte`: the output GEMM runs faster); the padding
 //!   rows are zero, get zero gradient and never appear outside.
+//! * **The forward pass** (`src/gpt.rs`, `src/block.rs`): one function owns the stack
+//!   (embedding, the first `ln_1`, the blocks, `ln_f`, the tied logits) for training and
+//!   generation alike; each residual add is fused with the LayerNorm after it, across
+//!   blocks as llm.c does. A block is its diagram over named parameter groups
+//!   (`Norm`, `Linear`) and activation groups (`LayerNormOut`, `Qkv`). What differs
+//!   (where activations live, the attention over the block's keys or a KV cache) is a
+//!   small trait. The float64 `andrea_testkit::reference::gpt2` is its specification.
 //! * **Training** ([`Trainer`]): gradient buffer, AdamW moments and an activation arena
 //!   sized once from (batch, seq); [`Trainer::forward`] → mean loss,
 //!   [`Trainer::backward`] (gradients accumulate, so calling it after several forwards
@@ -70,8 +77,9 @@
 //! ## Correctness
 //!
 //! * `tests/gradcheck.rs`: every parameter tensor's gradient (CPU backend, float32)
-//!   against central differences of the loss computed in float64 by an independent
-//!   implementation from `andrea_testkit`'s reference ops.
+//!   against central differences of the loss computed in float64 by
+//!   `andrea_testkit::reference::gpt2`, the executable specification of the model built
+//!   from the reference ops.
 //! * `tests/hf_fixtures.rs`: logits, loss, every gradient, and three AdamW steps against
 //!   transformers (fixtures from `scripts/make_fixtures.py`).
 //! * `tests/training.rs`, `tests/inference.rs`, `tests/io.rs`: loss at init ≈ ln V,
@@ -83,11 +91,13 @@ mod arena;
 pub mod bench;
 mod block;
 mod error;
+mod gpt;
 mod infer;
 pub mod io;
 mod layout;
 mod model;
 pub mod rng;
+mod scratch;
 mod train;
 
 pub use andrea_core::{Config, ModelConfig, OptimizerConfig, ScheduleConfig, IGNORE_INDEX};

@@ -1,7 +1,7 @@
 //! Proof (a): every parameter tensor's analytic gradient, computed by the model on the
 //! CPU backend in float32, against central differences of the loss computed in float64
 //! by an independent implementation built from `andrea_testkit`'s reference ops
-//! (`tests/common/f64_gpt.rs`).
+//! (`andrea_testkit::reference::gpt2`).
 //!
 //! Tolerance, per element: `|analytic - numeric| <= 1e-5·max|numeric| + 1e-4·|numeric|`,
 //! `max` over the tensor. The numeric side is exact to ~1e-10 (f64, h = 1e-5); the
@@ -10,13 +10,11 @@
 //! test prints it with `--nocapture`). A real bug (a wrong transpose, a missing residual
 //! term, a mask off by one) is off by 10% or more of the gradient.
 
-mod common;
-
 use andrea_core::{ModelConfig, IGNORE_INDEX};
 use andrea_cpu::CpuBackend;
 use andrea_model::{Model, OptimizerConfig, Trainer};
+use andrea_testkit::reference::gpt2::{self, Params};
 use andrea_testkit::Tol;
-use common::f64_gpt::{self, Params};
 
 /// SplitMix64 in [lo, hi): test data only.
 fn uniform(seed: &mut u64, lo: f64, hi: f64) -> f64 {
@@ -66,12 +64,12 @@ fn every_parameter_gradient_matches_float64_finite_differences() {
 
     let mut trainer = Trainer::new(model, OptimizerConfig::default(), b, t).unwrap();
     let loss32 = trainer.forward(&tokens, &targets).unwrap();
-    let loss64 = f64_gpt::loss(&cfg, &params, &tokens, &targets, b, t);
+    let loss64 = gpt2::loss(&cfg, &params, &tokens, &targets, b, t);
     assert!(
         (loss32 as f64 - loss64).abs() <= 1e-5 * loss64.abs(),
         "loss: f32 {loss32}, f64 {loss64}"
     );
-    let logits64 = f64_gpt::logits(&cfg, &params, &tokens, b, t);
+    let logits64 = gpt2::logits(&cfg, &params, &tokens, b, t);
     Tol::new(1e-5, 1e-5)
         .check("logits", &trainer.logits().unwrap(), &logits64)
         .unwrap();
@@ -86,9 +84,9 @@ fn every_parameter_gradient_matches_float64_finite_differences() {
             .map(|i| {
                 let x0 = params[name][i];
                 p.get_mut(name).unwrap()[i] = x0 + H;
-                let up = f64_gpt::loss(&cfg, &p, &tokens, &targets, b, t);
+                let up = gpt2::loss(&cfg, &p, &tokens, &targets, b, t);
                 p.get_mut(name).unwrap()[i] = x0 - H;
-                let down = f64_gpt::loss(&cfg, &p, &tokens, &targets, b, t);
+                let down = gpt2::loss(&cfg, &p, &tokens, &targets, b, t);
                 p.get_mut(name).unwrap()[i] = x0;
                 (up - down) / (2.0 * H)
             })

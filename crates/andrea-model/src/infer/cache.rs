@@ -11,9 +11,11 @@
 use andrea_core::{AttentionShape, Backend, Heads, Matrix, ModelConfig, Tensor, View};
 
 use crate::arena::{Act, Arena};
-use crate::block::{self, BlockActs, Norm};
+use crate::block::{HeadsView, Qkv};
 use crate::error::{ModelError, Result};
+use crate::gpt::{self, Activations};
 use crate::model::Model;
+use crate::scratch::ScratchSlots;
 
 /// The most positions processed by one pass of [`Model::extend`].
 pub const PREFILL_CHUNK: usize = 256;
@@ -21,21 +23,7 @@ pub const PREFILL_CHUNK: usize = 256;
 /// Scratch activations of one chunk (shared by every block).
 #[derive(Debug)]
 struct CacheSlots {
-    /// Ping-pong residual streams `[B·chunk, C]`: block `l` reads `x[l % 2]`, writes the other.
-    x: [Act; 2],
-    ln_1: Act,
-    ln_1_mean: Act,
-    ln_1_rstd: Act,
-    qkv: Act,
-    atty: Act,
-    proj: Act,
-    ln_2: Act,
-    ln_2_mean: Act,
-    ln_2_rstd: Act,
-    fc_pre: Act,
-    fc: Act,
-    attn_workspace: Act,
-    workspace_len: usize,
+    blocks: ScratchSlots,
     /// The logits of the last position of each sequence, `[B, Vp]`.
     logits: Act,
     len: usize,
@@ -120,7 +108,7 @@ impl<B: Backend> Model<B> {
         }
         let be = self.backend();
         let chunk = max_len.min(PREFILL_CHUNK);
-        let (bc, c, m) = (batch * chunk, cfg.d_model, cfg.mlp_dim());
+        let (bc, c) = (batch * chunk, cfg.d_model);
         let workspace_len = be
             .attention_workspace_len(AttentionShape {
                 batch,
@@ -131,22 +119,13 @@ impl<B: Backend> Model<B> {
             .max(1);
         let mut a = Arena::default();
         let slots = CacheSlots {
-            x: [a.take(bc, c), a.take(bc, c)],
-            ln_1: a.take(bc, c),
-            ln_1_mean: a.take(bc, 1),
-            ln_1_rstd: a.take(bc, 1),
-            qkv: a.take(bc, 3 * c),
-            atty: a.take(bc, c),
-            proj: a.take(bc, c),
-            ln_2: a.take(bc, c),
-            ln_2_mean: a.take(bc, 1),
-            ln_2_rstd: a.take(bc, 1),
-            fc_pre: a.take(bc, m),
-            fc: a.take(bc, m),
-            attn_workspace: a.take(workspace_len, 1),
-            workspace_len,
+            blocks: ScratchSlots::new(&mut a, cfg, bc, workspace_len),
             logits: a.take(batch, cfg.padded_vocab_size()),
+            len: 0,
+        };
+        let slots = CacheSlots {
             len: a.len,
+            ..slots
         };
         Ok(KvCache {
             config: cfg.clone(),
@@ -230,132 +209,105 @@ impl<B: Backend> Model<B> {
         cn: usize,
         head: bool,
     ) -> Result<()> {
-        let (be, cfg, layout, params) =
-            (self.backend(), self.config(), self.layout(), self.buffer());
-        let (batch, c) = (cache.batch, cfg.d_model);
-        let bc = batch * cn;
-        let (s, buf) = (&cache.slots, &cache.scratch);
+        let (be, cfg) = (self.backend(), self.config());
+        let bc = cache.batch * cn;
         let ids = View::new(&cache.ids, 0, [bc]);
         be.upload_ids(&cache.host_ids[..bc], ids)?;
-        be.embedding(
-            ids,
-            layout.wte_padded.on(params),
-            layout.wpe.on(params),
-            s.x[0].btc(buf, batch, cn),
-            pos,
-        )?;
         let shape = AttentionShape {
-            batch,
+            batch: cache.batch,
             heads: cfg.n_head,
             q_len: cn,
             k_len: pos + cn,
         };
         let ws_len = be.attention_workspace_len(shape).max(1);
-        if ws_len > s.workspace_len {
+        let s = &cache.slots;
+        if ws_len > s.blocks.workspace_len {
             return Err(ModelError::State(format!(
                 "extend: the backend asks for {ws_len} floats of attention workspace, the cache has {}",
-                s.workspace_len
+                s.blocks.workspace_len
             )));
         }
-        let workspace = s.attn_workspace.flat(buf, ws_len);
-        // One scratch ln_1 serves every block: a block reads it (its QKV projection)
-        // before writing the next block's into it, and the last block writes ln_f there.
-        let eps = cfg.layer_norm_eps;
-        let norm = |weight, bias| Norm {
-            weight,
-            bias,
-            out: s.ln_1.rows(buf, bc),
-            mean: s.ln_1_mean.flat(buf, bc),
-            rstd: s.ln_1_rstd.flat(buf, bc),
-        };
-        let first = layout.layer(params, 0);
-        let x0 = s.x[0].rows(buf, bc);
-        let ln = norm(first.ln_1_w, first.ln_1_b);
-        be.layernorm(x0, ln.weight, ln.bias, ln.out, ln.mean, ln.rstd, eps)?;
-        for l in 0..cfg.n_layer {
-            let (x, y) = (s.x[l % 2].rows(buf, bc), s.x[(l + 1) % 2].rows(buf, bc));
-            let acts = BlockActs::<B> {
-                x,
-                ln_1: s.ln_1.rows(buf, bc),
-                ln_1_mean: s.ln_1_mean.flat(buf, bc),
-                ln_1_rstd: s.ln_1_rstd.flat(buf, bc),
-                qkv: s.qkv.btc(buf, batch, cn),
-                atty: s.atty.btc(buf, batch, cn),
-                proj: s.proj.rows(buf, bc),
-                residual_2: y,
-                ln_2: s.ln_2.rows(buf, bc),
-                ln_2_mean: s.ln_2_mean.flat(buf, bc),
-                ln_2_rstd: s.ln_2_rstd.flat(buf, bc),
-                fc_pre: s.fc_pre.rows(buf, bc),
-                fc: s.fc.rows(buf, bc),
-                residual_3: y,
+        let mut acts = s.blocks.on(&cache.scratch, cache.batch, cn, ws_len);
+        acts.kv = Some(KvAppend {
+            cache: &*cache,
+            pos,
+            cn,
+        });
+        if head {
+            // ln_f of the last position of each sequence: rows cn-1, 2cn-1, ... of the
+            // LayerNorm the last block wrote.
+            let (ln_f, c) = (acts.ln_f().out, cfg.d_model);
+            let last = Matrix {
+                buf: ln_f.buf,
+                offset: ln_f.offset + (cn - 1) * c,
+                batch: 1,
+                rows: cache.batch,
+                cols: c,
+                batch_stride: 0,
+                row_stride: cn * c,
+                col_stride: 1,
             };
-            let (keys, values) = (cache.heads(l, 0, pos + cn), cache.heads(l, 1, pos + cn));
-            let attention = |qkv: Tensor<'_, B>, atty: Tensor<'_, B>| -> Result<()> {
-                // Append this chunk's keys and values (the last two thirds of qkv) at
-                // positions pos..pos+cn.
-                let src = Matrix {
-                    buf: qkv.buf,
-                    offset: qkv.offset + c,
-                    batch,
-                    rows: cn,
-                    cols: 2 * c,
-                    batch_stride: cn * 3 * c,
-                    row_stride: 3 * c,
-                    col_stride: 1,
-                };
-                let dst = Matrix {
-                    buf: keys.buf,
-                    offset: keys.offset + pos * keys.seq_stride,
-                    batch,
-                    rows: cn,
-                    cols: 2 * c,
-                    batch_stride: keys.batch_stride,
-                    row_stride: keys.seq_stride,
-                    col_stride: 1,
-                };
-                be.copy(src, dst)?;
-                let [q, _, _] = Heads::split_qkv(qkv, cfg.n_head).expect("[B, T, 3C]");
-                let out = Heads::from_tensor(atty, cfg.n_head).expect("[B, T, C]");
-                Ok(be.attention_forward(q, keys, values, out, workspace, pos)?)
-            };
-            let next = if l + 1 < cfg.n_layer {
-                let p = layout.layer(params, l + 1);
-                norm(p.ln_1_w, p.ln_1_b)
-            } else {
-                norm(layout.ln_f_w.on(params), layout.ln_f_b.on(params))
-            };
-            block::forward(be, &layout.layer(params, l), &acts, &next, eps, attention)?;
+            let logits = s.logits.rows(&cache.scratch, cache.batch);
+            acts.logits = Some((last, logits.mat()));
         }
+        gpt::forward(self, ids, pos, &acts)?;
         if !head {
             return Ok(());
         }
-        // ln_f of the last position of each sequence: rows cn-1, 2cn-1, ... of the
-        // LayerNorm the last block wrote.
-        let ln_f = Matrix {
-            buf,
-            offset: s.ln_1.rows(buf, bc).offset + (cn - 1) * c,
-            batch: 1,
-            rows: batch,
-            cols: c,
-            batch_stride: 0,
-            row_stride: cn * c,
-            col_stride: 1,
-        };
-        let logits = s.logits.rows(buf, batch);
-        be.matmul(
-            ln_f,
-            layout.wte_padded.on(params).mat().t(),
-            None,
-            logits.mat(),
-        )?;
+        let logits = cache.slots.logits.rows(&cache.scratch, cache.batch);
         be.download(logits, &mut cache.host_padded)?;
         let (v, vp) = (cfg.vocab_size, cfg.padded_vocab_size());
-        for b in 0..batch {
+        for b in 0..cache.batch {
             cache.host_logits[b * v..(b + 1) * v]
                 .copy_from_slice(&cache.host_padded[b * vp..b * vp + v]);
         }
         Ok(())
+    }
+}
+
+/// The attention of one chunk of `cn` positions from `pos` over a KV cache.
+pub(crate) struct KvAppend<'a, B: Backend> {
+    cache: &'a KvCache<B>,
+    pos: usize,
+    cn: usize,
+}
+
+impl<'a, B: Backend> KvAppend<'a, B> {
+    /// Appends this chunk's keys and values (the last two thirds of qkv) to the cache
+    /// at positions `pos..pos + cn`, then attends over every cached position.
+    pub fn attention(
+        &self,
+        be: &B,
+        l: usize,
+        qkv: &Qkv<'a, B>,
+        atty: &HeadsView<'a, B>,
+        workspace: Tensor<'a, B>,
+    ) -> Result<()> {
+        let (cache, pos, cn) = (self.cache, self.pos, self.cn);
+        let (batch, c) = (cache.batch, cache.config.d_model);
+        let (keys, values) = (cache.heads(l, 0, pos + cn), cache.heads(l, 1, pos + cn));
+        let src = Matrix {
+            buf: qkv.rows.buf,
+            offset: qkv.rows.offset + c,
+            batch,
+            rows: cn,
+            cols: 2 * c,
+            batch_stride: cn * 3 * c,
+            row_stride: 3 * c,
+            col_stride: 1,
+        };
+        let dst = Matrix {
+            buf: keys.buf,
+            offset: keys.offset + pos * keys.seq_stride,
+            batch,
+            rows: cn,
+            cols: 2 * c,
+            batch_stride: keys.batch_stride,
+            row_stride: keys.seq_stride,
+            col_stride: 1,
+        };
+        be.copy(src, dst)?;
+        Ok(be.attention_forward(qkv.q, keys, values, atty.heads, workspace, pos)?)
     }
 }
 

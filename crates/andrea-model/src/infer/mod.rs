@@ -4,5 +4,6 @@ mod cache;
 mod generate;
 mod sample;
 
+pub(crate) use cache::KvAppend;
 pub use cache::{KvCache, PREFILL_CHUNK};
 pub use sample::Sampler;

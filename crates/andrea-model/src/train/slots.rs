@@ -2,25 +2,23 @@
 //! holding everything the forward pass keeps for the backward pass plus the backward
 //! pass's scratch; and [`MemoryPlan`], the memory a step needs.
 
-use andrea_core::{AttentionShape, Backend, ModelConfig, Tensor, View};
+use andrea_core::{AttentionShape, Backend, Mat, ModelConfig, Tensor, View};
 
-use crate::arena::{Act, Arena};
-use crate::block::{BlockActs, BlockGrads};
+use crate::arena::{Act, Arena, NormSlots};
+use crate::block::{BlockActs, BlockGrads, HeadsView, LayerNormOut, Qkv};
+use crate::error::Result;
+use crate::gpt::Activations;
 
 /// One block's activations.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BlockSlots {
-    ln_1: Act,
-    ln_1_mean: Act,
-    ln_1_rstd: Act,
+    ln_1: NormSlots,
     qkv: Act,
     atty: Act,
     /// The attention's saved state for the backward pass (a flat region).
-    pub attn_workspace: Act,
+    attn_workspace: Act,
     residual_2: Act,
-    ln_2: Act,
-    ln_2_mean: Act,
-    ln_2_rstd: Act,
+    ln_2: NormSlots,
     fc_pre: Act,
     fc: Act,
     pub residual_3: Act,
@@ -31,19 +29,20 @@ pub(crate) struct BlockSlots {
 pub(crate) struct TrainSlots {
     pub batch: usize,
     pub seq: usize,
+    n_head: usize,
+    d_model: usize,
+    mlp_dim: usize,
     pub encoded: Act,
     pub blocks: Vec<BlockSlots>,
     proj: Act,
-    pub ln_f: Act,
-    pub ln_f_mean: Act,
-    pub ln_f_rstd: Act,
+    pub ln_f: NormSlots,
     /// `[N, Vp]`: logits, then (in place) their gradient.
     pub logits: Act,
     pub losses: Act,
     pub d_res: Act,
     pub d_ln: Act,
     d_hidden: Act,
-    pub attn_scratch: Act,
+    attn_scratch: Act,
     pub len: usize,
 }
 
@@ -56,20 +55,20 @@ impl TrainSlots {
             q_len: seq,
             k_len: seq,
         };
+        let (workspace_len, scratch_len) = (
+            be.attention_workspace_len(shape),
+            be.attention_backward_scratch_len(shape),
+        );
         let mut a = Arena::default();
         let encoded = a.take(n, c);
         let blocks = (0..cfg.n_layer)
             .map(|_| BlockSlots {
-                ln_1: a.take(n, c),
-                ln_1_mean: a.take(n, 1),
-                ln_1_rstd: a.take(n, 1),
+                ln_1: NormSlots::take(&mut a, n, c),
                 qkv: a.take(n, 3 * c),
                 atty: a.take(n, c),
-                attn_workspace: a.take(be.attention_workspace_len(shape), 1),
+                attn_workspace: a.take(workspace_len, 1),
                 residual_2: a.take(n, c),
-                ln_2: a.take(n, c),
-                ln_2_mean: a.take(n, 1),
-                ln_2_rstd: a.take(n, 1),
+                ln_2: NormSlots::take(&mut a, n, c),
                 fc_pre: a.take(n, m),
                 fc: a.take(n, m),
                 residual_3: a.take(n, c),
@@ -78,68 +77,129 @@ impl TrainSlots {
         TrainSlots {
             batch,
             seq,
+            n_head: cfg.n_head,
+            d_model: c,
+            mlp_dim: m,
             encoded,
             blocks,
             proj: a.take(n, c),
-            ln_f: a.take(n, c),
-            ln_f_mean: a.take(n, 1),
-            ln_f_rstd: a.take(n, 1),
+            ln_f: NormSlots::take(&mut a, n, c),
             logits: a.take(n, cfg.padded_vocab_size()),
             losses: a.take(n, 1),
             d_res: a.take(n, c),
             d_ln: a.take(n, c),
             d_hidden: a.take(n, m.max(3 * c)),
-            attn_scratch: a.take(be.attention_backward_scratch_len(shape).max(1), 1),
+            attn_scratch: a.take(scratch_len.max(1), 1),
             len: a.len,
         }
     }
 
-    /// Block `l`'s activations for a batch of `b` sequences of `seq` tokens.
-    pub fn block<'a, B: Backend>(
-        &self,
-        buf: &'a B::Buffer,
-        l: usize,
-        b: usize,
-    ) -> BlockActs<'a, B> {
-        let (s, n, t) = (&self.blocks[l], b * self.seq, self.seq);
-        let x = if l == 0 {
-            self.encoded
-        } else {
-            self.blocks[l - 1].residual_3
-        };
-        BlockActs {
-            x: x.rows(buf, n),
-            ln_1: s.ln_1.rows(buf, n),
-            ln_1_mean: s.ln_1_mean.flat(buf, n),
-            ln_1_rstd: s.ln_1_rstd.flat(buf, n),
-            qkv: s.qkv.btc(buf, b, t),
-            atty: s.atty.btc(buf, b, t),
-            proj: self.proj.rows(buf, n),
-            residual_2: s.residual_2.rows(buf, n),
-            ln_2: s.ln_2.rows(buf, n),
-            ln_2_mean: s.ln_2_mean.flat(buf, n),
-            ln_2_rstd: s.ln_2_rstd.flat(buf, n),
-            fc_pre: s.fc_pre.rows(buf, n),
-            fc: s.fc.rows(buf, n),
-            residual_3: s.residual_3.rows(buf, n),
+    /// The attention shape of `b` sequences.
+    fn attention_shape(&self, b: usize) -> AttentionShape {
+        AttentionShape {
+            batch: b,
+            heads: self.n_head,
+            q_len: self.seq,
+            k_len: self.seq,
+        }
+    }
+
+    /// The activations of a batch of `b` sequences in `buf`.
+    pub fn on<'a, B: Backend>(&'a self, be: &B, buf: &'a B::Buffer, b: usize) -> TrainActs<'a, B> {
+        let shape = self.attention_shape(b);
+        TrainActs {
+            slots: self,
+            buf,
+            b,
+            workspace_len: be.attention_workspace_len(shape).max(1),
         }
     }
 
     /// The backward pass's scratch gradients for `b` sequences.
-    pub fn grads<'a, B: Backend>(
-        &self,
-        buf: &'a B::Buffer,
-        cfg: &ModelConfig,
-        b: usize,
-    ) -> BlockGrads<'a, B> {
+    pub fn grads<'a, B: Backend>(&self, buf: &'a B::Buffer, b: usize) -> Result<BlockGrads<'a, B>> {
         let n = b * self.seq;
-        let d_fc: Tensor<'a, B> = View::new(buf, self.d_hidden.offset(), [n, cfg.mlp_dim()]);
-        BlockGrads {
+        let (c, at) = (self.d_model, self.d_hidden.offset());
+        Ok(BlockGrads {
             d_res: self.d_res.rows(buf, n),
             d_ln: self.d_ln.rows(buf, n),
-            d_fc,
-            d_qkv: View::new(buf, self.d_hidden.offset(), [b, self.seq, 3 * cfg.d_model]),
-        }
+            d_atty: HeadsView::new(self.d_ln.btc(buf, b, self.seq), self.n_head)?,
+            d_fc: View::new(buf, at, [n, self.mlp_dim]),
+            d_qkv: Qkv::new(View::new(buf, at, [b, self.seq, 3 * c]), self.n_head)?,
+        })
+    }
+
+    /// The attention backward's scratch for `b` sequences.
+    pub fn attn_scratch<'a, B: Backend>(
+        &self,
+        be: &B,
+        buf: &'a B::Buffer,
+        b: usize,
+    ) -> Tensor<'a, B> {
+        let len = be.attention_backward_scratch_len(self.attention_shape(b));
+        self.attn_scratch.flat(buf, len.max(1))
+    }
+}
+
+/// [`TrainSlots`] over its buffer for a batch of `b` sequences: every block keeps its
+/// activations for the backward pass.
+pub(crate) struct TrainActs<'a, B: Backend> {
+    slots: &'a TrainSlots,
+    buf: &'a B::Buffer,
+    b: usize,
+    workspace_len: usize,
+}
+
+impl<'a, B: Backend> TrainActs<'a, B> {
+    fn n(&self) -> usize {
+        self.b * self.slots.seq
+    }
+
+    /// `[N, Vp]`
+    pub fn logits_rows(&self) -> Tensor<'a, B> {
+        self.slots.logits.rows(self.buf, self.n())
+    }
+
+    /// `[N]`
+    pub fn losses(&self) -> Tensor<'a, B> {
+        self.slots.losses.flat(self.buf, self.n())
+    }
+}
+
+impl<'a, B: Backend> Activations<'a, B> for TrainActs<'a, B> {
+    fn encoded(&self) -> Tensor<'a, B> {
+        self.slots.encoded.btc(self.buf, self.b, self.slots.seq)
+    }
+
+    fn block(&self, l: usize) -> Result<BlockActs<'a, B>> {
+        let (s, buf) = (self.slots, self.buf);
+        let (b, t, n, h) = (self.b, s.seq, self.n(), s.n_head);
+        let k = &s.blocks[l];
+        let x = if l == 0 {
+            s.encoded
+        } else {
+            s.blocks[l - 1].residual_3
+        };
+        Ok(BlockActs {
+            x: x.rows(buf, n),
+            ln_1: k.ln_1.on::<B>(buf, n),
+            qkv: Qkv::new(k.qkv.btc(buf, b, t), h)?,
+            atty: HeadsView::new(k.atty.btc(buf, b, t), h)?,
+            attn_workspace: k.attn_workspace.flat(buf, self.workspace_len),
+            proj: s.proj.rows(buf, n),
+            residual_2: k.residual_2.rows(buf, n),
+            ln_2: k.ln_2.on::<B>(buf, n),
+            fc_pre: k.fc_pre.rows(buf, n),
+            fc: k.fc.rows(buf, n),
+            residual_3: k.residual_3.rows(buf, n),
+        })
+    }
+
+    fn ln_f(&self) -> LayerNormOut<'a, B> {
+        self.slots.ln_f.on::<B>(self.buf, self.n())
+    }
+
+    fn logits(&self) -> Option<(Mat<'a, B>, Mat<'a, B>)> {
+        Some((self.ln_f().out.mat(), self.logits_rows().mat()))
     }
 }
 

@@ -1,8 +1,6 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-pub mod f64_gpt;
-
 use andrea_core::ModelConfig;
 
 /// Deterministic pseudo-random token ids in `0..vocab` (test data only).

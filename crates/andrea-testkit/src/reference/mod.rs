@@ -9,10 +9,14 @@
 //!
 //! Every backward reference is checked against central differences of its forward
 //! reference in the tests of its file.
+//!
+//! [`gpt2`] composes them into the whole model: the float64 GPT-2 forward pass and loss
+//! that `andrea-model` is specified (and gradient-checked) by.
 
 mod attention;
 mod elementwise;
 mod embedding;
+pub mod gpt2;
 mod layernorm;
 mod loss;
 mod matmul;
