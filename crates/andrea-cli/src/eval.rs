@@ -2,21 +2,23 @@
 //! shard (windows of `B·T + 1` tokens, each `B·T` further, as training reads them), and
 //! its perplexity `exp(loss)`.
 
-use andrea::{Backend, OptimizerConfig, Trainer};
+use andrea::Backend;
 use anyhow::{Context, Result};
 
 use crate::checkpoint;
 use crate::cli::EvalArgs;
 use crate::data::{inputs_and_targets, DataPosition, ShardSet};
 
-/// Mean loss over the windows starting at `starts` (each window's loss is the mean over
-/// its `B·T` targets; all windows have the same size, so this is the mean per token).
-pub fn mean_loss<B: Backend>(
-    trainer: &mut Trainer<B>,
+/// Mean loss over the windows of `b·t + 1` tokens starting at `starts`, each window's
+/// loss by `loss(inputs, targets)` ([`andrea::Model::loss`] or
+/// [`andrea::Trainer::evaluate`]). Each window's loss is the mean over its `b·t`
+/// targets; all windows have the same size, so this is the mean per token.
+pub fn mean_loss(
+    (b, t): (usize, usize),
     shards: &ShardSet,
     starts: &[DataPosition],
+    mut loss: impl FnMut(&[u32], &[u32]) -> andrea::Result<f32>,
 ) -> Result<f32> {
-    let (b, t) = trainer.shape();
     let (window, stride) = (b * t + 1, b * t);
     let mut buf = Vec::with_capacity(window);
     let mut sum = 0.0f64;
@@ -24,7 +26,7 @@ pub fn mean_loss<B: Backend>(
         let mut pos = *start;
         shards.next_window(&mut pos, window, stride, &mut buf)?;
         let (inputs, targets) = inputs_and_targets(&buf);
-        sum += trainer.forward(inputs, targets)? as f64;
+        sum += loss(inputs, targets)? as f64;
     }
     Ok((sum / starts.len().max(1) as f64) as f32)
 }
@@ -45,14 +47,14 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
     let window = args.batch_size * seq + 1;
     shards.check(config.vocab_size, window, "evaluation")?;
     let starts = shards.all_windows(window, window - 1);
-    let mut trainer = Trainer::new(
-        loaded.model,
-        OptimizerConfig::default(),
-        args.batch_size,
-        seq,
-    )
-    .context("cannot set up the evaluation")?;
-    let loss = mean_loss(&mut trainer, &shards, &starts)?;
+    // Only an activation arena: no gradients, no optimizer moments.
+    let model = loaded.model;
+    let mut evaluator = model
+        .evaluator(args.batch_size, seq)
+        .context("cannot set up the evaluation")?;
+    let loss = mean_loss(evaluator.shape(), &shards, &starts, |x, y| {
+        model.loss(&mut evaluator, x, y)
+    })?;
     let tokens = starts.len() * (window - 1);
     let perplexity = (loss as f64).exp();
     if args.json {

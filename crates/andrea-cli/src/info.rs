@@ -1,5 +1,6 @@
-//! `andrea info`: parameter count, training FLOPs per token and the memory a training
-//! step holds, from the same code that sizes the model's buffers.
+//! `andrea info`: parameter count, training FLOPs per token and the memory that
+//! training, evaluation and generation hold, from the same code that sizes the model's
+//! buffers.
 
 use andrea::{Backend, MemoryPlan, ModelConfig};
 use anyhow::{bail, Context, Result};
@@ -24,7 +25,21 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
             config.context_length
         );
     }
-    let plan = MemoryPlan::new(backend, &config, args.batch_size, seq);
+    let b = args.batch_size;
+    let plan = MemoryPlan::new(backend, &config, b, seq);
+    let eval = MemoryPlan::evaluation(backend, &config, b, seq);
+    let gen = MemoryPlan::generation(backend, &config, b, seq);
+    let json = |p: &MemoryPlan| {
+        serde_json::json!({
+            "parameters": p.parameters,
+            "gradients": p.gradients,
+            "optimizer": p.optimizer,
+            "activations": p.activations,
+            "kv_cache": p.kv_cache,
+            "ids": p.ids,
+            "total": p.total(),
+        })
+    };
     let flops = config.training_flops_per_token(seq);
     if args.json {
         let obj = serde_json::json!({
@@ -38,14 +53,9 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
             "seq_len": seq,
             "batch_size": args.batch_size,
             "training_flops_per_token": flops,
-            "memory_bytes": {
-                "parameters": plan.parameters,
-                "gradients": plan.gradients,
-                "optimizer": plan.optimizer,
-                "activations": plan.activations,
-                "ids": plan.ids,
-                "total": plan.total(),
-            },
+            "memory_bytes": json(&plan),
+            "evaluation_memory_bytes": json(&eval),
+            "generation_memory_bytes": json(&gen),
         });
         println!("{obj}");
     } else {
@@ -61,10 +71,9 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
         );
         println!("parameters: {}", config.param_count());
         println!("training FLOPs per token at seq {seq}: {:.3e}", flops);
-        println!(
-            "training memory for batch {}x{seq}: {plan}",
-            args.batch_size
-        );
+        println!("training memory for batch {b}x{seq}: {plan}");
+        println!("evaluation memory (`andrea eval`) for batch {b}x{seq}: {eval}");
+        println!("generation memory (KV cache) for {b} sequences of {seq}: {gen}");
     }
     Ok(())
 }

@@ -287,34 +287,25 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
             all
         })
         .unwrap_or_default();
-    let mut buf = Vec::with_capacity(window);
+    // One window per micro-batch, read before the step in the order the step uses them.
+    let mut windows = vec![Vec::with_capacity(window); settings.grad_accum];
     let mut step = start;
     let mut interrupted = false;
     while step < settings.steps {
         let began = Instant::now();
         let lr = settings.lr_at(step);
-        let mut loss_sum = 0.0f64;
-        for _ in 0..settings.grad_accum {
+        for buf in &mut windows {
             if settings.shuffle {
-                train.random_window(&mut rng, window, &mut buf)?;
+                train.random_window(&mut rng, window, buf)?;
             } else {
-                train.next_window(&mut pos, window, window - 1, &mut buf)?;
+                train.next_window(&mut pos, window, window - 1, buf)?;
             }
-            let (inputs, targets) = inputs_and_targets(&buf);
-            let loss = trainer.forward_train(inputs, targets)?;
-            if !loss.is_finite() {
-                progress.finish();
-                bail!(
-                    "step {}: the loss is {loss}: lower --lr, enable --grad-clip, or check the data; \
-                     the last good checkpoint is {}/latest",
-                    step + 1,
-                    out.display()
-                );
-            }
-            loss_sum += loss as f64;
-            trainer.backward()?;
         }
-        let stats = trainer.step(lr).map_err(|e| {
+        let micro_batches: Vec<(&[u32], &[u32])> =
+            windows.iter().map(|w| inputs_and_targets(w)).collect();
+        // A NaN or infinite loss or gradient norm is an error naming the step; nothing
+        // is written after it.
+        let (loss, stats) = trainer.train_step(&micro_batches, lr).map_err(|e| {
             progress.finish();
             anyhow::anyhow!("{e}; the last good checkpoint is {}/latest", out.display())
         })?;
@@ -322,7 +313,7 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         let elapsed = began.elapsed().as_secs_f64();
         let mut m = Metric {
             step,
-            train_loss: (loss_sum / settings.grad_accum as f64) as f32,
+            train_loss: loss,
             val_loss: None,
             lr,
             grad_norm: stats.grad_norm,
@@ -334,7 +325,10 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         let due = |every: u64| last || interrupted || pause || (every > 0 && step % every == 0);
         if let Some(v) = &val {
             if due(settings.eval_every) && !eval_starts.is_empty() {
-                let vl = mean_loss(&mut trainer, v, &eval_starts)?;
+                // In the trainer's own activation arena: no memory beyond training's.
+                let vl = mean_loss(trainer.shape(), v, &eval_starts, |x, y| {
+                    trainer.evaluate(x, y)
+                })?;
                 progress.println(&format!("step {step}: val loss {vl:.4}"));
                 m.val_loss = Some(vl);
             }

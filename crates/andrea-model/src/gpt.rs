@@ -96,6 +96,27 @@ pub(crate) fn self_attention<B: Backend>(
     Ok(be.attention_forward(qkv.q, qkv.k, qkv.v, atty.heads, workspace, 0)?)
 }
 
+/// Checks the shape an arena is sized for: `batch` sequences of `seq` tokens, both at
+/// least 1, `seq` within the context; `what` names the caller.
+pub(crate) fn check_shape(
+    cfg: &ModelConfig,
+    what: &'static str,
+    batch: usize,
+    seq: usize,
+) -> Result<()> {
+    if seq == 0 || batch == 0 {
+        return Err(ModelError::batch(
+            what,
+            format!("batch and seq must be at least 1, got batch {batch}, seq {seq}"),
+        ));
+    }
+    let context = cfg.context_length;
+    if seq > context {
+        return Err(ModelError::SequenceTooLong { len: seq, context });
+    }
+    Ok(())
+}
+
 /// Checks a batch of `[b, seq]` tokens and next-token targets against a buffer sized
 /// for `max_batch` sequences (`owner` names it in the message) and returns `b` and the
 /// number of targets that count (not [`IGNORE_INDEX`], at least one).

@@ -31,8 +31,8 @@
 //! * **Config** ([`ModelConfig`], from `andrea_core::config`): TOML with unknown keys
 //!   rejected by name (`configs/andrea-120m.toml`, `configs/tiny.toml`);
 //!   [`ModelConfig::param_count`] (92,331,264 for ANDREA-120M),
-//!   [`ModelConfig::training_flops_per_token`] and [`MemoryPlan`] (the bytes a training
-//!   step holds, from the same code that sizes the buffers).
+//!   [`ModelConfig::training_flops_per_token`] and [`MemoryPlan`] (the bytes training,
+//!   evaluation and generation hold, from the same code that sizes the buffers).
 //! * **Parameters** ([`Model`]): one contiguous buffer; [`Model::params`] lists every
 //!   tensor with its transformers name and shape (`transformer.h.{i}.attn.c_attn.weight`
 //!   is `[d, 3d]`, `[in, out]` as transformers' `Conv1D`), [`Model::param`] is a view,
@@ -55,6 +55,10 @@
 //!   The learning-rate schedule (warmup + cosine to a floor) is
 //!   [`ScheduleConfig::lr`]. [`Trainer::save_optimizer_state`] and
 //!   [`Trainer::load_optimizer_state`] resume exactly.
+//! * **Evaluation** ([`Evaluator`], [`Model::loss`]): the mean loss of a batch with only
+//!   an activation arena (one block's scratch reused by every block, and the logits),
+//!   bit for bit [`Trainer::forward`]'s; [`Trainer::evaluate`] runs the same pass in a
+//!   trainer's own arena.
 //! * **Inference** ([`KvCache`], [`Model::extend`], [`Model::generate`], [`Sampler`]):
 //!   prefill a prompt, then one token at a time, for a batch of equal-length sequences;
 //!   logits of the last position. Greedy, temperature, top-k and top-p sampling, seeded.
@@ -91,10 +95,12 @@ mod arena;
 pub mod bench;
 mod block;
 mod error;
+mod eval;
 mod gpt;
 mod infer;
 pub mod io;
 mod layout;
+mod memory;
 mod model;
 pub mod rng;
 mod scratch;
@@ -102,7 +108,9 @@ mod train;
 
 pub use andrea_core::{Config, ModelConfig, OptimizerConfig, ScheduleConfig, IGNORE_INDEX};
 pub use error::{ModelError, Result};
+pub use eval::Evaluator;
 pub use infer::{KvCache, Sampler, PREFILL_CHUNK};
 pub use layout::ParamInfo;
+pub use memory::MemoryPlan;
 pub use model::Model;
-pub use train::{MemoryPlan, StepStats, Trainer};
+pub use train::{StepStats, Trainer};

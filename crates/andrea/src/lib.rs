@@ -75,8 +75,8 @@ pub use andrea_core as core;
 pub use andrea_core::{Backend, Config, ModelConfig, OptimizerConfig, ScheduleConfig};
 pub use andrea_model as model;
 pub use andrea_model::{
-    KvCache, MemoryPlan, Model, ModelError, ParamInfo, Result, Sampler, StepStats, Trainer,
-    IGNORE_INDEX,
+    Evaluator, KvCache, MemoryPlan, Model, ModelError, ParamInfo, Result, Sampler, StepStats,
+    Trainer, IGNORE_INDEX,
 };
 
 #[cfg(feature = "cpu")]

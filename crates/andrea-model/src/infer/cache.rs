@@ -14,6 +14,7 @@ use crate::arena::{Act, Arena};
 use crate::block::{HeadsView, Qkv};
 use crate::error::{ModelError, Result};
 use crate::gpt::{self, Activations};
+use crate::memory::MemoryPlan;
 use crate::model::Model;
 use crate::scratch::ScratchSlots;
 
@@ -22,11 +23,40 @@ pub const PREFILL_CHUNK: usize = 256;
 
 /// Scratch activations of one chunk (shared by every block).
 #[derive(Debug)]
-struct CacheSlots {
+pub(crate) struct CacheSlots {
+    /// Positions per chunk.
+    pub chunk: usize,
     blocks: ScratchSlots,
     /// The logits of the last position of each sequence, `[B, Vp]`.
     logits: Act,
-    len: usize,
+    /// Floats of scratch, and of keys and values (`[n_layer, B, max_len, 2C]`).
+    pub len: usize,
+    pub kv_len: usize,
+}
+
+impl CacheSlots {
+    /// The scratch of a cache for `batch` sequences of up to `max_len` positions.
+    pub fn new<B: Backend>(be: &B, cfg: &ModelConfig, batch: usize, max_len: usize) -> Self {
+        let chunk = max_len.min(PREFILL_CHUNK);
+        let workspace_len = be
+            .attention_workspace_len(AttentionShape {
+                batch,
+                heads: cfg.n_head,
+                q_len: chunk,
+                k_len: max_len,
+            })
+            .max(1);
+        let mut a = Arena::default();
+        let blocks = ScratchSlots::new(&mut a, cfg, batch * chunk, workspace_len);
+        let logits = a.take(batch, cfg.padded_vocab_size());
+        CacheSlots {
+            chunk,
+            blocks,
+            logits,
+            len: a.len,
+            kv_len: 2 * cfg.n_layer * batch * max_len * cfg.d_model,
+        }
+    }
 }
 
 /// Keys and values of `batch` sequences of up to `max_len` positions, plus the scratch
@@ -65,6 +95,11 @@ impl<B: Backend> KvCache<B> {
     /// The most positions the cache holds.
     pub fn capacity(&self) -> usize {
         self.max_len
+    }
+
+    /// The memory this cache holds on the device, with the model's parameters.
+    pub fn memory(&self) -> MemoryPlan {
+        MemoryPlan::generation_of(&self.config, &self.slots, self.batch)
     }
 
     /// Forgets every position (the buffers are kept).
@@ -107,33 +142,15 @@ impl<B: Backend> Model<B> {
             });
         }
         let be = self.backend();
-        let chunk = max_len.min(PREFILL_CHUNK);
-        let (bc, c) = (batch * chunk, cfg.d_model);
-        let workspace_len = be
-            .attention_workspace_len(AttentionShape {
-                batch,
-                heads: cfg.n_head,
-                q_len: chunk,
-                k_len: max_len,
-            })
-            .max(1);
-        let mut a = Arena::default();
-        let slots = CacheSlots {
-            blocks: ScratchSlots::new(&mut a, cfg, bc, workspace_len),
-            logits: a.take(batch, cfg.padded_vocab_size()),
-            len: 0,
-        };
-        let slots = CacheSlots {
-            len: a.len,
-            ..slots
-        };
+        let slots = CacheSlots::new(be, cfg, batch, max_len);
+        let (chunk, bc) = (slots.chunk, batch * slots.chunk);
         Ok(KvCache {
             config: cfg.clone(),
             batch,
             max_len,
             chunk,
             pos: 0,
-            kv: be.alloc(2 * cfg.n_layer * batch * max_len * c)?,
+            kv: be.alloc(slots.kv_len)?,
             scratch: be.alloc(slots.len)?,
             slots,
             ids: be.alloc_ids(bc)?,

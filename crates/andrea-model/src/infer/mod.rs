@@ -4,6 +4,6 @@ mod cache;
 mod generate;
 mod sample;
 
-pub(crate) use cache::KvAppend;
+pub(crate) use cache::{CacheSlots, KvAppend};
 pub use cache::{KvCache, PREFILL_CHUNK};
 pub use sample::Sampler;

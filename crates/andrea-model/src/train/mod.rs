@@ -12,13 +12,15 @@ mod state;
 mod tests;
 
 pub use optim::StepStats;
-pub use slots::MemoryPlan;
+pub(crate) use slots::TrainSlots;
 
 use andrea_core::{Backend, OptimizerConfig};
 
 use crate::error::{ModelError, Result};
+use crate::eval::{EvalPass, EvalSlots};
+use crate::gpt;
+use crate::memory::MemoryPlan;
 use crate::model::Model;
-use slots::TrainSlots;
 
 /// What the activation arena holds now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,8 @@ pub struct Trainer<B: Backend> {
     m: B::Buffer,
     v: B::Buffer,
     slots: TrainSlots,
+    /// [`Trainer::evaluate`]'s layout over the same arena (it needs less).
+    eval_slots: EvalSlots,
     acts: B::Buffer,
     tokens: B::IdBuffer,
     targets: B::IdBuffer,
@@ -65,18 +69,10 @@ impl<B: Backend> Trainer<B> {
         seq: usize,
     ) -> Result<Self> {
         optimizer.validate()?;
-        let context = model.config().context_length;
-        if seq == 0 || batch == 0 {
-            return Err(ModelError::batch(
-                "Trainer::new",
-                format!("batch and seq must be at least 1, got batch {batch}, seq {seq}"),
-            ));
-        }
-        if seq > context {
-            return Err(ModelError::SequenceTooLong { len: seq, context });
-        }
+        gpt::check_shape(model.config(), "Trainer::new", batch, seq)?;
         let be = model.backend();
         let slots = TrainSlots::new(be, model.config(), batch, seq);
+        let eval_slots = EvalSlots::new(be, model.config(), batch, seq);
         let len = model.layout().len;
         let (grads, m, v) = (be.alloc(len)?, be.alloc(len)?, be.alloc(len)?);
         let acts = be.alloc(slots.len)?;
@@ -88,6 +84,7 @@ impl<B: Backend> Trainer<B> {
             m,
             v,
             slots,
+            eval_slots,
             acts,
             tokens,
             targets,
@@ -134,6 +131,29 @@ impl<B: Backend> Trainer<B> {
             self.slots.batch,
             self.slots.seq,
         )
+    }
+
+    /// The mean loss of a batch as [`Model::loss`] computes it, bit for bit the value
+    /// [`Trainer::forward`] returns, in this trainer's activation arena (no memory
+    /// beyond the trainer's; the activations of the last forward pass are gone
+    /// afterwards). A NaN or infinite loss is returned as it is. For validation during
+    /// training.
+    pub fn evaluate(&mut self, tokens: &[u32], targets: &[u32]) -> Result<f32> {
+        self.phase = Phase::Empty;
+        if self.eval_slots.len > self.slots.len {
+            return Err(ModelError::State(format!(
+                "evaluate: the evaluation arena ({} floats) does not fit the trainer's ({})",
+                self.eval_slots.len, self.slots.len
+            )));
+        }
+        let pass = EvalPass {
+            slots: &self.eval_slots,
+            acts: &self.acts,
+            tokens: &self.tokens,
+            targets: &self.targets,
+            host_losses: &mut self.host_losses,
+        };
+        self.model.eval_pass(pass, "trainer", tokens, targets)
     }
 
     /// A host copy of parameter `name`'s accumulated gradient (transformers shape).

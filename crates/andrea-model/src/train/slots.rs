@@ -1,6 +1,6 @@
 //! The activation arena of a training step: one buffer, sized once from (batch, seq),
 //! holding everything the forward pass keeps for the backward pass plus the backward
-//! pass's scratch; and [`MemoryPlan`], the memory a step needs.
+//! pass's scratch.
 
 use andrea_core::{AttentionShape, Backend, Mat, ModelConfig, Tensor, View};
 
@@ -200,52 +200,5 @@ impl<'a, B: Backend> Activations<'a, B> for TrainActs<'a, B> {
 
     fn logits(&self) -> Option<(Mat<'a, B>, Mat<'a, B>)> {
         Some((self.ln_f().out.mat(), self.logits_rows().mat()))
-    }
-}
-
-/// The memory a training step needs, in bytes, by role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryPlan {
-    pub parameters: usize,
-    pub gradients: usize,
-    /// AdamW's two moment buffers.
-    pub optimizer: usize,
-    /// The activation arena (everything the backward pass reads, and its scratch).
-    pub activations: usize,
-    /// Token and target ids.
-    pub ids: usize,
-}
-
-impl MemoryPlan {
-    /// The plan for `config` at `batch × seq` on `backend` (its attention workspace
-    /// sizes are part of the arena).
-    pub fn new<B: Backend>(backend: &B, config: &ModelConfig, batch: usize, seq: usize) -> Self {
-        let params = crate::layout::ParamLayout::new(config).len * 4;
-        MemoryPlan {
-            parameters: params,
-            gradients: params,
-            optimizer: 2 * params,
-            activations: TrainSlots::new(backend, config, batch, seq).len * 4,
-            ids: 2 * batch * seq * 4,
-        }
-    }
-
-    pub fn total(&self) -> usize {
-        self.parameters + self.gradients + self.optimizer + self.activations + self.ids
-    }
-}
-
-impl std::fmt::Display for MemoryPlan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
-        write!(
-            f,
-            "{:.1} MiB (parameters {:.1}, gradients {:.1}, AdamW moments {:.1}, activations {:.1})",
-            mib(self.total()),
-            mib(self.parameters),
-            mib(self.gradients),
-            mib(self.optimizer),
-            mib(self.activations + self.ids),
-        )
     }
 }

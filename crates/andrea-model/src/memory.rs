@@ -1,0 +1,130 @@
+//! [`MemoryPlan`]: the device memory of training, evaluation and generation, by role,
+//! from the same code that sizes the buffers (so it is what they allocate).
+
+use andrea_core::{Backend, ModelConfig};
+
+use crate::eval::EvalSlots;
+use crate::infer::CacheSlots;
+use crate::layout::ParamLayout;
+use crate::train::TrainSlots;
+
+/// Device memory in bytes, by role. Roles a use does not have are 0 (an evaluator has
+/// no gradients, a KV cache no AdamW moments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPlan {
+    pub parameters: usize,
+    pub gradients: usize,
+    /// AdamW's two moment buffers.
+    pub optimizer: usize,
+    /// The activation arena: for training everything the backward pass reads and its
+    /// scratch; for evaluation and generation one block's scratch, reused by every block.
+    pub activations: usize,
+    /// Generation: every block's keys and values.
+    pub kv_cache: usize,
+    /// Token and target ids.
+    pub ids: usize,
+}
+
+const F32: usize = 4;
+
+fn parameters(config: &ModelConfig) -> usize {
+    ParamLayout::new(config).len * F32
+}
+
+impl MemoryPlan {
+    /// Training (a [`crate::Trainer`]) for `config` at `batch × seq` on `backend` (its
+    /// attention workspace sizes are part of the arena).
+    pub fn new<B: Backend>(backend: &B, config: &ModelConfig, batch: usize, seq: usize) -> Self {
+        let params = parameters(config);
+        MemoryPlan {
+            parameters: params,
+            gradients: params,
+            optimizer: 2 * params,
+            activations: TrainSlots::new(backend, config, batch, seq).len * F32,
+            kv_cache: 0,
+            ids: 2 * batch * seq * F32,
+        }
+    }
+
+    /// Evaluation (an [`crate::Evaluator`], [`crate::Model::loss`]) at `batch × seq`.
+    pub fn evaluation<B: Backend>(
+        backend: &B,
+        config: &ModelConfig,
+        batch: usize,
+        seq: usize,
+    ) -> Self {
+        Self::evaluation_of(config, &EvalSlots::new(backend, config, batch, seq))
+    }
+
+    pub(crate) fn evaluation_of(config: &ModelConfig, slots: &EvalSlots) -> Self {
+        MemoryPlan {
+            parameters: parameters(config),
+            gradients: 0,
+            optimizer: 0,
+            activations: slots.len * F32,
+            kv_cache: 0,
+            ids: 2 * slots.batch * slots.seq * F32,
+        }
+    }
+
+    /// Generation (a [`crate::KvCache`]) for `batch` sequences of up to `max_len`
+    /// positions.
+    pub fn generation<B: Backend>(
+        backend: &B,
+        config: &ModelConfig,
+        batch: usize,
+        max_len: usize,
+    ) -> Self {
+        Self::generation_of(
+            config,
+            &CacheSlots::new(backend, config, batch, max_len),
+            batch,
+        )
+    }
+
+    pub(crate) fn generation_of(config: &ModelConfig, slots: &CacheSlots, batch: usize) -> Self {
+        MemoryPlan {
+            parameters: parameters(config),
+            gradients: 0,
+            optimizer: 0,
+            activations: slots.len * F32,
+            kv_cache: slots.kv_len * F32,
+            ids: batch * slots.chunk * F32,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.parameters
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.kv_cache
+            + self.ids
+    }
+}
+
+impl std::fmt::Display for MemoryPlan {
+    /// `92.1 MiB (parameters 7.3, gradients 7.3, AdamW moments 14.6, activations 62.9)`;
+    /// roles of 0 bytes are left out, ids count with the activations.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+        write!(
+            f,
+            "{:.1} MiB (parameters {:.1}",
+            mib(self.total()),
+            mib(self.parameters)
+        )?;
+        let roles = [
+            ("gradients", self.gradients),
+            ("AdamW moments", self.optimizer),
+            ("activations", self.activations + self.ids),
+            ("KV cache", self.kv_cache),
+        ];
+        for (name, bytes) in roles {
+            if bytes > 0 {
+                write!(f, ", {name} {:.1}", mib(bytes))?;
+            }
+        }
+        write!(f, ")")
+    }
+}
