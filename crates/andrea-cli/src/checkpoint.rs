@@ -110,10 +110,10 @@ pub fn save<B: Backend>(
         let old = out.join(format!(".old-{name}"));
         let _ = std::fs::remove_dir_all(&old);
         std::fs::rename(&fin, &old).with_context(what)?;
-        std::fs::rename(&tmp, &fin).with_context(what)?;
+        andrea_fs::rename_durable(&tmp, &fin).with_context(what)?;
         let _ = std::fs::remove_dir_all(&old);
     } else {
-        std::fs::rename(&tmp, &fin).with_context(what)?;
+        andrea_fs::rename_durable(&tmp, &fin).with_context(what)?;
     }
     point_latest(out, &name).with_context(|| format!("updating {}/latest", out.display()))?;
     Ok(fin)
@@ -147,13 +147,13 @@ fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
     let tmp = out.join(".latest.tmp");
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(name, &tmp)?;
-    std::fs::rename(&tmp, out.join("latest"))
+    andrea_fs::rename_durable(&tmp, &out.join("latest"))
 }
 
 #[cfg(not(unix))]
 fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
     // Without symbolic links: `latest` is a file naming the newest checkpoint.
-    std::fs::write(out.join("latest"), name)
+    andrea_fs::write_atomic(&out.join("latest"), name.as_bytes())
 }
 
 /// The directory a checkpoint path names (`<out>/latest` resolved to its target).

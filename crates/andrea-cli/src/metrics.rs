@@ -49,7 +49,8 @@ impl Metrics {
                     }
                 }
             }
-            std::fs::write(&path, kept).with_context(|| format!("writing {}", path.display()))?;
+            andrea_fs::write_atomic(&path, kept.as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
         }
         let file = OpenOptions::new()
             .create(true)

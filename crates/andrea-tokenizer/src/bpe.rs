@@ -199,15 +199,10 @@ mod tests {
     #[test]
     fn heap_agrees_with_scan() {
         let t = table();
-        let mut seed = 12345u64;
+        let mut rand = andrea_testkit::random::Rand::new(12345);
         for len in [2usize, 3, 7, 20, 47, 48] {
             for _ in 0..50 {
-                let base: Vec<u32> = (0..len)
-                    .map(|_| {
-                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-                        ((seed >> 33) % 4) as u32
-                    })
-                    .collect();
+                let base: Vec<u32> = rand.ids(len, 4);
                 let mut a = base.clone();
                 t.apply_scan(&mut a);
                 let mut b = base.clone();

@@ -106,7 +106,7 @@ impl SplitWriter {
                 let path = self
                     .dir
                     .join(format!("{}_{:06}.bin", self.name, self.done.len()));
-                let tmp = path.with_extension("bin.tmp");
+                let tmp = andrea_fs::temp_path(&path).map_err(|e| Error::io(&path, e))?;
                 let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
                 let mut w = BufWriter::with_capacity(1 << 20, file);
                 w.write_all(&[0u8; HEADER_BYTES])
@@ -147,10 +147,8 @@ impl SplitWriter {
         let bytes: Vec<u8> = header.iter().flat_map(|v| v.to_le_bytes()).collect();
         file.seek(SeekFrom::Start(0))
             .and_then(|_| file.write_all(&bytes))
-            .and_then(|_| file.sync_all())
             .map_err(|e| Error::io(&tmp, e))?;
-        drop(file);
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+        andrea_fs::persist(file, &tmp, &path).map_err(|e| Error::io(&path, e))?;
         self.done.push(path);
         Ok(())
     }

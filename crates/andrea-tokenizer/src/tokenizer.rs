@@ -528,9 +528,8 @@ impl Tokenizer {
     /// Writes `tokenizer.json` (the Hugging Face format, see the crate docs), atomically.
     pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
         let path = path.as_ref();
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, self.to_json_string()).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+        andrea_fs::write_atomic(path, self.to_json_string().as_bytes())
+            .map_err(|e| Error::io(path, e))
     }
 
     /// Reads a `tokenizer.json` written by andrea or by `tokenizers` (byte-level BPE).

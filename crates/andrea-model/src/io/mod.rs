@@ -17,8 +17,7 @@ pub(crate) mod hf_config;
 pub(crate) mod tensors;
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use andrea_core::{Backend, ModelConfig};
 
@@ -31,32 +30,10 @@ pub const WEIGHTS_FILE: &str = "model.safetensors";
 /// The config file of a model directory.
 pub const CONFIG_FILE: &str = "config.json";
 
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync the directory).
+/// Writes `bytes` to `path` atomically: [`andrea_fs::write_atomic`] (temporary file in
+/// the same directory, fsync, rename, fsync the directory).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| ModelError::format(path, "not a file path"))?
-        .to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ModelError::io(path, e));
-    }
-    // Make the rename itself durable (best effort: not every platform syncs directories).
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    andrea_fs::write_atomic(path, bytes).map_err(|e| ModelError::io(path, e))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
