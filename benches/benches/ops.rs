@@ -31,17 +31,9 @@ const C: usize = 768;
 const H: usize = 12;
 const V: usize = 8449;
 
+/// Uniform in [-1, 1): enough for timing.
 fn randn(n: usize, seed: u64) -> Vec<f32> {
-    // xorshift + Box-Muller-free uniform in [-1, 1): enough for timing.
-    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
 }
 
 fn config(c: &mut Criterion) -> &mut Criterion {
@@ -604,16 +596,11 @@ fn benches(c: &mut Criterion) {
 #[cfg(feature = "cuda")]
 fn bench_cuda(c: &mut Criterion) {
     use andrea_cuda::{CudaBackend, Precision};
-    let start = |p| match CudaBackend::with_precision(p) {
-        Ok(be) => Some(be),
-        // The GPU bundle's run.sh sets ANDREA_REQUIRE_DEVICE: there a skip is a failure.
-        Err(e) if std::env::var_os("ANDREA_REQUIRE_DEVICE").is_some_and(|v| v != "0") => {
-            panic!("ANDREA_REQUIRE_DEVICE is set but the CUDA backend failed: {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED the CUDA columns of the ops bench: {e}");
-            None
-        }
+    // The GPU bundle's run.sh sets ANDREA_REQUIRE_DEVICE: there a skip is a failure.
+    let start = |p| {
+        andrea_testkit::device::start_or_skip("the CUDA columns of the ops bench", || {
+            CudaBackend::with_precision(p)
+        })
     };
     let Some(tf32) = start(Precision::FAST) else {
         return;
@@ -635,7 +622,7 @@ criterion_group!(ops, benches);
 // `criterion_main!`, on a worker of rayon's global pool (the CPU backends' pool): ops
 // then start their parallel work in place, as they do in the `andrea` binary, which runs
 // every command inside `CpuBackend::install`, instead of handing it over from the main
-// thread (10-20 µs a call, 5-10% of the smaller ops here).
+// thread (which costs each call a wake-up: benches/README.md, "Model").
 fn main() {
     rayon::scope(|_| {
         ops();

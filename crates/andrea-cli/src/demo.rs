@@ -9,6 +9,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use andrea::model::rng::Rng;
 use andrea::Backend;
 use anyhow::{Context, Result};
 
@@ -60,34 +61,26 @@ const VERBS: &[(&str, &str)] = &[
 ];
 const FEELINGS: &[&str] = &["happy", "sad", "surprised", "sleepy", "hungry", "proud"];
 
-/// xorshift64*: small, seeded, the same everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        &items[(r >> 33) as usize % items.len()]
-    }
+/// One of `items`, uniformly (the production RNG: seeded, the same everywhere).
+fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
+    &items[(rng.next_u64() >> 33) as usize % items.len()]
 }
 
 fn story(rng: &mut Rng) -> String {
-    let name = *rng.pick(NAMES);
-    let animal = *rng.pick(ANIMALS);
-    let adj = *rng.pick(ADJECTIVES);
+    let name = *pick(rng, NAMES);
+    let animal = *pick(rng, ANIMALS);
+    let adj = *pick(rng, ADJECTIVES);
     let mut s = String::new();
     let _ = write!(
         s,
         "Once upon a time there was a {adj} {animal} named {name}. "
     );
-    for _ in 0..3 + (rng.pick(&[0, 1, 2, 3]) % 4) {
-        let place = *rng.pick(PLACES);
-        let thing = *rng.pick(THINGS);
-        let (past, _) = *rng.pick(VERBS);
-        let feeling = *rng.pick(FEELINGS);
-        let line = match rng.pick(&[0, 1, 2, 3, 4]) {
+    for _ in 0..3 + (pick(rng, &[0, 1, 2, 3]) % 4) {
+        let place = *pick(rng, PLACES);
+        let thing = *pick(rng, THINGS);
+        let (past, _) = *pick(rng, VERBS);
+        let feeling = *pick(rng, FEELINGS);
+        let line = match pick(rng, &[0, 1, 2, 3, 4]) {
             0 => format!("One day {name} {past} {place}. "),
             1 => format!("There {name} found {thing}. "),
             2 => format!("The {animal} was {feeling}. "),
@@ -96,11 +89,11 @@ fn story(rng: &mut Rng) -> String {
         };
         s.push_str(&line);
     }
-    let friend = *rng.pick(ANIMALS);
+    let friend = *pick(rng, ANIMALS);
     let _ = write!(
         s,
         "In the end {name} and the {friend} were friends, and they were {}.\n\n",
-        rng.pick(FEELINGS)
+        pick(rng, FEELINGS)
     );
     s
 }
@@ -108,7 +101,7 @@ fn story(rng: &mut Rng) -> String {
 /// Writes `files` text files of about `bytes` bytes in total into `dir`.
 pub fn write_corpus(dir: &Path, bytes: usize, files: usize, seed: u64) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(seed);
     for f in 0..files {
         let mut text = String::new();
         while text.len() < bytes / files {

@@ -15,15 +15,6 @@ mod common;
 
 use common::*;
 
-fn skipped(reason: &str) {
-    use std::io::Write;
-    // Straight to stderr: libtest captures `eprintln!` of passing tests.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED train_eval_generate_bench_on_cuda: {reason}"
-    );
-}
-
 fn train_losses(dir: &std::path::Path, run: &str) -> Vec<f64> {
     metrics(&dir.join(run))
         .iter()
@@ -44,11 +35,7 @@ fn train_eval_generate_bench_on_cuda() {
             err.contains("--backend cuda: no CUDA device found") && err.contains("--backend cpu"),
             "the no-device error should say what is missing and what works: {err}"
         );
-        if std::env::var_os("ANDREA_REQUIRE_DEVICE").is_some_and(|v| v != "0") {
-            panic!("ANDREA_REQUIRE_DEVICE is set but: {err}");
-        }
-        skipped(err.trim());
-        return;
+        return andrea_testkit::device::skip("train_eval_generate_bench_on_cuda", err.trim());
     }
 
     // Two steps on each backend from the same seed: the first loss is the initial

@@ -467,15 +467,7 @@ mod tests {
     use crate::simd::Fused;
 
     fn data(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 8) as f32 / (1u32 << 24) as f32 * 40.0 - 20.0
-            })
-            .collect()
+        andrea_testkit::random::Rand::new(seed as u64).vec(n, -20.0, 20.0)
     }
 
     #[test]

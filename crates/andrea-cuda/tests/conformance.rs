@@ -3,7 +3,7 @@
 //! compared with the CPU backend in `cpu_vs_cuda.rs`, with its own tolerances).
 //!
 //! Without a GPU (or against the link stub from `cargo xtask cuda-stub`) the backend
-//! cannot start and every test prints `SKIPPED <name>: no CUDA device found: ...`.
+//! cannot start and every test prints `SKIPPED <name> because no CUDA device found: ...`.
 //! Set `ANDREA_REQUIRE_DEVICE=1` on a GPU machine to make a missing device a failure.
 //! Against the CPU emulator of `cargo xtask cuda-emu` the suite runs in full.
 #![cfg(feature = "cuda")]

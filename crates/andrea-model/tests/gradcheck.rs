@@ -13,18 +13,9 @@
 use andrea_core::{ModelConfig, IGNORE_INDEX};
 use andrea_cpu::CpuBackend;
 use andrea_model::{Model, OptimizerConfig, Trainer};
+use andrea_testkit::random::Rand;
 use andrea_testkit::reference::gpt2::{self, Params};
 use andrea_testkit::Tol;
-
-/// SplitMix64 in [lo, hi): test data only.
-fn uniform(seed: &mut u64, lo: f64, hi: f64) -> f64 {
-    *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *seed;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    lo + (hi - lo) * ((z >> 11) as f64 / (1u64 << 53) as f64)
-}
 
 #[test]
 fn every_parameter_gradient_matches_float64_finite_differences() {
@@ -40,7 +31,7 @@ fn every_parameter_gradient_matches_float64_finite_differences() {
     targets[3] = IGNORE_INDEX;
 
     let mut model = Model::zeros(CpuBackend::new(), cfg.clone()).unwrap();
-    let mut seed = 12345u64;
+    let mut rand = Rand::new(12345);
     let mut params = Params::new();
     let names: Vec<(String, usize)> = model
         .params()
@@ -56,7 +47,7 @@ fn every_parameter_gradient_matches_float64_finite_differences() {
             (-0.5, 0.5)
         };
         let f32s: Vec<f32> = (0..*numel)
-            .map(|_| uniform(&mut seed, lo, hi) as f32)
+            .map(|_| (lo + (hi - lo) * rand.unit()) as f32)
             .collect();
         model.write_param(name, &f32s).unwrap();
         params.insert(name.clone(), f32s.iter().map(|&x| x as f64).collect());

@@ -1,13 +1,13 @@
 //! What [`crate::conformance_suite!`] expands to: making the backend (or deciding to
 //! skip), then running one suite function and turning its error into a test failure.
 
-use std::any::Any;
 use std::cell::Cell;
 use std::fmt::Display;
 
 use andrea_core::Backend;
 use proptest::test_runner::TestCaseError;
 
+use crate::device::{says_no_device, skip};
 use crate::suite::Config;
 
 /// Why a backend is not there to test.
@@ -67,15 +67,6 @@ impl<B: Backend> ViaValue for &Probe<B> {
     }
 }
 
-/// Whether a constructor error means "no device here" rather than a broken backend.
-fn says_no_device<E: Display + 'static>(e: &E) -> bool {
-    if let Some(e) = (e as &dyn Any).downcast_ref::<andrea_core::Error>() {
-        return matches!(e, andrea_core::Error::NoDevice { .. });
-    }
-    let msg = e.to_string().to_lowercase();
-    msg.contains("no device") || (msg.contains("no ") && msg.contains("device found"))
-}
-
 /// Runs suite function `test` named `name` on the backend `make` returns; panics (fails
 /// the `#[test]`) with the suite's message if it returns an error.
 pub fn run_test<B: Backend>(
@@ -85,13 +76,7 @@ pub fn run_test<B: Backend>(
 ) {
     let be = match make() {
         Ok(be) => be,
-        Err(Setup::Skip(reason)) => {
-            if std::env::var_os("ANDREA_REQUIRE_DEVICE").is_some_and(|v| v != "0") {
-                panic!("{name}: ANDREA_REQUIRE_DEVICE is set but the backend says: {reason}");
-            }
-            eprintln!("SKIPPED {name}: {reason}");
-            return;
-        }
+        Err(Setup::Skip(reason)) => return skip(name, reason),
         Err(Setup::Fail(msg)) => panic!("{name}: could not create the backend: {msg}"),
     };
     match test(&be, &Config::from_env()) {

@@ -26,6 +26,7 @@
 //! The number of proptest cases per op is [`suite::Config::DEFAULT_CASES`] (32) unless
 //! the `PROPTEST_CASES` environment variable is set; `PROPTEST_RNG_SEED` fixes the seed.
 
+pub mod device;
 pub mod naive;
 pub mod random;
 pub mod reference;
@@ -46,23 +47,35 @@ pub mod __private {
 ///
 /// The argument is an expression evaluated afresh in every test. It yields either the
 /// backend `B` itself or `Result<B, E>` with `E: Display`. When it returns an error that
-/// says no device is present ([`andrea_core::Error::NoDevice`], or a message containing
-/// "no device" / "no ... device found"), each test prints `SKIPPED <name>: <reason>` to
-/// stderr and passes, unless `ANDREA_REQUIRE_DEVICE=1` is set (then it fails). Any
-/// other error fails the test.
+/// says no device is present ([`device::says_no_device`]), each test prints
+/// `SKIPPED <name> because <reason>` to stderr and passes, unless
+/// `ANDREA_REQUIRE_DEVICE=1` is set (then it fails): [`device::skip`], which device tests
+/// outside the suite call through [`device::start_or_skip`]. Any other error fails the
+/// test.
 ///
 /// ```ignore
 /// // crates/andrea-cpu/tests/conformance.rs
 /// andrea_testkit::conformance_suite!(andrea_cpu::CpuBackend::new());
 /// ```
 ///
-/// Call it once per module (it defines functions named `matmul`, `gelu`, ...). A new
-/// suite function must be added to the list below.
+/// Call it once per module (it defines functions named `matmul`, `gelu`, ...). The
+/// functions come from the suite's one list (`__suite_functions!`, also
+/// [`suite::NAMES`]); a test checks that list against what [`suite`] exports.
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr $(,)?) => {
-        $crate::__conformance_tests! {
-            ($make)
+        $crate::__suite_functions!(__conformance_tests!($make));
+    };
+}
+
+/// The suite's functions, written once: calls `$crate::$callback! { (args) names... }`.
+/// A new suite function is exported from [`suite`] and added here.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __suite_functions {
+    ($callback:ident ! ($($args:tt)*)) => {
+        $crate::$callback! {
+            ($($args)*)
             memory copy
             matmul bias_backward linear_gelu
             add scale gelu gelu_backward
@@ -77,6 +90,17 @@ macro_rules! conformance_suite {
             bad_input_softmax bad_input_embedding bad_input_loss bad_input_optim
             bad_input_attention
         }
+    };
+}
+
+/// [`suite::NAMES`] from the list.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __suite_names {
+    (() $($name:ident)*) => {
+        /// The name of every suite function, from the list [`crate::conformance_suite!`]
+        /// stamps out.
+        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
     };
 }
 

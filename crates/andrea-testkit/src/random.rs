@@ -1,6 +1,8 @@
-//! A small seeded generator for test data. Proptest draws the shapes and one `u64` seed
-//! per case; the values come from here, so a failing case prints as a few numbers
-//! rather than thousands of floats, and a seed reproduces its data exactly.
+//! The one seeded generator for test data (every crate's tests and benches draw their
+//! values and token ids here; `andrea_model::rng` is the production one). Proptest
+//! draws the shapes and one `u64` seed per case; the values come from here, so a
+//! failing case prints as a few numbers rather than thousands of floats, and a seed
+//! reproduces its data exactly.
 
 /// SplitMix64: tiny, fast, and good enough for test data.
 #[derive(Debug, Clone)]
@@ -32,6 +34,11 @@ impl Rand {
     /// `n` values uniform in `[lo, hi)`.
     pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
         (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+
+    /// `n` token ids uniform in `0..vocab` (`vocab >= 1`).
+    pub fn ids(&mut self, n: usize, vocab: usize) -> Vec<u32> {
+        (0..n).map(|_| self.below(vocab) as u32).collect()
     }
 
     /// Uniform in `0..n` (`n >= 1`).

@@ -8,7 +8,7 @@ mod result_ok {
     andrea_testkit::conformance_suite!(Ok::<_, String>(andrea_testkit::naive::NaiveBackend::new()));
 }
 
-/// No device: every test prints `SKIPPED <name>: <reason>` and passes (as CUDA tests do
+/// No device: every test prints `SKIPPED <name> because <reason>` and passes (as CUDA tests do
 /// on a machine without a GPU).
 mod no_device {
     andrea_testkit::conformance_suite!(Err::<andrea_testkit::naive::NaiveBackend, _>(

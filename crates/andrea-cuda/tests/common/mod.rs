@@ -2,44 +2,19 @@
 
 #![allow(dead_code)]
 
-use andrea_core::{Backend, Error, View};
+use andrea_core::{Backend, View};
 use andrea_cpu::CpuBackend;
 use andrea_cuda::{CudaBackend, Precision};
 
-/// The CUDA backend in `precision`, or `None` (after printing `SKIPPED name: reason`)
-/// when there is no device and `ANDREA_REQUIRE_DEVICE` is not set.
+/// The CUDA backend in `precision`, or `None` when there is no device (see
+/// [`andrea_testkit::device::start_or_skip`]).
 pub fn cuda(name: &str, precision: Precision) -> Option<CudaBackend> {
-    match CudaBackend::with_precision(precision) {
-        Ok(be) => Some(be),
-        Err(e @ Error::NoDevice { .. }) => {
-            if std::env::var_os("ANDREA_REQUIRE_DEVICE").is_some_and(|v| v != "0") {
-                panic!("{name}: ANDREA_REQUIRE_DEVICE is set but: {e}");
-            }
-            skipped(name, &e.to_string());
-            None
-        }
-        Err(e) => panic!("{name}: the CUDA backend failed to start: {e}"),
-    }
-}
-
-/// Prints `SKIPPED name: reason` straight to the process's stderr: libtest captures
-/// `eprintln!` of passing tests, and a skip must be visible without `--nocapture`.
-pub fn skipped(name: &str, reason: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {reason}");
+    andrea_testkit::device::start_or_skip(name, || CudaBackend::with_precision(precision))
 }
 
 /// A deterministic pseudo-random vector in `[lo, hi)`.
 pub fn data(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
+    andrea_testkit::random::Rand::new(seed).vec(n, lo, hi)
 }
 
 /// A buffer holding `host`.

@@ -5,15 +5,7 @@ use andrea_core::ModelConfig;
 
 /// Deterministic pseudo-random token ids in `0..vocab` (test data only).
 pub fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % vocab as u64) as u32
-        })
-        .collect()
+    andrea_testkit::random::Rand::new(seed).ids(n, vocab)
 }
 
 /// A small config that runs in milliseconds: vocabulary 70 (padded to 128), context 32,

@@ -15,8 +15,8 @@
 //! each of which must return an error that names the op, never panic.
 //!
 //! The functions never rely on panics: a backend that panics is caught and reported as
-//! an error. To add a function, define it here and add its name to
-//! [`crate::conformance_suite!`].
+//! an error. To add a function, define and export it here and add its name to the list
+//! behind [`crate::conformance_suite!`]; a test fails until both agree.
 
 mod attention;
 mod bad_input;
@@ -46,6 +46,8 @@ pub use optim::{adamw, sum_squares};
 pub use softmax::{softmax, softmax_backward};
 
 use std::fmt::Debug;
+
+crate::__suite_functions!(__suite_names!());
 
 use andrea_core::{Backend, Tensor, View};
 use proptest::prelude::*;
@@ -205,4 +207,45 @@ pub(crate) fn view<'a, M: andrea_core::DeviceMemory>(
     dims: &[usize],
 ) -> View<'a, M> {
     View::new(buf, offset, dims)
+}
+
+#[cfg(test)]
+mod list_tests {
+    /// The names this module exports (its `pub use` lines), from its source.
+    fn exported() -> Vec<String> {
+        let src = include_str!("mod.rs");
+        let mut names = Vec::new();
+        for stmt in src.split("pub use ").skip(1) {
+            let stmt = &stmt[..stmt.find(';').unwrap_or(stmt.len())];
+            let Some((module, items)) = stmt.split_once("::") else {
+                continue;
+            };
+            if module.contains(char::is_whitespace) || module.starts_with('"') {
+                continue;
+            }
+            let items = items.trim().trim_start_matches('{').trim_end_matches('}');
+            names.extend(
+                items
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from),
+            );
+        }
+        names.sort();
+        names
+    }
+
+    /// Every exported suite function is in the list the macro stamps out, and only they.
+    #[test]
+    fn the_macro_list_is_the_module_exports() {
+        let mut listed: Vec<String> = super::NAMES.iter().map(|s| s.to_string()).collect();
+        listed.sort();
+        let exported = exported();
+        assert!(exported.len() > 20, "parsed {exported:?}");
+        assert_eq!(
+            listed, exported,
+            "the list in conformance_suite! and suite's exports differ"
+        );
+    }
 }
