@@ -127,9 +127,9 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// blocks again when there are too few rows).
 ///
 /// Each block's kernel call packs its own copy of the operand the blocks share: all of
-/// `B` for row blocks, all of `A` for column blocks. Measured on the training step's
-/// shapes (benches/README.md): column blocks are 0-9% faster when `A` is row-major (the
-/// activations of every forward and `dx` product), row blocks 8-12% faster when `A` is
+/// `B` for row blocks, all of `A` for column blocks. On the training step's shapes
+/// (measured: benches/README.md, "GEMM") column blocks are the faster when `A` is
+/// row-major (the activations of every forward and `dx` product), row blocks when `A` is
 /// transposed (the `dW = xᵀ·dy` products, whose `A` must be packed from a strided read).
 fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool) -> Vec<Block> {
     let mut out = Vec::new();

@@ -194,8 +194,8 @@ pub(crate) fn backward(
     let n = mean.len();
     let rows = rows_per_task(c);
     let chunks = n.div_ceil(rows);
-    // Reused from call to call (zeroing a fresh one each time was 8% of the op); each
-    // task zeroes its own part.
+    // Reused from call to call (zeroing a fresh one each time costs, see benches/README.md,
+    // "Memory-bound ops"); each task zeroes its own part.
     let mut scratch = PARTIALS.take();
     if scratch.len() < chunks * 2 * c {
         scratch.resize(chunks * 2 * c, 0.0);

@@ -222,7 +222,8 @@ pub(crate) fn pow2<M: MulAdd>(z: f32) -> f32 {
 /// `2^f` on `|f| <= 1/2`: `1 + f·(Q1 + f·(Q2 + ... + f·Q6))`, six multiply-adds in a
 /// chain (Horner). Estrin's scheme has a chain half as long but eight operations; the
 /// loops here run several independent vectors at once, which hides the chain, and are
-/// bound by the FMA pipes: Horner measured 8-11% faster on GELU.
+/// bound by the FMA pipes, so Horner is the faster here (measured: benches/README.md,
+/// "Memory-bound ops").
 #[inline(always)]
 pub(crate) fn poly2f<M: MulAdd>(f: f32) -> f32 {
     use pow2_consts::*;
@@ -234,8 +235,8 @@ pub(crate) fn poly2f<M: MulAdd>(f: f32) -> f32 {
 /// [`pow2`] of a block, in place, computed step by step across the whole block ("step
 /// major"). The scalar form's chain of ~12 dependent operations per element otherwise
 /// fills the out-of-order window with one vector's chain; interleaving four independent
-/// vectors keeps both FMA pipes busy (about 30% faster on Zen 4). Same operations, same
-/// results as [`pow2`].
+/// vectors keeps both FMA pipes busy (measured: benches/README.md, "Memory-bound ops").
+/// Same operations, same results as [`pow2`].
 #[inline(always)]
 pub(crate) fn pow2_block<M: MulAdd, const N: usize>(x: &mut [f32; N]) {
     use pow2_consts::*;
@@ -369,7 +370,8 @@ pub(crate) fn gelu_grad<M: MulAdd>(x: f32) -> f32 {
 
 /// Asks for the cache lines of `x` ahead of their use (a hint: no effect on results).
 /// Causal rows read only their visible part, so each row's reads start a new stream
-/// that the hardware prefetcher picks up late (measured: 5-15% on the causal softmax).
+/// that the hardware prefetcher picks up late (measured on the causal softmax:
+/// benches/README.md, "Memory-bound ops").
 #[inline]
 pub(crate) fn prefetch(x: &[f32]) {
     #[cfg(target_arch = "x86_64")]

@@ -122,7 +122,7 @@ impl<'p, M: DeviceMemory> Norm<'p, M> {
         out: &LayerNormOut<'_, B>,
         eps: f32,
     ) -> Result<()> {
-        let (gamma, beta) = (self.weight, self.bias);
+        let (gamma, beta) = (self.gamma, self.beta);
         Ok(be.layernorm(x, gamma, beta, out.out, out.mean, out.rstd, eps)?)
     }
 
@@ -136,12 +136,12 @@ impl<'p, M: DeviceMemory> Norm<'p, M> {
         out: &LayerNormOut<'_, B>,
         eps: f32,
     ) -> Result<()> {
-        let (gamma, beta) = (self.weight, self.bias);
+        let (gamma, beta) = (self.gamma, self.beta);
         let (y, mean, rstd) = (out.out, out.mean, out.rstd);
         Ok(be.residual_layernorm(a, b, residual, gamma, beta, y, mean, rstd, eps)?)
     }
 
-    /// From `dout = ∂L/∂out`: `dx += ∂L/∂x`, and `grad`'s weight and bias `+=`.
+    /// From `dout = ∂L/∂out`: `dx += ∂L/∂x`, and `grad`'s gamma and beta `+=`.
     pub fn backward<B: Backend<Buffer = M>>(
         &self,
         be: &B,
@@ -152,7 +152,8 @@ impl<'p, M: DeviceMemory> Norm<'p, M> {
         grad: &Norm<'_, M>,
     ) -> Result<()> {
         let (mean, rstd) = (saved.mean, saved.rstd);
-        Ok(be.layernorm_backward(x, self.weight, mean, rstd, dout, dx, grad.weight, grad.bias)?)
+        let (gamma, dgamma, dbeta) = (self.gamma, grad.gamma, grad.beta);
+        Ok(be.layernorm_backward(x, gamma, mean, rstd, dout, dx, dgamma, dbeta)?)
     }
 }
 

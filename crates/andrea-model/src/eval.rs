@@ -58,7 +58,7 @@ fn attention_shape(cfg: &ModelConfig, batch: usize, seq: usize) -> AttentionShap
     }
 }
 
-/// [`EvalSlots`] over a buffer for `b` sequences: the shared scratch, and logits for
+/// [`EvalSlots`] over a buffer for `batch` sequences: the shared scratch, and logits for
 /// every position.
 struct EvalActs<'a, B: Backend> {
     scratch: ScratchActs<'a, B>,
@@ -146,8 +146,8 @@ impl<B: Backend> Model<B> {
         targets: &[u32],
     ) -> Result<f32> {
         let (be, cfg, s) = (self.backend(), self.config(), pass.slots);
-        let (b, counted) = gpt::check_batch(cfg, owner, (s.batch, s.seq), tokens, targets)?;
-        let n = b * s.seq;
+        let (batch, counted) = gpt::check_batch(cfg, owner, (s.batch, s.seq), tokens, targets)?;
+        let n = batch * s.seq;
         let (ids, target_ids) = (
             View::new(pass.tokens, 0, [n]),
             View::new(pass.targets, 0, [n]),
@@ -155,10 +155,10 @@ impl<B: Backend> Model<B> {
         be.upload_ids(tokens, ids)?;
         be.upload_ids(targets, target_ids)?;
         let workspace_len = be
-            .attention_workspace_len(attention_shape(cfg, b, s.seq))
+            .attention_workspace_len(attention_shape(cfg, batch, s.seq))
             .max(1);
         let acts = EvalActs {
-            scratch: s.blocks.on(pass.acts, b, s.seq, workspace_len),
+            scratch: s.blocks.on(pass.acts, batch, s.seq, workspace_len),
             logits: s.logits.rows(pass.acts, n),
         };
         gpt::forward(self, ids, 0, &acts)?;

@@ -72,11 +72,11 @@ impl ParamInfo {
     }
 }
 
-/// A LayerNorm's parameters, `[C]` each: `y = weight·x̂ + bias` (γ and β of the
-/// formula; transformers' `ln_*.weight` and `ln_*.bias`).
+/// A LayerNorm's parameters, `[C]` each: `y = gamma·x̂ + beta`, named as every op and
+/// reference names them (transformers names them `ln_*.weight` and `ln_*.bias`).
 pub(crate) struct Norm<'a, M> {
-    pub weight: View<'a, M>,
-    pub bias: View<'a, M>,
+    pub gamma: View<'a, M>,
+    pub beta: View<'a, M>,
 }
 
 /// A linear layer's parameters: `weight: [in, out]` (as transformers' `Conv1D` stores
@@ -249,8 +249,8 @@ impl ParamLayout {
         let s = &self.layers[i];
         let v = |k: usize| s[k].on(buf);
         let norm = |k: usize| Norm {
-            weight: v(k),
-            bias: v(k + 1),
+            gamma: v(k),
+            beta: v(k + 1),
         };
         let linear = |k: usize| Linear {
             weight: v(k),
@@ -269,8 +269,8 @@ impl ParamLayout {
     /// The final LayerNorm's parameters as views into `buf`.
     pub fn ln_f<'a, M: DeviceMemory>(&self, buf: &'a M) -> Norm<'a, M> {
         Norm {
-            weight: self.ln_f_w.on(buf),
-            bias: self.ln_f_b.on(buf),
+            gamma: self.ln_f_w.on(buf),
+            beta: self.ln_f_b.on(buf),
         }
     }
 }

@@ -51,19 +51,19 @@ impl ScratchSlots {
         }
     }
 
-    /// The scratch of `b` sequences of `t` tokens in `buf`, with `workspace_len`
+    /// The scratch of `batch` sequences of `t` tokens in `buf`, with `workspace_len`
     /// floats of attention workspace (at most [`ScratchSlots::workspace_len`]).
     pub fn on<'a, B: Backend>(
         &'a self,
         buf: &'a B::Buffer,
-        b: usize,
+        batch: usize,
         t: usize,
         workspace_len: usize,
     ) -> ScratchActs<'a, B> {
         ScratchActs {
             slots: self,
             buf,
-            b,
+            batch,
             t,
             workspace_len,
             logits: None,
@@ -72,11 +72,11 @@ impl ScratchSlots {
     }
 }
 
-/// [`ScratchSlots`] over its buffer for `b` sequences of `t` tokens.
+/// [`ScratchSlots`] over its buffer for `batch` sequences of `t` tokens.
 pub(crate) struct ScratchActs<'a, B: Backend> {
     slots: &'a ScratchSlots,
     buf: &'a B::Buffer,
-    b: usize,
+    batch: usize,
     t: usize,
     workspace_len: usize,
     /// The rows of ln_f that get logits and where they go (none by default).
@@ -87,25 +87,25 @@ pub(crate) struct ScratchActs<'a, B: Backend> {
 
 impl<'a, B: Backend> ScratchActs<'a, B> {
     fn n(&self) -> usize {
-        self.b * self.t
+        self.batch * self.t
     }
 }
 
 impl<'a, B: Backend> Activations<'a, B> for ScratchActs<'a, B> {
     /// `[b, t, C]`: block 0's input.
     fn encoded(&self) -> Tensor<'a, B> {
-        self.slots.x[0].btc(self.buf, self.b, self.t)
+        self.slots.x[0].btc(self.buf, self.batch, self.t)
     }
 
     fn block(&self, l: usize) -> Result<BlockActs<'a, B>> {
         let (s, buf) = (self.slots, self.buf);
-        let (b, t, n, h) = (self.b, self.t, self.n(), s.n_head);
+        let (batch, t, n, h) = (self.batch, self.t, self.n(), s.n_head);
         let (x, y) = (s.x[l % 2].rows(buf, n), s.x[(l + 1) % 2].rows(buf, n));
         Ok(BlockActs {
             x,
             ln_1: s.ln_1.on::<B>(buf, n),
-            qkv: Qkv::new(s.qkv.btc(buf, b, t), h)?,
-            atty: HeadsView::new(s.atty.btc(buf, b, t), h)?,
+            qkv: Qkv::new(s.qkv.btc(buf, batch, t), h)?,
+            atty: HeadsView::new(s.atty.btc(buf, batch, t), h)?,
             attn_workspace: s.attn_workspace.flat(buf, self.workspace_len),
             proj: s.proj.rows(buf, n),
             residual_2: y,

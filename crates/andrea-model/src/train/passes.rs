@@ -23,8 +23,8 @@ impl<B: Backend> Trainer<B> {
     /// [`forward`](Self::forward) for a training step: the same loss, and in the same pass
     /// over the logits the loss's gradient with respect to them, written in their place,
     /// so [`backward`](Self::backward) starts from it. That reads the `[tokens, vocab]`
-    /// logits once instead of twice and computes their exponentials once (about 4% of a
-    /// tiny model's step). [`logits`](Self::logits) is not available afterwards.
+    /// logits once instead of twice and computes their exponentials once (measured on the
+    /// tiny model's step: benches/README.md, "Model"). [`logits`](Self::logits) is not available afterwards.
     pub fn forward_train(&mut self, tokens: &[u32], targets: &[u32]) -> Result<f32> {
         self.forward_pass(tokens, targets, true)
     }
@@ -32,14 +32,14 @@ impl<B: Backend> Trainer<B> {
     fn forward_pass(&mut self, tokens: &[u32], targets: &[u32], dlogits: bool) -> Result<f32> {
         let cfg = self.model.config();
         let shape = (self.slots.batch, self.slots.seq);
-        let (b, counted) = gpt::check_batch(cfg, "trainer", shape, tokens, targets)?;
-        let n = b * self.slots.seq;
+        let (batch, counted) = gpt::check_batch(cfg, "trainer", shape, tokens, targets)?;
+        let n = batch * self.slots.seq;
         let be = self.model.backend();
         self.phase = Phase::Empty;
         let (ids, target_ids) = (ids::<B>(&self.tokens, n), ids::<B>(&self.targets, n));
         be.upload_ids(tokens, ids)?;
         be.upload_ids(targets, target_ids)?;
-        let acts = self.slots.on(be, &self.acts, b);
+        let acts = self.slots.on(be, &self.acts, batch);
         gpt::forward(&self.model, ids, 0, &acts)?;
         let (logits, losses) = (acts.logits_rows(), acts.losses());
         let host = &mut self.host_losses[..n];
@@ -55,7 +55,7 @@ impl<B: Backend> Trainer<B> {
             });
         }
         self.phase = Phase::Forward {
-            batch: b,
+            batch,
             counted,
             dlogits,
         };
@@ -94,7 +94,7 @@ impl<B: Backend> Trainer<B> {
     /// into the gradient buffer.
     pub fn backward(&mut self) -> Result<()> {
         let Phase::Forward {
-            batch: b,
+            batch,
             counted,
             dlogits,
         } = self.phase
@@ -103,12 +103,12 @@ impl<B: Backend> Trainer<B> {
                 "backward: call forward first (each forward pass allows one backward pass)".into(),
             ));
         };
-        let n = b * self.slots.seq;
+        let n = batch * self.slots.seq;
         let be = self.model.backend();
         let cfg = self.model.config();
         let (layout, params, grads) = (self.model.layout(), self.model.buffer(), &self.grads);
         let (s, buf) = (&self.slots, &self.acts);
-        let acts = s.on(be, buf, b);
+        let acts = s.on(be, buf, batch);
         self.phase = Phase::Backward;
 
         // dlogits = (softmax - onehot) / counted, in place of the logits (done already
@@ -125,7 +125,7 @@ impl<B: Backend> Trainer<B> {
             )?;
         }
         // logits = ln_f · wteᵀ.
-        let d = s.grads::<B>(buf, b)?;
+        let d = s.grads::<B>(buf, batch)?;
         let (wte, ln_f) = (layout.wte_padded.on(params), acts.ln_f());
         be.matmul(logits.mat(), wte.mat(), None, d.d_ln.mat())?;
         be.matmul_add(
@@ -138,14 +138,14 @@ impl<B: Backend> Trainer<B> {
         let last = acts.block(cfg.n_layer - 1)?;
         let (ln_f_p, ln_f_g) = (layout.ln_f(params), layout.ln_f(grads));
         ln_f_p.backward(be, last.residual_3, &ln_f, d.d_ln, d.d_res, &ln_f_g)?;
-        let scratch = s.attn_scratch(be, buf, b);
+        let scratch = s.attn_scratch(be, buf, batch);
         for l in (0..cfg.n_layer).rev() {
             let (p, g) = (layout.layer(params, l), layout.layer(grads, l));
             block::backward(be, &p, &g, &acts.block(l)?, &d, scratch)?;
         }
         // x = wte[ids] + wpe[positions].
         let (dwte, dwpe) = (layout.wte_padded.on(grads), layout.wpe.on(grads));
-        let d_encoded = s.d_res.btc(buf, b, s.seq);
+        let d_encoded = s.d_res.btc(buf, batch, s.seq);
         be.embedding_backward(ids::<B>(&self.tokens, n), d_encoded, dwte, dwpe)?;
         self.micro_batches += 1;
         Ok(())

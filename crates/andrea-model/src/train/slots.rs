@@ -94,64 +94,73 @@ impl TrainSlots {
         }
     }
 
-    /// The attention shape of `b` sequences.
-    fn attention_shape(&self, b: usize) -> AttentionShape {
+    /// The attention shape of `batch` sequences.
+    fn attention_shape(&self, batch: usize) -> AttentionShape {
         AttentionShape {
-            batch: b,
+            batch,
             heads: self.n_head,
             q_len: self.seq,
             k_len: self.seq,
         }
     }
 
-    /// The activations of a batch of `b` sequences in `buf`.
-    pub fn on<'a, B: Backend>(&'a self, be: &B, buf: &'a B::Buffer, b: usize) -> TrainActs<'a, B> {
-        let shape = self.attention_shape(b);
+    /// The activations of a batch of `batch` sequences in `buf`.
+    pub fn on<'a, B: Backend>(
+        &'a self,
+        be: &B,
+        buf: &'a B::Buffer,
+        batch: usize,
+    ) -> TrainActs<'a, B> {
+        let shape = self.attention_shape(batch);
         TrainActs {
             slots: self,
             buf,
-            b,
+            batch,
             workspace_len: be.attention_workspace_len(shape).max(1),
         }
     }
 
-    /// The backward pass's scratch gradients for `b` sequences.
-    pub fn grads<'a, B: Backend>(&self, buf: &'a B::Buffer, b: usize) -> Result<BlockGrads<'a, B>> {
-        let n = b * self.seq;
+    /// The backward pass's scratch gradients for `batch` sequences.
+    pub fn grads<'a, B: Backend>(
+        &self,
+        buf: &'a B::Buffer,
+        batch: usize,
+    ) -> Result<BlockGrads<'a, B>> {
+        let n = batch * self.seq;
         let (c, at) = (self.d_model, self.d_hidden.offset());
         Ok(BlockGrads {
             d_res: self.d_res.rows(buf, n),
             d_ln: self.d_ln.rows(buf, n),
-            d_atty: HeadsView::new(self.d_ln.btc(buf, b, self.seq), self.n_head)?,
+            d_atty: HeadsView::new(self.d_ln.btc(buf, batch, self.seq), self.n_head)?,
             d_fc: View::new(buf, at, [n, self.mlp_dim]),
-            d_qkv: Qkv::new(View::new(buf, at, [b, self.seq, 3 * c]), self.n_head)?,
+            d_qkv: Qkv::new(View::new(buf, at, [batch, self.seq, 3 * c]), self.n_head)?,
         })
     }
 
-    /// The attention backward's scratch for `b` sequences.
+    /// The attention backward's scratch for `batch` sequences.
     pub fn attn_scratch<'a, B: Backend>(
         &self,
         be: &B,
         buf: &'a B::Buffer,
-        b: usize,
+        batch: usize,
     ) -> Tensor<'a, B> {
-        let len = be.attention_backward_scratch_len(self.attention_shape(b));
+        let len = be.attention_backward_scratch_len(self.attention_shape(batch));
         self.attn_scratch.flat(buf, len.max(1))
     }
 }
 
-/// [`TrainSlots`] over its buffer for a batch of `b` sequences: every block keeps its
+/// [`TrainSlots`] over its buffer for a batch of `batch` sequences: every block keeps its
 /// activations for the backward pass.
 pub(crate) struct TrainActs<'a, B: Backend> {
     slots: &'a TrainSlots,
     buf: &'a B::Buffer,
-    b: usize,
+    batch: usize,
     workspace_len: usize,
 }
 
 impl<'a, B: Backend> TrainActs<'a, B> {
     fn n(&self) -> usize {
-        self.b * self.slots.seq
+        self.batch * self.slots.seq
     }
 
     /// `[N, Vp]`
@@ -167,12 +176,12 @@ impl<'a, B: Backend> TrainActs<'a, B> {
 
 impl<'a, B: Backend> Activations<'a, B> for TrainActs<'a, B> {
     fn encoded(&self) -> Tensor<'a, B> {
-        self.slots.encoded.btc(self.buf, self.b, self.slots.seq)
+        self.slots.encoded.btc(self.buf, self.batch, self.slots.seq)
     }
 
     fn block(&self, l: usize) -> Result<BlockActs<'a, B>> {
         let (s, buf) = (self.slots, self.buf);
-        let (b, t, n, h) = (self.b, s.seq, self.n(), s.n_head);
+        let (batch, t, n, h) = (self.batch, s.seq, self.n(), s.n_head);
         let k = &s.blocks[l];
         let x = if l == 0 {
             s.encoded
@@ -182,8 +191,8 @@ impl<'a, B: Backend> Activations<'a, B> for TrainActs<'a, B> {
         Ok(BlockActs {
             x: x.rows(buf, n),
             ln_1: k.ln_1.on::<B>(buf, n),
-            qkv: Qkv::new(k.qkv.btc(buf, b, t), h)?,
-            atty: HeadsView::new(k.atty.btc(buf, b, t), h)?,
+            qkv: Qkv::new(k.qkv.btc(buf, batch, t), h)?,
+            atty: HeadsView::new(k.atty.btc(buf, batch, t), h)?,
             attn_workspace: k.attn_workspace.flat(buf, self.workspace_len),
             proj: s.proj.rows(buf, n),
             residual_2: k.residual_2.rows(buf, n),

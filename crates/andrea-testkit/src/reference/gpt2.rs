@@ -36,9 +36,9 @@ fn linear(x: &[f64], w: &[f64], bias: &[f64], n: usize, i: usize, o: usize) -> V
 }
 
 /// LayerNorm over the last dimension of `x: [n, c]`.
-fn norm(x: &[f64], weight: &[f64], bias: &[f64], n: usize, c: usize, eps: f64) -> Vec<f64> {
+fn norm(x: &[f64], gamma: &[f64], beta: &[f64], n: usize, c: usize, eps: f64) -> Vec<f64> {
     let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
-    layernorm(&mut out, &mut mean, &mut rstd, x, weight, bias, n, c, eps);
+    layernorm(&mut out, &mut mean, &mut rstd, x, gamma, beta, n, c, eps);
     out
 }
 
