@@ -87,7 +87,7 @@ where
 }
 
 /// Causal attention over the block's own keys from position 0 (training, evaluation).
-pub(crate) fn self_attention<B: Backend>(
+fn self_attention<B: Backend>(
     be: &B,
     qkv: &Qkv<'_, B>,
     atty: &HeadsView<'_, B>,
