@@ -139,6 +139,14 @@ impl<M> fmt::Debug for View<'_, M> {
 }
 
 impl<'a, M: DeviceMemory> View<'a, M> {
+    /// Whether two views are the very same elements (same buffer, offset and size):
+    /// the in-place case some ops allow.
+    pub fn same_as(&self, other: &Self) -> bool {
+        std::ptr::eq(self.buf, other.buf)
+            && self.offset == other.offset
+            && self.numel() == other.numel()
+    }
+
     /// A view of `shape` at `offset` in `buf` (checked by the op that uses it).
     pub fn new(buf: &'a M, offset: usize, shape: impl Into<Shape>) -> Self {
         View {

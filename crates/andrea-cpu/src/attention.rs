@@ -22,6 +22,11 @@ use crate::gemm::{sgemm_strided, GemmKernel, Operand};
 use crate::simd::{self, multiversion};
 use crate::softmax::{softmax_row_in_place, visible};
 
+use andrea_core::{check, AttentionOps, AttentionShape, HeadsOf, Result, Tensor};
+
+use crate::buffer::{read, write};
+use crate::CpuBackend;
+
 thread_local! {
     /// Per-thread scratch: `[S | dP]`, grown on first use, then reused.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -293,4 +298,70 @@ pub(crate) fn backward(
             }
         });
     });
+}
+
+impl AttentionOps for CpuBackend {
+    /// The row log-sum-exps, [`AttentionShape::lse_len`].
+    fn attention_workspace_len(&self, s: AttentionShape) -> usize {
+        s.lse_len()
+    }
+
+    fn attention_backward_scratch_len(&self, _: AttentionShape) -> usize {
+        0
+    }
+
+    fn attention_forward(
+        &self,
+        q: HeadsOf<'_, Self>,
+        k: HeadsOf<'_, Self>,
+        v: HeadsOf<'_, Self>,
+        out: HeadsOf<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        pos_offset: usize,
+    ) -> Result<()> {
+        let d = check::attention_forward(&q, &k, &v, &out, &workspace, pos_offset, |s| {
+            self.attention_workspace_len(s)
+        })?;
+        let lse = workspace.slice(0, [d.batch * d.heads * d.q_len]);
+        // SAFETY: the workspace is checked disjoint from every other argument.
+        let lse = unsafe { write(&lse) };
+        let [q, k, v, out] = [q, k, v, out].map(|h| HeadsPtr::of(&h));
+        self.run(|| forward(q, k, v, out, lse, pos_offset, d, self.kernel));
+        Ok(())
+    }
+
+    fn attention_backward(
+        &self,
+        q: HeadsOf<'_, Self>,
+        k: HeadsOf<'_, Self>,
+        v: HeadsOf<'_, Self>,
+        out: HeadsOf<'_, Self>,
+        dout: HeadsOf<'_, Self>,
+        dq: HeadsOf<'_, Self>,
+        dk: HeadsOf<'_, Self>,
+        dv: HeadsOf<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        scratch: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let d = check::attention_backward(
+            &q,
+            &k,
+            &v,
+            &out,
+            &dout,
+            &dq,
+            &dk,
+            &dv,
+            &workspace,
+            &scratch,
+            |s| self.attention_workspace_len(s),
+            |_| 0,
+        )?;
+        let lse = workspace.slice(0, [d.batch * d.heads * d.q_len]);
+        // SAFETY: read-only here; outputs are checked disjoint from it.
+        let lse = unsafe { read(&lse) };
+        let heads = [q, k, v, dout, dq, dk, dv].map(|h| HeadsPtr::of(&h));
+        self.run(|| backward(heads, lse, d, self.kernel));
+        Ok(())
+    }
 }

@@ -10,6 +10,10 @@ use std::cell::UnsafeCell;
 
 use andrea_core::{DeviceMemory, Matrix, View};
 
+use andrea_core::{check, Ids, Mat, MemoryOps, Result, Tensor};
+
+use crate::CpuBackend;
+
 /// `f32` elements in host memory.
 pub struct CpuBuffer<T = f32> {
     data: UnsafeCell<Box<[T]>>,
@@ -102,5 +106,72 @@ impl SendPtr {
     pub(crate) unsafe fn add(self, n: usize) -> Self {
         // SAFETY: the caller keeps the offset inside the allocation.
         SendPtr(unsafe { self.0.add(n) })
+    }
+}
+
+impl MemoryOps for CpuBackend {
+    type Buffer = CpuBuffer;
+    type IdBuffer = CpuIds;
+
+    fn name(&self) -> String {
+        format!(
+            "cpu ({} threads, {})",
+            self.threads(),
+            crate::simd::level().name()
+        )
+    }
+
+    fn alloc(&self, len: usize) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::zeros(len))
+    }
+
+    fn alloc_ids(&self, len: usize) -> Result<CpuIds> {
+        Ok(CpuIds::zeros(len))
+    }
+
+    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
+        check::upload(&dst, src.len())?;
+        // SAFETY: checked in bounds; `src` is host memory, not a backend buffer.
+        unsafe { write(&dst) }.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
+        check::download(&src, dst.len())?;
+        // SAFETY: checked in bounds; no op is running on this thread's buffer.
+        dst.copy_from_slice(unsafe { read(&src) });
+        Ok(())
+    }
+
+    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
+        check::upload_ids(&dst, src.len())?;
+        // SAFETY: as in `upload`.
+        unsafe { write(&dst) }.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
+        check::fill(&dst)?;
+        // SAFETY: checked in bounds; the only argument.
+        let y = unsafe { write(&dst) };
+        self.run(|| crate::elementwise::fill(y, value));
+        Ok(())
+    }
+
+    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
+        check::copy(&src, &dst)?;
+        let (ps, pd) = (SendPtr::of(&src), SendPtr::of(&dst));
+        for b in 0..src.batch {
+            for i in 0..src.rows {
+                for j in 0..src.cols {
+                    // SAFETY: both matrices checked in bounds and disjoint.
+                    unsafe {
+                        *pd.0.add(dst.at(b, i, j) - dst.offset) =
+                            *ps.0.add(src.at(b, i, j) - src.offset);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }

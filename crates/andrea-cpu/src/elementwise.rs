@@ -6,6 +6,11 @@ use rayon::prelude::*;
 use crate::par::MIN_TASK_ELEMS;
 use crate::simd::{self, multiversion};
 
+use andrea_core::{check, ElementwiseOps, Result, Tensor};
+
+use crate::buffer::{read, write};
+use crate::CpuBackend;
+
 // The AVX-512 copies of GELU and its backward are the `avx512` module's kernels.
 multiversion! {
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
@@ -140,4 +145,77 @@ pub(crate) fn scale(y: &mut [f32], alpha: f32) {
 /// `y = value`.
 pub(crate) fn fill(y: &mut [f32], value: f32) {
     y.par_chunks_mut(MIN_TASK_ELEMS).for_each(|y| y.fill(value));
+}
+
+impl ElementwiseOps for CpuBackend {
+    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+        check::add(&a, &b, &out)?;
+        let other = if out.same_as(&a) {
+            Some(b)
+        } else if out.same_as(&b) {
+            Some(a)
+        } else {
+            None
+        };
+        match other {
+            // out is a (or b), and a == b: out = 2·out.
+            Some(x) if x.same_as(&out) => {
+                // SAFETY: the only distinct memory is `out`.
+                let y = unsafe { write(&out) };
+                self.run(|| scale(y, 2.0));
+            }
+            Some(x) => {
+                // SAFETY: `x` is disjoint from `out` (checked).
+                let (y, x) = unsafe { (write(&out), read(&x)) };
+                self.run(|| add_in_place(y, x));
+            }
+            None => {
+                // SAFETY: all three checked disjoint.
+                let (y, a, b) = unsafe { (write(&out), read(&a), read(&b)) };
+                self.run(|| add(a, b, y));
+            }
+        }
+        Ok(())
+    }
+
+    fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()> {
+        check::scale(&x)?;
+        // SAFETY: the only argument.
+        let y = unsafe { write(&x) };
+        self.run(|| scale(y, alpha));
+        Ok(())
+    }
+
+    fn gelu(&self, x: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+        check::gelu(&x, &out)?;
+        if out.same_as(&x) {
+            // SAFETY: in place on one checked view.
+            let y = unsafe { write(&out) };
+            self.run(|| gelu_in_place(y));
+        } else {
+            // SAFETY: checked disjoint.
+            let (y, x) = unsafe { (write(&out), read(&x)) };
+            self.run(|| gelu(x, y));
+        }
+        Ok(())
+    }
+
+    fn gelu_backward(
+        &self,
+        x: Tensor<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+    ) -> Result<()> {
+        check::gelu_backward(&x, &dout, &dx)?;
+        if dx.same_as(&dout) {
+            // SAFETY: `dx` is `dout` exactly and disjoint from `x`.
+            let (d, x) = unsafe { (write(&dx), read(&x)) };
+            self.run(|| gelu_backward_in_place(x, d));
+        } else {
+            // SAFETY: checked disjoint.
+            let (d, x, g) = unsafe { (write(&dx), read(&x), read(&dout)) };
+            self.run(|| gelu_backward(x, g, d));
+        }
+        Ok(())
+    }
 }

@@ -8,6 +8,11 @@ use crate::buffer::SendPtr;
 use crate::elementwise::add_assign;
 use crate::par::{cols_per_task, rows_per_task};
 
+use andrea_core::{check, EmbeddingOps, Ids, Result, Tensor};
+
+use crate::buffer::{read, write};
+use crate::CpuBackend;
+
 /// `out[b, t] = wte[ids[b·T + t]] + wpe[pos_offset + t]`; ids already checked `< V`.
 pub(crate) fn forward(
     ids: &[u32],
@@ -71,4 +76,37 @@ pub(crate) fn backward(
                 add_assign(dst, &dout[(b * t_len + t) * c..][..c]);
             }
         });
+}
+
+impl EmbeddingOps for CpuBackend {
+    fn embedding(
+        &self,
+        ids: Ids<'_, Self>,
+        wte: Tensor<'_, Self>,
+        wpe: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        pos_offset: usize,
+    ) -> Result<()> {
+        let d = check::embedding(&ids, &wte, &wpe, &out, pos_offset)?;
+        // SAFETY: checked in bounds and disjoint.
+        let (ids, wte, wpe, out) = unsafe { (read(&ids), read(&wte), read(&wpe), write(&out)) };
+        check::ids_values("embedding", "ids", ids, d.vocab)?;
+        self.run(|| forward(ids, wte, wpe, out, d, pos_offset));
+        Ok(())
+    }
+
+    fn embedding_backward(
+        &self,
+        ids: Ids<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dwte: Tensor<'_, Self>,
+        dwpe: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let d = check::embedding_backward(&ids, &dout, &dwte, &dwpe)?;
+        // SAFETY: checked in bounds and disjoint.
+        let (ids, g, dwte, dwpe) = unsafe { (read(&ids), read(&dout), write(&dwte), write(&dwpe)) };
+        check::ids_values("embedding_backward", "ids", ids, d.vocab)?;
+        self.run(|| backward(ids, g, dwte, dwpe, d));
+        Ok(())
+    }
 }

@@ -16,6 +16,12 @@ use rayon::prelude::*;
 
 use crate::buffer::{CpuBuffer, SendPtr};
 
+use andrea_core::{check, LinalgOps, Mat, Result, Tensor};
+
+use crate::buffer::read;
+use crate::buffer::write;
+use crate::CpuBackend;
+
 /// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
 /// height matrixmultiply uses, so blocks do not end in ragged micro-tiles.
 const BLOCK_ALIGN: usize = 16;
@@ -356,6 +362,74 @@ fn matmul(g: &Gemm<'_>) {
         run(&blocks[0]);
     } else {
         blocks.par_iter().for_each(run);
+    }
+}
+
+impl CpuBackend {
+    /// `matmul` and `matmul_add`: `c (+)= a·b (+ bias)`.
+    fn gemm(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let d = check::matmul(&a, &b, bias.as_ref(), &c)?;
+        // SAFETY: checked in bounds and disjoint from `c`.
+        let bias = bias.map(|t| unsafe { read(&t) });
+        let g = Gemm::new(&a, &b, bias, &c, accumulate, d, self.kernel);
+        self.run(|| g.run());
+        Ok(())
+    }
+}
+
+impl LinalgOps for CpuBackend {
+    fn matmul(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.gemm(a, b, bias, c, false)
+    }
+
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.gemm(a, b, bias, c, true)
+    }
+
+    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
+        let d = check::bias_backward(&dout, &dbias)?;
+        // SAFETY: checked in bounds and disjoint.
+        let (g, db) = unsafe { (read(&dout), write(&dbias)) };
+        self.run(|| crate::reduce::bias_backward(g, db, d.rows, d.cols));
+        Ok(())
+    }
+
+    fn linear_gelu(
+        &self,
+        x: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        bias: Tensor<'_, Self>,
+        pre: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let d = check::linear_gelu(&x, &w, &bias, &pre, &out)?;
+        // SAFETY: `bias` checked in bounds; `out` checked disjoint from every operand.
+        let bias = unsafe { read(&bias) };
+        let out_ptr = SendPtr(unsafe { write(&out) }.as_mut_ptr());
+        let g = unsafe {
+            Gemm::new(&x, &w, Some(bias), &pre.mat(), false, d, self.kernel).with_gelu_into(out_ptr)
+        };
+        self.run(|| g.run());
+        Ok(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! ndarray interop: host arrays in and out of CPU backend memory, for inspecting
 //! activations or feeding data from other Rust numeric code.
 
-use andrea_core::{check, Backend, Error, Result, Tensor, View};
+use andrea_core::{check, Error, MemoryOps, Result, Tensor, View};
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::{CpuBackend, CpuBuffer};

@@ -17,6 +17,11 @@ use crate::elementwise::add_assign;
 use crate::par::{cols_per_task, rows_per_task};
 use crate::simd::{self, multiversion};
 
+use andrea_core::{check, LayerNormOps, Result, Tensor};
+
+use crate::buffer::{read, write};
+use crate::CpuBackend;
+
 multiversion! {
     avx512;
     fn forward_rows(
@@ -231,4 +236,104 @@ pub(crate) fn backward(
         }
     });
     PARTIALS.set(scratch);
+}
+
+impl LayerNormOps for CpuBackend {
+    fn layernorm(
+        &self,
+        x: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        beta: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        eps: f32,
+    ) -> Result<()> {
+        check::layernorm(&x, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        // SAFETY: outputs checked disjoint from each other and from the inputs.
+        let (x, g, b, o, m, r) = unsafe {
+            (
+                read(&x),
+                read(&gamma),
+                read(&beta),
+                write(&out),
+                write(&mean),
+                write(&rstd),
+            )
+        };
+        self.run(|| forward(x, g, b, o, m, r, eps));
+        Ok(())
+    }
+
+    fn layernorm_backward(
+        &self,
+        x: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+        dgamma: Tensor<'_, Self>,
+        dbeta: Tensor<'_, Self>,
+    ) -> Result<()> {
+        check::layernorm_backward(&x, &gamma, &mean, &rstd, &dout, &dx, &dgamma, &dbeta)?;
+        // SAFETY: outputs checked disjoint from each other and from the inputs.
+        let (x, g, m, r, d, dx, dg, db) = unsafe {
+            (
+                read(&x),
+                read(&gamma),
+                read(&mean),
+                read(&rstd),
+                read(&dout),
+                write(&dx),
+                write(&dgamma),
+                write(&dbeta),
+            )
+        };
+        self.run(|| backward(x, g, m, r, d, dx, dg, db));
+        Ok(())
+    }
+
+    fn residual_layernorm(
+        &self,
+        a: Tensor<'_, Self>,
+        b: Tensor<'_, Self>,
+        residual: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        beta: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        eps: f32,
+    ) -> Result<()> {
+        check::residual_layernorm(&a, &b, &residual, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        // `residual` is `a`, `b`, or its own memory (checked); the add is done in place
+        // when it aliases, so only `residual` is borrowed mutably.
+        let other = if residual.same_as(&a) {
+            Some(b)
+        } else if residual.same_as(&b) {
+            Some(a)
+        } else {
+            None
+        };
+        // SAFETY: outputs checked disjoint from each other and from the inputs, except
+        // `residual`, which is exactly `a` or `b` when `other` is set.
+        let (res, g, bt, o, m, r) = unsafe {
+            (
+                write(&residual),
+                read(&gamma),
+                read(&beta),
+                write(&out),
+                write(&mean),
+                write(&rstd),
+            )
+        };
+        let src = match other {
+            Some(x) if x.same_as(&residual) => ResidualSrc::Double,
+            Some(x) => ResidualSrc::AddInto(unsafe { read(&x) }),
+            None => ResidualSrc::Sum(unsafe { read(&a) }, unsafe { read(&b) }),
+        };
+        self.run(|| residual_forward(src, res, g, bt, o, m, r, eps));
+        Ok(())
+    }
 }

@@ -7,6 +7,11 @@ use andrea_core::AdamWStep;
 use crate::par::MIN_TASK_ELEMS;
 use crate::simd::multiversion;
 
+use andrea_core::{check, OptimOps, Result, Tensor};
+
+use crate::buffer::{read, write};
+use crate::CpuBackend;
+
 multiversion! {
     fn adamw_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], h: [f32; 8]) {
         let [lr, b1, b2, eps, decay, inv_bc1, inv_sqrt_bc2, gs] = h;
@@ -42,4 +47,28 @@ pub(crate) fn adamw(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: &
         .zip(m.par_chunks_mut(MIN_TASK_ELEMS))
         .zip(v.par_chunks_mut(MIN_TASK_ELEMS))
         .for_each(|(((p, g), m), v)| adamw_chunk(p, g, m, v, h));
+}
+
+impl OptimOps for CpuBackend {
+    fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
+        check::sum_squares(&x)?;
+        // SAFETY: checked in bounds.
+        let x = unsafe { read(&x) };
+        Ok(self.run(|| crate::reduce::sum_squares(x)))
+    }
+
+    fn adamw(
+        &self,
+        param: Tensor<'_, Self>,
+        grad: Tensor<'_, Self>,
+        m: Tensor<'_, Self>,
+        v: Tensor<'_, Self>,
+        step: &AdamWStep,
+    ) -> Result<()> {
+        check::adamw(&param, &grad, &m, &v, step)?;
+        // SAFETY: checked disjoint.
+        let (p, g, m, v) = unsafe { (write(&param), read(&grad), write(&m), write(&v)) };
+        self.run(|| adamw(p, g, m, v, step));
+        Ok(())
+    }
 }

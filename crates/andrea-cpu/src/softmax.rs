@@ -12,6 +12,11 @@ use crate::avx512;
 use crate::par::rows_per_task;
 use crate::simd::{self, multiversion, MulAdd};
 
+use andrea_core::{check, Ids, LossOps, Result, SoftmaxOps, Tensor};
+
+use crate::buffer::{read, write};
+use crate::CpuBackend;
+
 /// Number of visible columns of row `row` (query `row % q_len`) under the mask.
 #[inline]
 pub(crate) fn visible(row: usize, q_len: usize, k_len: usize, causal: Option<usize>) -> usize {
@@ -242,4 +247,81 @@ pub(crate) fn cross_entropy_in_place_with<M: MulAdd>(
     real[target as usize] -= grad_scale;
     pad.fill(0.0);
     loss
+}
+
+impl SoftmaxOps for CpuBackend {
+    fn softmax(
+        &self,
+        x: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        scale: f32,
+        causal_offset: Option<usize>,
+    ) -> Result<()> {
+        let d = check::softmax(&x, &out, scale, causal_offset)?;
+        let (q, k) = (d.q_len, d.k_len);
+        if out.same_as(&x) {
+            // SAFETY: in place on one checked view.
+            let y = unsafe { write(&out) };
+            self.run(|| softmax(None, y, q, k, scale, causal_offset));
+        } else {
+            // SAFETY: checked disjoint.
+            let (y, x) = unsafe { (write(&out), read(&x)) };
+            self.run(|| softmax(Some(x), y, q, k, scale, causal_offset));
+        }
+        Ok(())
+    }
+
+    fn softmax_backward(
+        &self,
+        probs: Tensor<'_, Self>,
+        dprobs: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+        scale: f32,
+    ) -> Result<()> {
+        let k = check::softmax_backward(&probs, &dprobs, &dx)?.cols;
+        if dx.same_as(&dprobs) {
+            // SAFETY: `dx` is `dprobs` exactly, disjoint from `probs`.
+            let (p, d) = unsafe { (read(&probs), write(&dx)) };
+            self.run(|| softmax_backward(p, None, d, k, scale));
+        } else {
+            // SAFETY: checked disjoint.
+            let (p, dp, d) = unsafe { (read(&probs), read(&dprobs), write(&dx)) };
+            self.run(|| softmax_backward(p, Some(dp), d, k, scale));
+        }
+        Ok(())
+    }
+}
+
+impl LossOps for CpuBackend {
+    fn softmax_cross_entropy(
+        &self,
+        logits: Tensor<'_, Self>,
+        targets: Ids<'_, Self>,
+        vocab: usize,
+        losses: Tensor<'_, Self>,
+        dlogits: Option<Tensor<'_, Self>>,
+        grad_scale: f32,
+    ) -> Result<()> {
+        let vp = check::softmax_cross_entropy(&logits, &targets, vocab, &losses, dlogits.as_ref())?
+            .padded_vocab;
+        // SAFETY: checked in bounds; `losses` disjoint from the rest; `dlogits` either
+        // disjoint from `logits` or exactly it (then only `logits` is borrowed, mutably).
+        let (t, l) = unsafe { (read(&targets), write(&losses)) };
+        check::target_values("softmax_cross_entropy", t, vocab)?;
+        match dlogits {
+            None => {
+                let x = unsafe { write(&logits) };
+                self.run(|| cross_entropy(x, t, vocab, vp, l, None, grad_scale));
+            }
+            Some(d) if d.same_as(&logits) => {
+                let x = unsafe { write(&logits) };
+                self.run(|| cross_entropy(x, t, vocab, vp, l, Some(None), grad_scale));
+            }
+            Some(d) => {
+                let (x, g) = unsafe { (write(&logits), write(&d)) };
+                self.run(|| cross_entropy(x, t, vocab, vp, l, Some(Some(g)), grad_scale));
+            }
+        }
+        Ok(())
+    }
 }

@@ -1,6 +1,7 @@
 //! Bit-identical results for any thread count: the CPU backend cuts work by sizes only.
 
-use andrea_core::{AdamWStep, Backend, DeviceMemory, Heads, View};
+use andrea_core::prelude::*;
+use andrea_core::{AdamWStep, DeviceMemory, Heads, View};
 use andrea_cpu::{CpuBackend, CpuBuffer};
 
 fn values(n: usize, seed: u64) -> Vec<f32> {

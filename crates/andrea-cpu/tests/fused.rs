@@ -3,7 +3,8 @@
 //! reference. Tolerance `abs 2e-5 + rel 2e-4·|ref|`: both are f32 with different
 //! summation orders over at most T·D = 4096 products of O(1) values.
 
-use andrea_core::{fused, AttentionShape, Backend, Heads, View};
+use andrea_core::prelude::*;
+use andrea_core::{fused, AttentionShape, Heads, View};
 use andrea_cpu::CpuBackend;
 
 fn values(n: usize, seed: u64) -> Vec<f32> {

@@ -122,10 +122,14 @@ mod names {
     #[test]
     fn names_in_the_ops_exist() {
         let sources = [
+            include_str!("device/ops_memory.rs"),
             include_str!("device/ops_linalg.rs"),
-            include_str!("device/ops_pointwise.rs"),
-            include_str!("device/ops_rows.rs"),
+            include_str!("device/ops_elementwise.rs"),
+            include_str!("device/ops_layernorm.rs"),
+            include_str!("device/ops_softmax.rs"),
             include_str!("device/ops_embedding.rs"),
+            include_str!("device/ops_loss.rs"),
+            include_str!("device/ops_optim.rs"),
             include_str!("device/ops_attention.rs"),
         ];
         let names: Vec<&str> = sources

@@ -18,7 +18,7 @@ fn cuda_device_present() {
         "conformance suite (all tests in this binary)",
         andrea_cuda::Precision::FP32,
     ) {
-        use andrea_core::Backend;
+        use andrea_core::MemoryOps;
         eprintln!("conformance suite on {}", be.name());
     }
 }

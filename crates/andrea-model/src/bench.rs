@@ -94,7 +94,7 @@ pub struct BenchReport {
     pub bench: &'static str,
     /// The config's name (or "unnamed").
     pub config: String,
-    /// The backend's [`Backend::name`], e.g. "cpu (2 threads, avx512)".
+    /// The backend's [`andrea_core::MemoryOps::name`], e.g. "cpu (2 threads, avx512)".
     pub backend: String,
     pub batch: usize,
     /// Training: the sequence length. Decode: the cache capacity.

@@ -4,7 +4,8 @@
 
 use std::cell::Cell;
 
-use andrea_core::{check, AdamWStep, Backend, Error, Ids, Mat, Result, Tensor};
+use andrea_core::prelude::*;
+use andrea_core::{check, Error, Result};
 use andrea_testkit::naive::{NaiveBackend, NaiveBuffer};
 use andrea_testkit::suite::{self, Config};
 
@@ -66,7 +67,7 @@ fn erf(x: f64) -> f64 {
     (1.0 - poly * (-x * x).exp()).copysign(x)
 }
 
-impl Backend for Faulty {
+impl MemoryOps for Faulty {
     type Buffer = NaiveBuffer<f32>;
     type IdBuffer = NaiveBuffer<u32>;
 
@@ -94,7 +95,9 @@ impl Backend for Faulty {
     fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
         self.inner.copy(src, dst)
     }
+}
 
+impl LinalgOps for Faulty {
     fn matmul(
         &self,
         a: Mat<'_, Self>,
@@ -128,6 +131,9 @@ impl Backend for Faulty {
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
         self.inner.bias_backward(dout, dbias)
     }
+}
+
+impl ElementwiseOps for Faulty {
     fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
         if self.fault == Fault::AcceptsOverlap
             && std::ptr::eq(out.buf, a.buf)
@@ -165,6 +171,9 @@ impl Backend for Faulty {
     ) -> Result<()> {
         self.inner.gelu_backward(x, dout, dx)
     }
+}
+
+impl LayerNormOps for Faulty {
     fn layernorm(
         &self,
         x: Tensor<'_, Self>,
@@ -178,7 +187,8 @@ impl Backend for Faulty {
         if self.fault != Fault::UnbiasedVariance {
             return self.inner.layernorm(x, gamma, beta, out, mean, rstd, eps);
         }
-        let (n, c) = check::layernorm(&x, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        let d = check::layernorm(&x, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        let (n, c) = (d.rows, d.channels);
         let (xv, g, b) = (self.get(x)?, self.get(gamma)?, self.get(beta)?);
         let (mut o, mut ms, mut rs) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
         for row in 0..n {
@@ -209,6 +219,9 @@ impl Backend for Faulty {
         self.inner
             .layernorm_backward(x, gamma, mean, rstd, dout, dx, dgamma, dbeta)
     }
+}
+
+impl SoftmaxOps for Faulty {
     fn softmax(
         &self,
         x: Tensor<'_, Self>,
@@ -243,6 +256,9 @@ impl Backend for Faulty {
     ) -> Result<()> {
         self.inner.softmax_backward(probs, dprobs, dx, scale)
     }
+}
+
+impl EmbeddingOps for Faulty {
     fn embedding(
         &self,
         ids: Ids<'_, Self>,
@@ -266,6 +282,9 @@ impl Backend for Faulty {
         }
         self.inner.embedding_backward(ids, dout, dwte, dwpe)
     }
+}
+
+impl LossOps for Faulty {
     fn softmax_cross_entropy(
         &self,
         logits: Tensor<'_, Self>,
@@ -283,6 +302,9 @@ impl Backend for Faulty {
         self.inner
             .softmax_cross_entropy(logits, targets, vocab, losses, dlogits, grad_scale)
     }
+}
+
+impl OptimOps for Faulty {
     fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
         let s = self.inner.sum_squares(x)?;
         if self.fault == Fault::Nondeterministic {
@@ -327,6 +349,8 @@ impl Backend for Faulty {
             .map_err(|e| Error::invalid("adamw", e.to_string()))
     }
 }
+
+impl AttentionOps for Faulty {}
 
 type SuiteFn =
     fn(&Faulty, &Config) -> std::result::Result<(), proptest::test_runner::TestCaseError>;

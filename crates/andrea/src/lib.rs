@@ -72,6 +72,7 @@
 //! ```
 
 pub use andrea_core as core;
+pub use andrea_core::prelude;
 pub use andrea_core::{Backend, Config, ModelConfig, OptimizerConfig, ScheduleConfig};
 pub use andrea_model as model;
 pub use andrea_model::{

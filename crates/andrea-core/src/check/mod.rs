@@ -1,13 +1,21 @@
 //! Argument validation shared by every backend.
 //!
 //! Each op of [`crate::Backend`] has a function here with the same name that checks
-//! shapes, bounds and aliasing and returns the error a user should see. A backend calls
-//! it first, so the inside of a kernel only ever sees valid arguments, and all backends
-//! reject the same calls with the same messages.
+//! shapes, bounds and aliasing, returns the sizes the kernel needs as a struct with named
+//! fields, or the error a user should see. A backend calls it first, so the inside of a
+//! kernel only ever sees valid arguments, and all backends reject the same calls with the
+//! same messages. The per-op checks live beside their trait (`crate::ops::<family>::check`)
+//! and are re-exported here; this module holds the building blocks they share.
 
-mod ops;
-
-pub use ops::*;
+pub use crate::ops::attention::check::*;
+pub use crate::ops::elementwise::check::*;
+pub use crate::ops::embedding::check::*;
+pub use crate::ops::layernorm::check::*;
+pub use crate::ops::linalg::check::*;
+pub use crate::ops::loss::check::*;
+pub use crate::ops::memory::check::*;
+pub use crate::ops::optim::check::*;
+pub use crate::ops::softmax::check::*;
 
 use crate::error::{Error, Result};
 use crate::tensor::{DeviceMemory, Heads, Matrix, Shape, View};
@@ -323,4 +331,22 @@ pub(crate) fn ids_in_range(
 /// report a bad id from inside a kernel, and for the model before an upload).
 pub fn token_ids(op: &'static str, arg: &'static str, ids: &[u32], vocab: usize) -> Result<()> {
     ids_in_range(op, arg, ids, vocab)
+}
+
+/// An elementwise op `out = f(inputs...)`, all of one shape; `in_place` allows `out`
+/// to be exactly one of the inputs.
+pub fn elementwise<M: DeviceMemory>(
+    op: &'static str,
+    inputs: &[(&'static str, &View<'_, M>)],
+    out: (&'static str, &View<'_, M>),
+    in_place: bool,
+) -> Result<()> {
+    let (first_name, first) = inputs[0];
+    view(op, first_name, first)?;
+    for (name, x) in &inputs[1..] {
+        same_shape(op, name, x, first)?;
+    }
+    same_shape(op, out.0, out.1, first)?;
+    let regions: Vec<Region> = inputs.iter().map(|(n, x)| Region::of(n, x)).collect();
+    disjoint(op, &[Region::of(out.0, out.1)], &regions, in_place)
 }

@@ -1,16 +1,20 @@
-//! `CudaBackend`: context, stream, kernels and memory. The ops are in the sibling
-//! modules, one per op family, each validating with `andrea_core::check`, planning with
-//! [`crate::plan`] and launching through [`launch`].
+//! `CudaBackend`: context, stream, kernels and memory. Each op family of
+//! `andrea_core::ops` is implemented in its sibling module `ops_<family>`, each op
+//! validating with `andrea_core::check`, planning with [`crate::plan`] and launching
+//! through [`launch`].
 
-mod backend;
 mod buffer;
 mod driver;
 mod launch;
 mod ops_attention;
+mod ops_elementwise;
 mod ops_embedding;
+mod ops_layernorm;
 mod ops_linalg;
-mod ops_pointwise;
-mod ops_rows;
+mod ops_loss;
+mod ops_memory;
+mod ops_optim;
+mod ops_softmax;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -43,8 +47,8 @@ impl Drop for LoadedModule {
 
 /// andrea's [`andrea_core::Backend`] on one NVIDIA GPU.
 ///
-/// Ops are queued in order on one stream; [`andrea_core::Backend::download`],
-/// [`andrea_core::Backend::sum_squares`] and [`andrea_core::Backend::synchronize`] wait
+/// Ops are queued in order on one stream; [`andrea_core::MemoryOps::download`],
+/// [`andrea_core::OptimOps::sum_squares`] and [`andrea_core::MemoryOps::synchronize`] wait
 /// for it. Set `ANDREA_CUDA_SYNC=1` to synchronise after every launch, so that a fault
 /// is reported by the kernel that caused it. The backend is used from one thread (it
 /// holds driver handles); its buffers are `Send`.

@@ -1,7 +1,7 @@
 //! Fused causal attention: forward (online softmax, keeps only the row log-sum-exps)
 //! and backward (recomputes the probabilities; no scratch).
 
-use andrea_core::{check, AttentionShape, HeadsOf, Result, Tensor};
+use andrea_core::{check, AttentionOps, AttentionShape, HeadsOf, Result, Tensor};
 
 use super::buffer::{addr, ptr};
 use super::launch::Args;
@@ -17,8 +17,17 @@ fn heads(h: &HeadsOf<'_, CudaBackend>) -> (u64, i64, i64) {
     )
 }
 
-impl CudaBackend {
-    pub(super) fn op_attention_forward(
+impl AttentionOps for CudaBackend {
+    /// The row log-sum-exps, [`AttentionShape::lse_len`].
+    fn attention_workspace_len(&self, s: AttentionShape) -> usize {
+        s.lse_len()
+    }
+
+    fn attention_backward_scratch_len(&self, _: AttentionShape) -> usize {
+        0
+    }
+
+    fn attention_forward(
         &self,
         q: HeadsOf<'_, Self>,
         k: HeadsOf<'_, Self>,
@@ -28,15 +37,9 @@ impl CudaBackend {
         pos_offset: usize,
     ) -> Result<()> {
         const OP: &str = "attention_forward";
-        let d = check::attention_forward(
-            &q,
-            &k,
-            &v,
-            &out,
-            &workspace,
-            pos_offset,
-            attention::workspace_len,
-        )?;
+        let d = check::attention_forward(&q, &k, &v, &out, &workspace, pos_offset, |s| {
+            self.attention_workspace_len(s)
+        })?;
         let l = attention::forward(&d)?;
         let mut args = Args::new();
         for h in [&q, &k, &v, &out] {
@@ -60,7 +63,7 @@ impl CudaBackend {
         )
     }
 
-    pub(super) fn op_attention_backward(
+    fn attention_backward(
         &self,
         q: HeadsOf<'_, Self>,
         k: HeadsOf<'_, Self>,
@@ -74,12 +77,6 @@ impl CudaBackend {
         scratch: Tensor<'_, Self>,
     ) -> Result<()> {
         const OP: &str = "attention_backward";
-        let shape = AttentionShape {
-            batch: q.batch,
-            heads: q.heads,
-            q_len: q.seq,
-            k_len: k.seq,
-        };
         let d = check::attention_backward(
             &q,
             &k,
@@ -91,8 +88,8 @@ impl CudaBackend {
             &dv,
             &workspace,
             &scratch,
-            attention::workspace_len(shape),
-            0,
+            |s| self.attention_workspace_len(s),
+            |_| 0,
         )?;
         let (dq_l, dkdv_l) = attention::backward(&d)?;
         let scale = 1.0 / (d.head_dim as f32).sqrt();

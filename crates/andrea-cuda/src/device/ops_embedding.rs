@@ -1,14 +1,14 @@
 //! Token and position embedding, forward and the deterministic backward.
 
-use andrea_core::{check, Ids, Result, Tensor};
+use andrea_core::{check, EmbeddingOps, Ids, Result, Tensor};
 
 use super::buffer::{addr, ptr};
 use super::launch::Args;
 use super::CudaBackend;
 use crate::plan::{embedding, int};
 
-impl CudaBackend {
-    pub(super) fn op_embedding(
+impl EmbeddingOps for CudaBackend {
+    fn embedding(
         &self,
         ids: Ids<'_, Self>,
         wte: Tensor<'_, Self>,
@@ -38,7 +38,7 @@ impl CudaBackend {
         )
     }
 
-    pub(super) fn op_embedding_backward(
+    fn embedding_backward(
         &self,
         ids: Ids<'_, Self>,
         dout: Tensor<'_, Self>,

@@ -1,12 +1,11 @@
-//! matmul, linear_gelu (matmul with the GELU epilogue), bias_backward, strided copy.
+//! matmul, linear_gelu (matmul with the GELU epilogue), bias_backward.
 
-use andrea_core::check::{self, Region};
-use andrea_core::{Mat, Result, Tensor};
+use andrea_core::{check, LinalgOps, Mat, Result, Tensor};
 
 use super::buffer::addr;
 use super::launch::Args;
 use super::CudaBackend;
-use crate::plan::{self, elementwise, int, long, matmul, reduce};
+use crate::plan::{self, int, long, matmul, reduce};
 use crate::MatmulPrecision;
 
 fn operand<M>(m: &andrea_core::Matrix<'_, M>) -> matmul::Operand {
@@ -22,30 +21,6 @@ fn operand<M>(m: &andrea_core::Matrix<'_, M>) -> matmul::Operand {
 }
 
 impl CudaBackend {
-    pub(super) fn op_copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
-        const OP: &str = "copy";
-        check::copy(&src, &dst)?;
-        let n = src.batch * src.rows * src.cols;
-        let l = elementwise::launch(OP, "copy_strided", "copy_strided", n, &[1])?;
-        let s = |m: &Mat<'_, Self>| [m.batch_stride, m.row_stride, m.col_stride].map(long);
-        let (ss, ds) = (s(&src), s(&dst));
-        self.launch(
-            &l,
-            Args::new()
-                .ptr(addr(src.buf, src.offset))
-                .ptr(addr(dst.buf, dst.offset))
-                .int(int(OP, "batch", src.batch)?)
-                .int(int(OP, "rows", src.rows)?)
-                .int(int(OP, "cols", src.cols)?)
-                .long(ss[0])
-                .long(ss[1])
-                .long(ss[2])
-                .long(ds[0])
-                .long(ds[1])
-                .long(ds[2]),
-        )
-    }
-
     /// `c (+)= a·b (+ bias)`, and `gelu_out = GELU(c)` when given (same layout as `c`).
     fn matmul_launch(
         &self,
@@ -98,7 +73,8 @@ impl CudaBackend {
         Ok(())
     }
 
-    pub(super) fn op_matmul(
+    /// `matmul` and `matmul_add`: `c (+)= a·b (+ bias)`.
+    fn op_matmul(
         &self,
         a: Mat<'_, Self>,
         b: Mat<'_, Self>,
@@ -108,59 +84,6 @@ impl CudaBackend {
     ) -> Result<()> {
         check::matmul(&a, &b, bias.as_ref(), &c)?;
         self.matmul_launch(a, b, bias, c, accumulate, None, self.precision.matmul)
-    }
-
-    pub(super) fn op_linear_gelu(
-        &self,
-        x: Mat<'_, Self>,
-        w: Mat<'_, Self>,
-        bias: Tensor<'_, Self>,
-        pre: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
-        const OP: &str = "linear_gelu";
-        check::matmul(&x, &w, Some(&bias), &pre.mat())?;
-        check::elementwise(OP, &[("pre", &pre)], ("out", &out), false)?;
-        check::disjoint(
-            OP,
-            &[Region::of("out", &out)],
-            &[
-                Region::of_matrix("x", &x),
-                Region::of_matrix("w", &w),
-                Region::of("bias", &bias),
-            ],
-            false,
-        )?;
-        self.matmul_launch(
-            x,
-            w,
-            Some(bias),
-            pre.mat(),
-            false,
-            Some(out),
-            self.precision.matmul,
-        )
-    }
-
-    pub(super) fn op_bias_backward(
-        &self,
-        dout: Tensor<'_, Self>,
-        dbias: Tensor<'_, Self>,
-    ) -> Result<()> {
-        const OP: &str = "bias_backward";
-        let (n, m) = check::bias_backward(&dout, &dbias)?;
-        let p = reduce::column_sums(OP, "column_partials", n, m)?;
-        let scratch = self.scratch(p.scratch_len(m, 1))?;
-        self.launch(
-            &p.partials,
-            Args::new()
-                .ptr(addr(dout.buf, dout.offset))
-                .int(int(OP, "rows", n)?)
-                .int(int(OP, "columns", m)?)
-                .int(int(OP, "rows per chunk", p.rows_per_chunk)?)
-                .ptr(scratch),
-        )?;
-        self.column_finish(&p, scratch, m, m, addr(dbias.buf, dbias.offset))
     }
 
     /// `out[j] += Σ_c partial[c·stride + j]` (bias.cu's column_finish).
@@ -181,6 +104,66 @@ impl CudaBackend {
                 .int(plan::int(OP, "columns", cols)?)
                 .long(long(stride))
                 .ptr(out),
+        )
+    }
+}
+
+impl LinalgOps for CudaBackend {
+    fn matmul(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.op_matmul(a, b, bias, c, false)
+    }
+
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.op_matmul(a, b, bias, c, true)
+    }
+
+    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
+        const OP: &str = "bias_backward";
+        let d = check::bias_backward(&dout, &dbias)?;
+        let (n, m) = (d.rows, d.cols);
+        let p = reduce::column_sums(OP, "column_partials", n, m)?;
+        let scratch = self.scratch(p.scratch_len(m, 1))?;
+        self.launch(
+            &p.partials,
+            Args::new()
+                .ptr(addr(dout.buf, dout.offset))
+                .int(int(OP, "rows", n)?)
+                .int(int(OP, "columns", m)?)
+                .int(int(OP, "rows per chunk", p.rows_per_chunk)?)
+                .ptr(scratch),
+        )?;
+        self.column_finish(&p, scratch, m, m, addr(dbias.buf, dbias.offset))
+    }
+
+    fn linear_gelu(
+        &self,
+        x: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        bias: Tensor<'_, Self>,
+        pre: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        check::linear_gelu(&x, &w, &bias, &pre, &out)?;
+        self.matmul_launch(
+            x,
+            w,
+            Some(bias),
+            pre.mat(),
+            false,
+            Some(out),
+            self.precision.matmul,
         )
     }
 }

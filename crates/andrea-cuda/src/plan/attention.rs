@@ -1,9 +1,10 @@
 //! Fused attention planning (kernels/attention.cu): rows per warp, dynamic shared
-//! memory, grids, and the workspace (`lse: [B, H, Tq]`).
+//! memory and grids. The workspace is one log-sum-exp per query row
+//! ([`andrea_core::AttentionShape::lse_len`]).
 
 use super::{grid, int, Launch, DEFAULT_SMEM_LIMIT};
 use andrea_core::check::AttentionDims;
-use andrea_core::{AttentionShape, Error, Result};
+use andrea_core::{Error, Result};
 
 /// Warps per block of the forward and dq kernels.
 pub const WARPS: usize = 4;
@@ -11,12 +12,6 @@ pub const WARPS: usize = 4;
 pub const KEY_TILE: usize = 32;
 /// The largest head size: the kernels spread an output row over 32 lanes × 4 registers.
 pub const MAX_HEAD_DIM: usize = 128;
-
-/// Floats of workspace the fused forward leaves for the backward pass: one log-sum-exp
-/// per query row.
-pub fn workspace_len(s: AttentionShape) -> usize {
-    s.batch * s.heads * s.q_len
-}
 
 /// Dynamic shared memory of attention_forward_r<R>: Q [4R][D], K [32][D+1], V [32][D].
 pub fn forward_smem(rows_per_warp: usize, d: usize) -> usize {
@@ -146,12 +141,13 @@ mod tests {
 
     #[test]
     fn workspace_is_one_float_per_query_row() {
+        use andrea_core::AttentionShape;
         let s = AttentionShape {
             batch: 2,
             heads: 3,
             q_len: 5,
             k_len: 9,
         };
-        assert_eq!(workspace_len(s), 30);
+        assert_eq!(s.lse_len(), 30);
     }
 }

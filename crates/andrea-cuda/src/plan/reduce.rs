@@ -75,7 +75,7 @@ pub struct SumSquares {
     pub finish: Launch,
 }
 
-/// Plans [`andrea_core::Backend::sum_squares`] over `n` elements at `offset`.
+/// Plans [`andrea_core::OptimOps::sum_squares`] over `n` elements at `offset`.
 pub fn sum_squares(n: usize, offset: usize) -> Result<SumSquares> {
     let chunk = n
         .div_ceil(SQ_MAX_PARTIALS)

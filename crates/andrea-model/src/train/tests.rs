@@ -1,6 +1,7 @@
 //! Unit tests of the trainer's internals (padding rows, the non-finite guard).
 
 use super::*;
+use andrea_core::prelude::*;
 use andrea_core::{ModelConfig, View};
 use andrea_cpu::CpuBackend;
 
@@ -12,7 +13,7 @@ fn padded_vocabulary_rows_stay_zero() {
     let model = Model::new(CpuBackend::new(), cfg.clone(), 1).unwrap();
     let mut tr = Trainer::new(model, OptimizerConfig::default(), 2, 8).unwrap();
     let x: Vec<u32> = (0..16).map(|i| (i * 5) % 70).collect();
-    let padding = |tr: &Trainer<CpuBackend>, buf: &<CpuBackend as Backend>::Buffer| {
+    let padding = |tr: &Trainer<CpuBackend>, buf: &<CpuBackend as MemoryOps>::Buffer| {
         let wte = tr.model.layout().wte_padded;
         let (v, vp, c) = (cfg.vocab_size, cfg.padded_vocab_size(), cfg.d_model);
         let view = View::new(buf, wte.offset + v * c, [(vp - v) * c]);

@@ -1,7 +1,7 @@
 //! [`NaiveBackend`]: the slowest correct backend. It exists as a check of the
 //! conformance suite itself (the suite must pass on it, and must fail on a backend that
 //! is subtly wrong, see `tests/suite_can_fail.rs`), and as an example of implementing
-//! [`Backend`]:
+//! [`Backend`] (one `impl` per op family):
 //!
 //! * every op first validates its arguments with the [`andrea_core::check`] function of
 //!   the same name, so all backends reject the same calls with the same messages;
@@ -9,7 +9,8 @@
 //!   (`kernels`, summing sequentially, which is about the least accurate order) and
 //!   writes the outputs back. Reading every input before writing makes the documented
 //!   in-place cases (`out` exactly an input) correct for free;
-//! * the fused ops keep the trait's defaults ([`andrea_core::fused`]).
+//! * the fused ops keep the traits' defaults ([`andrea_core::fused`]), so
+//!   [`AttentionOps`] is implemented with an empty `impl`.
 //!
 //! Memory is a `RefCell<Vec<T>>`: `Send`, not `Sync`, which is what the trait asks of a
 //! buffer. A `RefCell` borrow is never held across calls, so it cannot fail.
@@ -18,9 +19,8 @@ mod kernels;
 
 use std::cell::RefCell;
 
-use andrea_core::{
-    check, AdamWStep, Backend, DeviceMemory, Error, Ids, Mat, Matrix, Result, Tensor, View,
-};
+use andrea_core::prelude::*;
+use andrea_core::{check, Error, Result};
 
 /// Host memory standing in for device memory.
 #[derive(Debug)]
@@ -121,7 +121,7 @@ impl NaiveBackend {
     }
 }
 
-impl Backend for NaiveBackend {
+impl MemoryOps for NaiveBackend {
     type Buffer = NaiveBuffer<f32>;
     type IdBuffer = NaiveBuffer<u32>;
 
@@ -138,25 +138,25 @@ impl Backend for NaiveBackend {
     }
 
     fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
-        check::transfer("upload", &dst, src.len())?;
+        check::upload(&dst, src.len())?;
         write(&dst, src);
         Ok(())
     }
 
     fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
-        check::transfer("download", &src, dst.len())?;
+        check::download(&src, dst.len())?;
         dst.copy_from_slice(&read(&src));
         Ok(())
     }
 
     fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
-        check::transfer("upload_ids", &dst, src.len())?;
+        check::upload_ids(&dst, src.len())?;
         dst.buf.data.borrow_mut()[dst.range()].copy_from_slice(src);
         Ok(())
     }
 
     fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
-        check::view("fill", "dst", &dst)?;
+        check::fill(&dst)?;
         write(&dst, &vec![value; dst.numel()]);
         Ok(())
     }
@@ -166,7 +166,9 @@ impl Backend for NaiveBackend {
         scatter(&dst, &gather(&src));
         Ok(())
     }
+}
 
+impl LinalgOps for NaiveBackend {
     fn matmul(
         &self,
         a: Mat<'_, Self>,
@@ -188,15 +190,17 @@ impl Backend for NaiveBackend {
     }
 
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
-        let (n, m) = check::bias_backward(&dout, &dbias)?;
-        let (d, mut db) = (read(&dout), read(&dbias));
-        kernels::bias_backward(&mut db, &d, n, m);
+        let d = check::bias_backward(&dout, &dbias)?;
+        let (g, mut db) = (read(&dout), read(&dbias));
+        kernels::bias_backward(&mut db, &g, d.rows, d.cols);
         write(&dbias, &db);
         Ok(())
     }
+}
 
+impl ElementwiseOps for NaiveBackend {
     fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
-        check::elementwise("add", &[("a", &a), ("b", &b)], ("out", &out), true)?;
+        check::add(&a, &b, &out)?;
         let (av, bv) = (read(&a), read(&b));
         write(
             &out,
@@ -206,13 +210,13 @@ impl Backend for NaiveBackend {
     }
 
     fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()> {
-        check::view("scale", "x", &x)?;
+        check::scale(&x)?;
         write(&x, &read(&x).iter().map(|v| v * alpha).collect::<Vec<_>>());
         Ok(())
     }
 
     fn gelu(&self, x: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
-        check::elementwise("gelu", &[("x", &x)], ("out", &out), true)?;
+        check::gelu(&x, &out)?;
         write(
             &out,
             &read(&x)
@@ -229,12 +233,7 @@ impl Backend for NaiveBackend {
         dout: Tensor<'_, Self>,
         dx: Tensor<'_, Self>,
     ) -> Result<()> {
-        check::elementwise(
-            "gelu_backward",
-            &[("x", &x), ("dout", &dout)],
-            ("dx", &dx),
-            true,
-        )?;
+        check::gelu_backward(&x, &dout, &dx)?;
         let (xv, dv) = (read(&x), read(&dout));
         write(
             &dx,
@@ -245,7 +244,9 @@ impl Backend for NaiveBackend {
         );
         Ok(())
     }
+}
 
+impl LayerNormOps for NaiveBackend {
     fn layernorm(
         &self,
         x: Tensor<'_, Self>,
@@ -256,7 +257,8 @@ impl Backend for NaiveBackend {
         rstd: Tensor<'_, Self>,
         eps: f32,
     ) -> Result<()> {
-        let (n, c) = check::layernorm(&x, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        let d = check::layernorm(&x, &gamma, &beta, &out, &mean, &rstd, eps)?;
+        let (n, c) = (d.rows, d.channels);
         let (xv, g, b) = (read(&x), read(&gamma), read(&beta));
         let (mut o, mut m, mut r) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
         kernels::layernorm(&mut o, &mut m, &mut r, &xv, &g, &b, c, eps);
@@ -277,8 +279,8 @@ impl Backend for NaiveBackend {
         dgamma: Tensor<'_, Self>,
         dbeta: Tensor<'_, Self>,
     ) -> Result<()> {
-        let (_, c) =
-            check::layernorm_backward(&x, &gamma, &mean, &rstd, &dout, &dx, &dgamma, &dbeta)?;
+        let c = check::layernorm_backward(&x, &gamma, &mean, &rstd, &dout, &dx, &dgamma, &dbeta)?
+            .channels;
         let ins = [&x, &gamma, &mean, &rstd, &dout].map(read);
         let (mut dxv, mut dg, mut db) = (read(&dx), read(&dgamma), read(&dbeta));
         kernels::layernorm_backward(&mut dxv, &mut dg, &mut db, &ins, c);
@@ -287,7 +289,9 @@ impl Backend for NaiveBackend {
         write(&dbeta, &db);
         Ok(())
     }
+}
 
+impl SoftmaxOps for NaiveBackend {
     fn softmax(
         &self,
         x: Tensor<'_, Self>,
@@ -310,14 +314,16 @@ impl Backend for NaiveBackend {
         dx: Tensor<'_, Self>,
         scale: f32,
     ) -> Result<()> {
-        let (_, cols) = check::softmax_backward(&probs, &dprobs, &dx)?;
+        let cols = check::softmax_backward(&probs, &dprobs, &dx)?.cols;
         let (p, dp) = (read(&probs), read(&dprobs));
         let mut d = vec![0.0; p.len()];
         kernels::softmax_backward(&mut d, &p, &dp, cols, scale);
         write(&dx, &d);
         Ok(())
     }
+}
 
+impl EmbeddingOps for NaiveBackend {
     fn embedding(
         &self,
         ids: Ids<'_, Self>,
@@ -365,7 +371,9 @@ impl Backend for NaiveBackend {
         write(&dwpe, &p);
         Ok(())
     }
+}
 
+impl LossOps for NaiveBackend {
     fn softmax_cross_entropy(
         &self,
         logits: Tensor<'_, Self>,
@@ -375,8 +383,8 @@ impl Backend for NaiveBackend {
         dlogits: Option<Tensor<'_, Self>>,
         grad_scale: f32,
     ) -> Result<()> {
-        let (n, vp) =
-            check::softmax_cross_entropy(&logits, &targets, vocab, &losses, dlogits.as_ref())?;
+        let d = check::softmax_cross_entropy(&logits, &targets, vocab, &losses, dlogits.as_ref())?;
+        let (n, vp) = (d.rows, d.padded_vocab);
         let t = read(&targets);
         check::target_values("softmax_cross_entropy", &t, vocab)?;
         let z = read(&logits);
@@ -388,9 +396,11 @@ impl Backend for NaiveBackend {
         }
         Ok(())
     }
+}
 
+impl OptimOps for NaiveBackend {
     fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
-        check::view("sum_squares", "x", &x)?;
+        check::sum_squares(&x)?;
         Ok(read(&x).iter().map(|&v| v as f64 * v as f64).sum())
     }
 
@@ -411,3 +421,6 @@ impl Backend for NaiveBackend {
         Ok(())
     }
 }
+
+/// The defaults: attention composed of matmuls and softmaxes.
+impl AttentionOps for NaiveBackend {}

@@ -1,0 +1,205 @@
+//! Linear algebra: the strided batched matmul (overwriting or accumulating), the bias
+//! gradient, and the fused matmul + GELU of the MLP's first half.
+
+use super::{ElementwiseOps, Mat, MemoryOps, Tensor};
+use crate::error::Result;
+
+/// Matrix products.
+pub trait LinalgOps: MemoryOps {
+    /// `c[b] = a[b] · b[b] (+ bias)` for `a[b]: [M, K]`, `b[b]: [K, N]`, `c[b]: [M, N]`,
+    /// `bias: [N]` added to every row. Any strides: a transposed operand is
+    /// [`crate::Matrix::t`], never a copy. `a` and `b` have batch 1 (broadcast) or `c`'s
+    /// batch.
+    fn matmul(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()>;
+
+    /// [`LinalgOps::matmul`] that adds into `c` instead of overwriting it:
+    /// `c[b] += a[b] · b[b] (+ bias)` (weight gradients, gradient accumulation).
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()>;
+
+    /// Column sums `dbias[j] += Σ_i dout[i, j]` of `dout: [N, M]` into `dbias: [M]`.
+    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()>;
+
+    /// Fused: `pre = x · w + bias`, `out = GELU(pre)` (the MLP's first half). `pre` is
+    /// kept for the backward pass. Default: [`fused::linear_gelu`].
+    fn linear_gelu(
+        &self,
+        x: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        bias: Tensor<'_, Self>,
+        pre: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()>
+    where
+        Self: ElementwiseOps,
+    {
+        fused::linear_gelu(self, x, w, bias, pre, out)
+    }
+}
+
+/// Argument checks of the linear-algebra ops.
+pub mod check {
+    use crate::check::{disjoint, elementwise, matrix, numel, output_matrix, view, Region};
+    use crate::error::{Error, Result};
+    use crate::tensor::{DeviceMemory, Matrix, View};
+
+    /// Sizes of a validated matmul.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct MatmulDims {
+        pub batch: usize,
+        pub m: usize,
+        pub k: usize,
+        pub n: usize,
+    }
+
+    /// [`super::LinalgOps::matmul`] and [`super::LinalgOps::matmul_add`].
+    pub fn matmul<M: DeviceMemory>(
+        a: &Matrix<'_, M>,
+        b: &Matrix<'_, M>,
+        bias: Option<&View<'_, M>>,
+        c: &Matrix<'_, M>,
+    ) -> Result<MatmulDims> {
+        const OP: &str = "matmul";
+        matrix(OP, "a", a)?;
+        matrix(OP, "b", b)?;
+        output_matrix(OP, "c", c)?;
+        if a.cols != b.rows {
+            return Err(Error::SizeMismatch {
+                op: OP,
+                what: "inner dimension",
+                a: "a (columns)",
+                a_size: a.cols,
+                b: "b (rows)",
+                b_size: b.rows,
+            });
+        }
+        if c.rows != a.rows {
+            return Err(Error::SizeMismatch {
+                op: OP,
+                what: "rows",
+                a: "c",
+                a_size: c.rows,
+                b: "a",
+                b_size: a.rows,
+            });
+        }
+        if c.cols != b.cols {
+            return Err(Error::SizeMismatch {
+                op: OP,
+                what: "columns",
+                a: "c",
+                a_size: c.cols,
+                b: "b",
+                b_size: b.cols,
+            });
+        }
+        for (name, x) in [("a", a), ("b", b)] {
+            if x.batch != 1 && x.batch != c.batch {
+                return Err(Error::SizeMismatch {
+                    op: OP,
+                    what: "batch (1 or equal to c's)",
+                    a: name,
+                    a_size: x.batch,
+                    b: "c",
+                    b_size: c.batch,
+                });
+            }
+        }
+        let mut inputs = vec![Region::of_matrix("a", a), Region::of_matrix("b", b)];
+        if let Some(bias) = bias {
+            numel(OP, "bias", bias, c.cols)?;
+            inputs.push(Region::of("bias", bias));
+        }
+        disjoint(OP, &[Region::of_matrix("c", c)], &inputs, false)?;
+        Ok(MatmulDims {
+            batch: c.batch,
+            m: c.rows,
+            k: a.cols,
+            n: c.cols,
+        })
+    }
+
+    /// Sizes of a validated bias gradient: `dout: [rows, cols]`, `dbias: [cols]`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct BiasDims {
+        pub rows: usize,
+        pub cols: usize,
+    }
+
+    /// [`super::LinalgOps::bias_backward`].
+    pub fn bias_backward<M: DeviceMemory>(
+        dout: &View<'_, M>,
+        dbias: &View<'_, M>,
+    ) -> Result<BiasDims> {
+        const OP: &str = "bias_backward";
+        view(OP, "dout", dout)?;
+        let m = dout.shape.last();
+        numel(OP, "dbias", dbias, m)?;
+        disjoint(
+            OP,
+            &[Region::of("dbias", dbias)],
+            &[Region::of("dout", dout)],
+            false,
+        )?;
+        Ok(BiasDims {
+            rows: dout.shape.rows(),
+            cols: m,
+        })
+    }
+
+    /// [`super::LinalgOps::linear_gelu`]: the matmul into `pre` (errors named
+    /// `matmul`), then `out` of `pre`'s shape and disjoint from every operand.
+    pub fn linear_gelu<M: DeviceMemory>(
+        x: &Matrix<'_, M>,
+        w: &Matrix<'_, M>,
+        bias: &View<'_, M>,
+        pre: &View<'_, M>,
+        out: &View<'_, M>,
+    ) -> Result<MatmulDims> {
+        const OP: &str = "linear_gelu";
+        let d = matmul(x, w, Some(bias), &pre.mat())?;
+        elementwise(OP, &[("pre", pre)], ("out", out), false)?;
+        disjoint(
+            OP,
+            &[Region::of("out", out)],
+            &[
+                Region::of_matrix("x", x),
+                Region::of_matrix("w", w),
+                Region::of("bias", bias),
+            ],
+            false,
+        )?;
+        Ok(d)
+    }
+}
+
+/// Default implementations of the fused linear-algebra ops, from the fine ops.
+pub mod fused {
+    use super::super::{ElementwiseOps, Mat, Tensor};
+    use super::LinalgOps;
+    use crate::error::Result;
+
+    /// Default [`LinalgOps::linear_gelu`]: a matmul with bias into `pre`, then GELU.
+    pub fn linear_gelu<B: LinalgOps + ElementwiseOps>(
+        be: &B,
+        x: Mat<'_, B>,
+        w: Mat<'_, B>,
+        bias: Tensor<'_, B>,
+        pre: Tensor<'_, B>,
+        out: Tensor<'_, B>,
+    ) -> Result<()> {
+        be.matmul(x, w, Some(bias), pre.mat())?;
+        be.gelu(pre, out)
+    }
+}

@@ -1,0 +1,130 @@
+//! Memory: buffers, transfers between host and device, `fill` and the strided `copy`.
+
+use super::{Ids, Mat, Tensor};
+use crate::error::Result;
+use crate::tensor::DeviceMemory;
+
+/// A device's memory: the base every other op family builds on.
+pub trait MemoryOps: Sized {
+    /// Device memory holding `f32` elements.
+    type Buffer: DeviceMemory + Send;
+    /// Device memory holding `u32` token ids.
+    type IdBuffer: DeviceMemory + Send;
+
+    /// A short human-readable description ("cpu (2 threads, avx512)", "cuda: NVIDIA H200").
+    fn name(&self) -> String;
+
+    /// A zero-filled buffer of `len` floats.
+    fn alloc(&self, len: usize) -> Result<Self::Buffer>;
+    /// A zero-filled buffer of `len` token ids.
+    fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer>;
+    /// Copies host floats into `dst` (`src.len()` must equal `dst.numel()`).
+    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()>;
+    /// Copies `src` to host memory (`dst.len()` must equal `src.numel()`).
+    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()>;
+    /// Copies host token ids into `dst`.
+    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()>;
+    /// Waits until every op issued so far has finished.
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    /// `dst[i] = value`.
+    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()>;
+    /// `dst[b,i,j] = src[b,i,j]` for matrices of equal sizes and any strides
+    /// (appending keys and values to a KV cache, gathering a row of logits).
+    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()>;
+}
+
+/// Argument checks of the memory ops.
+pub mod check {
+    use crate::check::{disjoint, matrix, output_matrix, view, Region};
+    use crate::error::{Error, Result};
+    use crate::tensor::{DeviceMemory, Matrix, View};
+
+    /// Sizes of a validated op on `len` elements in a row.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct ElementwiseDims {
+        pub len: usize,
+    }
+
+    /// Sizes of a validated strided copy: `batch × rows × cols`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CopyDims {
+        pub batch: usize,
+        pub rows: usize,
+        pub cols: usize,
+    }
+
+    /// A host transfer named `op`: `host_len == t.numel()`.
+    pub fn transfer<M: DeviceMemory>(
+        op: &'static str,
+        t: &View<'_, M>,
+        host_len: usize,
+    ) -> Result<ElementwiseDims> {
+        view(op, "device", t)?;
+        if host_len != t.numel() {
+            return Err(Error::SizeMismatch {
+                op,
+                what: "element count",
+                a: "host",
+                a_size: host_len,
+                b: "device",
+                b_size: t.numel(),
+            });
+        }
+        Ok(ElementwiseDims { len: t.numel() })
+    }
+
+    /// [`super::MemoryOps::upload`].
+    pub fn upload<M: DeviceMemory>(dst: &View<'_, M>, host_len: usize) -> Result<ElementwiseDims> {
+        transfer("upload", dst, host_len)
+    }
+
+    /// [`super::MemoryOps::download`].
+    pub fn download<M: DeviceMemory>(
+        src: &View<'_, M>,
+        host_len: usize,
+    ) -> Result<ElementwiseDims> {
+        transfer("download", src, host_len)
+    }
+
+    /// [`super::MemoryOps::upload_ids`].
+    pub fn upload_ids<M: DeviceMemory>(
+        dst: &View<'_, M>,
+        host_len: usize,
+    ) -> Result<ElementwiseDims> {
+        transfer("upload_ids", dst, host_len)
+    }
+
+    /// [`super::MemoryOps::fill`].
+    pub fn fill<M: DeviceMemory>(dst: &View<'_, M>) -> Result<ElementwiseDims> {
+        view("fill", "dst", dst)?;
+        Ok(ElementwiseDims { len: dst.numel() })
+    }
+
+    /// [`super::MemoryOps::copy`].
+    pub fn copy<M: DeviceMemory>(src: &Matrix<'_, M>, dst: &Matrix<'_, M>) -> Result<CopyDims> {
+        const OP: &str = "copy";
+        matrix(OP, "src", src)?;
+        output_matrix(OP, "dst", dst)?;
+        if src.shape() != dst.shape() {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                arg: "dst",
+                expected: src.shape(),
+                got: dst.shape(),
+            });
+        }
+        disjoint(
+            OP,
+            &[Region::of_matrix("dst", dst)],
+            &[Region::of_matrix("src", src)],
+            false,
+        )?;
+        Ok(CopyDims {
+            batch: src.batch,
+            rows: src.rows,
+            cols: src.cols,
+        })
+    }
+}

@@ -1,0 +1,101 @@
+//! The [`Backend`] trait: everything a GPT-2 training step and generation need from a
+//! device, as one trait per op family bundled by a supertrait.
+//!
+//! | family | trait | ops |
+//! |---|---|---|
+//! | [`memory`] | [`MemoryOps`] | buffers, `upload`/`download`, `synchronize`, `fill`, `copy` |
+//! | [`linalg`] | [`LinalgOps`] | `matmul`, `matmul_add`, `bias_backward`; fused `linear_gelu` |
+//! | [`elementwise`] | [`ElementwiseOps`] | `add`, `scale`, `gelu`, `gelu_backward` |
+//! | [`layernorm`] | [`LayerNormOps`] | `layernorm`, `layernorm_backward`; fused `residual_layernorm` |
+//! | [`softmax`] | [`SoftmaxOps`] | `softmax`, `softmax_backward` |
+//! | [`embedding`] | [`EmbeddingOps`] | `embedding`, `embedding_backward` |
+//! | [`loss`] | [`LossOps`] | `softmax_cross_entropy` |
+//! | [`optim`] | [`OptimOps`] | `sum_squares`, `adamw` |
+//! | [`attention`] | [`AttentionOps`] | fused `attention_forward`, `attention_backward` and their workspace |
+//!
+//! Each family's module holds its trait, the argument check of each of its ops
+//! (`check`, re-exported as [`crate::check`]) and the default implementations of its
+//! fused ops built from finer ops (`fused`, re-exported as [`crate::fused`]). A backend
+//! implements the nine traits (each in the file that holds that family's kernels) and is
+//! then a [`Backend`] by the blanket impl; model code asks for `B: Backend` and calls
+//! `be.matmul(..)` as if it were one trait. Code holding a concrete backend brings the
+//! methods into scope with `use andrea_core::prelude::*`.
+//!
+//! The traits are the specification; `andrea-testkit` holds a float64 reference for
+//! every op and a conformance suite that any backend runs with one line.
+//!
+//! # Conventions
+//!
+//! * Shapes are row-major; `[B, T, C]` is batch, time (sequence), channels.
+//! * Every op validates its arguments with the [`crate::check`] function of the same
+//!   name and returns an error naming the op, the argument and the sizes; no op panics or
+//!   writes out of bounds.
+//! * **Outputs never overlap inputs**, except where an op says it may work in place on
+//!   exactly the same view.
+//! * **Gradients:** parameter gradients (`dweight`, `dbias`, `dgamma`, `dbeta`, `dwte`,
+//!   `dwpe`) are always accumulated (`+=`), so micro-batches accumulate for free.
+//!   Activation gradients are overwritten (`=`), except `dx` of
+//!   [`LayerNormOps::layernorm_backward`], which adds into the residual stream's gradient
+//!   (pre-norm blocks: the residual path and the LayerNorm path meet there).
+//! * Ops are issued in order on one queue; results are visible to later ops at once.
+//!   Host reads ([`MemoryOps::download`], [`OptimOps::sum_squares`]) wait for earlier work.
+
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod layernorm;
+pub mod linalg;
+pub mod loss;
+pub mod memory;
+pub mod optim;
+pub mod softmax;
+
+pub use attention::{AttentionOps, AttentionShape};
+pub use elementwise::ElementwiseOps;
+pub use embedding::EmbeddingOps;
+pub use layernorm::LayerNormOps;
+pub use linalg::LinalgOps;
+pub use loss::{LossOps, IGNORE_INDEX};
+pub use memory::MemoryOps;
+pub use optim::{AdamWStep, OptimOps};
+pub use softmax::SoftmaxOps;
+
+use crate::tensor::{Heads, Matrix, View};
+
+/// An `f32` tensor view into backend `B`'s memory.
+pub type Tensor<'a, B> = View<'a, <B as MemoryOps>::Buffer>;
+/// A `u32` token-id view into backend `B`'s memory.
+pub type Ids<'a, B> = View<'a, <B as MemoryOps>::IdBuffer>;
+/// A strided `f32` matrix in backend `B`'s memory.
+pub type Mat<'a, B> = Matrix<'a, <B as MemoryOps>::Buffer>;
+/// Attention heads in backend `B`'s memory.
+pub type HeadsOf<'a, B> = Heads<'a, <B as MemoryOps>::Buffer>;
+
+/// A device that runs every op of a GPT-2 training step and of generation: the nine op
+/// families together. Implemented for every type that implements them all; there is
+/// nothing else to implement.
+pub trait Backend:
+    MemoryOps
+    + LinalgOps
+    + ElementwiseOps
+    + LayerNormOps
+    + SoftmaxOps
+    + EmbeddingOps
+    + LossOps
+    + OptimOps
+    + AttentionOps
+{
+}
+
+impl<T> Backend for T where
+    T: MemoryOps
+        + LinalgOps
+        + ElementwiseOps
+        + LayerNormOps
+        + SoftmaxOps
+        + EmbeddingOps
+        + LossOps
+        + OptimOps
+        + AttentionOps
+{
+}

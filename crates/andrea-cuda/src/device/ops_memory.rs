@@ -1,0 +1,90 @@
+//! Memory: buffers, host transfers, `fill` and the strided `copy`.
+
+use andrea_core::{check, Ids, Mat, MemoryOps, Result, Tensor};
+
+use super::buffer::{addr, CudaBuffer, CudaIds};
+use super::launch::Args;
+use super::CudaBackend;
+use crate::plan::{elementwise, int, long};
+
+impl MemoryOps for CudaBackend {
+    type Buffer = CudaBuffer;
+    type IdBuffer = CudaIds;
+
+    fn name(&self) -> String {
+        let (major, minor) = self.compute_capability;
+        format!(
+            "cuda: {} (sm_{major}{minor}, matmul {:?}, {} tanh)",
+            self.device_name,
+            self.precision.matmul,
+            if self.precision.approx_tanh {
+                "approx"
+            } else {
+                "exact"
+            }
+        )
+    }
+
+    fn alloc(&self, len: usize) -> Result<CudaBuffer> {
+        Ok(CudaBuffer {
+            buf: self.alloc_buffer(len)?,
+        })
+    }
+
+    fn alloc_ids(&self, len: usize) -> Result<CudaIds> {
+        Ok(CudaIds {
+            buf: self.alloc_buffer(len)?,
+            host: std::cell::RefCell::new(vec![0; len]),
+        })
+    }
+
+    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
+        check::upload(&dst, src.len())?;
+        self.copy_to_device(Self::view_ptr(&dst), src, "upload")
+    }
+
+    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
+        check::download(&src, dst.len())?;
+        self.copy_to_host(dst, Self::view_ptr(&src), "download")
+    }
+
+    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
+        check::upload_ids(&dst, src.len())?;
+        self.copy_to_device(Self::view_ptr(&dst), src, "upload_ids")?;
+        dst.buf.host.borrow_mut()[dst.range()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.sync("synchronize")
+    }
+
+    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
+        let d = check::fill(&dst)?;
+        self.memset32(Self::view_ptr(&dst), value.to_bits(), d.len, "fill")
+    }
+
+    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
+        const OP: &str = "copy";
+        let d = check::copy(&src, &dst)?;
+        let n = d.batch * d.rows * d.cols;
+        let l = elementwise::launch(OP, "copy_strided", "copy_strided", n, &[1])?;
+        let s = |m: &Mat<'_, Self>| [m.batch_stride, m.row_stride, m.col_stride].map(long);
+        let (ss, ds) = (s(&src), s(&dst));
+        self.launch(
+            &l,
+            Args::new()
+                .ptr(addr(src.buf, src.offset))
+                .ptr(addr(dst.buf, dst.offset))
+                .int(int(OP, "batch", d.batch)?)
+                .int(int(OP, "rows", d.rows)?)
+                .int(int(OP, "cols", d.cols)?)
+                .long(ss[0])
+                .long(ss[1])
+                .long(ss[2])
+                .long(ds[0])
+                .long(ds[1])
+                .long(ds[2]),
+        )
+    }
+}
