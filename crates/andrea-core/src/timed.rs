@@ -1,1 +1,506 @@
+//! [`Timed<B>`]: a backend that wraps any backend and times every op.
+//!
+//! A decorator (burn's pattern): `Timed<B>` implements every op family by calling `B`'s
+//! op between two [`MemoryOps::synchronize`] calls, so the clock measures the op and
+//! nothing queued before it, and adds the time to the op's [`OpStats`] together with
+//! the op's work: FLOPs for the products and attention, bytes moved for the
+//! memory-bound ops. The model runs on it unchanged (`Trainer<Timed<B>>`), which is what
+//! `andrea bench train --profile` does to print where a real training step spends its
+//! time (`andrea_model::bench::train_profile`).
+//!
+//! It lives here, in the crate every layer depends on, because it needs nothing but the
+//! traits: the model's bench and the CLI use it without a new crate and without knowing
+//! a concrete backend. (The other decorator, `Compare<A, B>`, needs the tolerances of
+//! `andrea-testkit` and lives there.)
+//!
+//! Synchronising around every op serialises a GPU's queue, so the step under `Timed` is
+//! slower than without it (on the CPU, where ops are synchronous, the cost is two clock
+//! reads per op); the per-op times are what each op costs alone.
+//!
+//! Work is the math's, not a kernel's: a matmul is `2·M·N·K` FLOPs; causal attention
+//! counts the visible scores (`4·D` FLOPs per score forward, `8·D` backward; a fused
+//! backward that recomputes the probabilities does 25% more); a memory-bound op moves
+//! each operand once (an accumulated output is read and written).
 
+use std::cell::{Cell, RefCell};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::ops::{
+    AdamWStep, AttentionOps, AttentionShape, ElementwiseOps, EmbeddingOps, HeadsOf, Ids,
+    LayerNormOps, LinalgOps, LossOps, Mat, MemoryOps, OptimOps, SoftmaxOps, Tensor,
+};
+
+/// What one op has cost since the last [`Timed::reset`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OpStats {
+    pub op: &'static str,
+    pub calls: u64,
+    pub seconds: f64,
+    /// Floating-point operations of all calls (0 for a memory-bound op).
+    pub flops: f64,
+    /// Bytes moved by all calls (0 where FLOPs are counted instead).
+    pub bytes: f64,
+}
+
+/// Every op's [`OpStats`], slowest first, and the wall time they fall in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    pub ops: Vec<OpStats>,
+    /// Seconds from [`Timed::reset`] (or creation) to [`Timed::profile`].
+    pub wall_s: f64,
+}
+
+/// Floats to bytes.
+const F32: f64 = 4.0;
+
+#[derive(Clone, Copy)]
+enum Work {
+    None,
+    Flops(f64),
+    Bytes(f64),
+}
+
+fn floats(n: usize) -> Work {
+    Work::Bytes(F32 * n as f64)
+}
+
+fn matmul_flops<M>(a: &crate::Matrix<'_, M>, c: &crate::Matrix<'_, M>) -> Work {
+    Work::Flops(2.0 * (c.batch * c.rows * c.cols) as f64 * a.cols as f64)
+}
+
+/// Scores a causal attention computes: query `i` sees `pos_offset + i + 1` keys.
+fn visible_scores<M>(q: &crate::Heads<'_, M>, pos_offset: usize) -> f64 {
+    let t = q.seq as f64;
+    (q.batch * q.heads) as f64 * (t * pos_offset as f64 + t * (t + 1.0) / 2.0)
+}
+
+/// A backend that times every op of `B`; see the module docs.
+pub struct Timed<B> {
+    inner: B,
+    stats: RefCell<Vec<OpStats>>,
+    since: Cell<Instant>,
+}
+
+impl<B: MemoryOps> Timed<B> {
+    /// `inner`, timed from now.
+    pub fn new(inner: B) -> Self {
+        Timed {
+            inner,
+            stats: RefCell::new(Vec::new()),
+            since: Cell::new(Instant::now()),
+        }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The wrapped backend, given back.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+
+    /// Forgets every count (after warm-up steps, say) and restarts the wall clock.
+    pub fn reset(&self) {
+        self.stats.borrow_mut().clear();
+        self.since.set(Instant::now());
+    }
+
+    /// The counts so far, slowest op first.
+    pub fn profile(&self) -> Profile {
+        let mut ops = self.stats.borrow().clone();
+        ops.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        Profile {
+            ops,
+            wall_s: self.since.get().elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Runs one op between two synchronisations and records it if it succeeded.
+    fn time<R>(&self, op: &'static str, work: Work, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.inner.synchronize()?;
+        let start = Instant::now();
+        let r = f()?;
+        self.inner.synchronize()?;
+        self.record(op, start.elapsed(), work);
+        Ok(r)
+    }
+
+    fn record(&self, op: &'static str, dt: Duration, work: Work) {
+        let mut stats = self.stats.borrow_mut();
+        let i = match stats.iter().position(|s| s.op == op) {
+            Some(i) => i,
+            None => {
+                stats.push(OpStats {
+                    op,
+                    calls: 0,
+                    seconds: 0.0,
+                    flops: 0.0,
+                    bytes: 0.0,
+                });
+                stats.len() - 1
+            }
+        };
+        let s = &mut stats[i];
+        s.calls += 1;
+        s.seconds += dt.as_secs_f64();
+        match work {
+            Work::None => {}
+            Work::Flops(f) => s.flops += f,
+            Work::Bytes(b) => s.bytes += b,
+        }
+    }
+}
+
+impl Profile {
+    /// The sum of the ops' times.
+    pub fn op_seconds(&self) -> f64 {
+        self.ops.iter().map(|s| s.seconds).sum()
+    }
+
+    /// A table of the ops per step (the counts divided by `steps`): op, calls, ms,
+    /// % of the wall time, and GFLOP/s or GB/s; then the time outside the ops and the
+    /// total.
+    pub fn table(&self, steps: usize) -> String {
+        let per = 1.0 / steps.max(1) as f64;
+        let pct = |s: f64| 100.0 * s / self.wall_s.max(f64::MIN_POSITIVE);
+        let mut out = format!(
+            "{:<24} {:>9} {:>10} {:>9} {:>14}\n",
+            "op", "calls", "ms", "% of step", "rate"
+        );
+        for s in &self.ops {
+            let rate = if s.flops > 0.0 {
+                format!("{:.1} GFLOP/s", s.flops / s.seconds / 1e9)
+            } else if s.bytes > 0.0 {
+                format!("{:.1} GB/s", s.bytes / s.seconds / 1e9)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "{:<24} {:>9} {:>10.3} {:>8.1}% {:>14}",
+                s.op,
+                s.calls as f64 * per,
+                s.seconds * per * 1e3,
+                pct(s.seconds),
+                rate
+            );
+        }
+        let outside = (self.wall_s - self.op_seconds()).max(0.0);
+        let _ = writeln!(
+            out,
+            "{:<24} {:>9} {:>10.3} {:>8.1}%",
+            "(outside the ops)",
+            "",
+            outside * per * 1e3,
+            pct(outside)
+        );
+        let _ = write!(
+            out,
+            "{:<24} {:>9} {:>10.3} {:>8.1}%",
+            "step",
+            "",
+            self.wall_s * per * 1e3,
+            100.0
+        );
+        out
+    }
+}
+
+impl<B: MemoryOps> MemoryOps for Timed<B> {
+    type Buffer = B::Buffer;
+    type IdBuffer = B::IdBuffer;
+
+    fn name(&self) -> String {
+        format!("timed {}", self.inner.name())
+    }
+    fn alloc(&self, len: usize) -> Result<Self::Buffer> {
+        self.time("alloc", Work::None, || self.inner.alloc(len))
+    }
+    fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer> {
+        self.time("alloc_ids", Work::None, || self.inner.alloc_ids(len))
+    }
+    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
+        self.time("upload", floats(src.len()), || self.inner.upload(src, dst))
+    }
+    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
+        let work = floats(dst.len());
+        self.time("download", work, || self.inner.download(src, dst))
+    }
+    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
+        self.time("upload_ids", floats(src.len()), || {
+            self.inner.upload_ids(src, dst)
+        })
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.inner.synchronize()
+    }
+    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
+        self.time("fill", floats(dst.numel()), || self.inner.fill(dst, value))
+    }
+    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
+        let work = floats(2 * src.batch * src.rows * src.cols);
+        self.time("copy", work, || self.inner.copy(src, dst))
+    }
+}
+
+impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
+    fn matmul(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.time("matmul", matmul_flops(&a, &c), || {
+            self.inner.matmul(a, b, bias, c)
+        })
+    }
+    fn matmul_add(
+        &self,
+        a: Mat<'_, Self>,
+        b: Mat<'_, Self>,
+        bias: Option<Tensor<'_, Self>>,
+        c: Mat<'_, Self>,
+    ) -> Result<()> {
+        self.time("matmul_add", matmul_flops(&a, &c), || {
+            self.inner.matmul_add(a, b, bias, c)
+        })
+    }
+    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
+        let work = floats(dout.numel() + 2 * dbias.numel());
+        self.time("bias_backward", work, || {
+            self.inner.bias_backward(dout, dbias)
+        })
+    }
+    fn linear_gelu(
+        &self,
+        x: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        bias: Tensor<'_, Self>,
+        pre: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        self.time("linear_gelu", matmul_flops(&x, &pre.mat()), || {
+            self.inner.linear_gelu(x, w, bias, pre, out)
+        })
+    }
+}
+
+impl<B: ElementwiseOps> ElementwiseOps for Timed<B> {
+    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+        self.time("add", floats(3 * out.numel()), || self.inner.add(a, b, out))
+    }
+    fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()> {
+        self.time("scale", floats(2 * x.numel()), || {
+            self.inner.scale(x, alpha)
+        })
+    }
+    fn gelu(&self, x: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+        self.time("gelu", floats(2 * x.numel()), || self.inner.gelu(x, out))
+    }
+    fn gelu_backward(
+        &self,
+        x: Tensor<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+    ) -> Result<()> {
+        self.time("gelu_backward", floats(3 * x.numel()), || {
+            self.inner.gelu_backward(x, dout, dx)
+        })
+    }
+}
+
+impl<B: LayerNormOps + ElementwiseOps> LayerNormOps for Timed<B> {
+    fn layernorm(
+        &self,
+        x: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        beta: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        eps: f32,
+    ) -> Result<()> {
+        let work = floats(2 * x.numel() + 2 * mean.numel() + 2 * gamma.numel());
+        self.time("layernorm", work, || {
+            self.inner.layernorm(x, gamma, beta, out, mean, rstd, eps)
+        })
+    }
+    fn layernorm_backward(
+        &self,
+        x: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+        dgamma: Tensor<'_, Self>,
+        dbeta: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let work = floats(4 * x.numel() + 2 * mean.numel() + 5 * gamma.numel());
+        self.time("layernorm_backward", work, || {
+            self.inner
+                .layernorm_backward(x, gamma, mean, rstd, dout, dx, dgamma, dbeta)
+        })
+    }
+    fn residual_layernorm(
+        &self,
+        a: Tensor<'_, Self>,
+        b: Tensor<'_, Self>,
+        residual: Tensor<'_, Self>,
+        gamma: Tensor<'_, Self>,
+        beta: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        mean: Tensor<'_, Self>,
+        rstd: Tensor<'_, Self>,
+        eps: f32,
+    ) -> Result<()> {
+        let work = floats(4 * a.numel() + 2 * mean.numel() + 2 * gamma.numel());
+        self.time("residual_layernorm", work, || {
+            self.inner
+                .residual_layernorm(a, b, residual, gamma, beta, out, mean, rstd, eps)
+        })
+    }
+}
+
+impl<B: SoftmaxOps> SoftmaxOps for Timed<B> {
+    fn softmax(
+        &self,
+        x: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        scale: f32,
+        causal_offset: Option<usize>,
+    ) -> Result<()> {
+        self.time("softmax", floats(2 * x.numel()), || {
+            self.inner.softmax(x, out, scale, causal_offset)
+        })
+    }
+    fn softmax_backward(
+        &self,
+        probs: Tensor<'_, Self>,
+        dprobs: Tensor<'_, Self>,
+        dx: Tensor<'_, Self>,
+        scale: f32,
+    ) -> Result<()> {
+        self.time("softmax_backward", floats(3 * probs.numel()), || {
+            self.inner.softmax_backward(probs, dprobs, dx, scale)
+        })
+    }
+}
+
+impl<B: EmbeddingOps> EmbeddingOps for Timed<B> {
+    fn embedding(
+        &self,
+        ids: Ids<'_, Self>,
+        wte: Tensor<'_, Self>,
+        wpe: Tensor<'_, Self>,
+        out: Tensor<'_, Self>,
+        pos_offset: usize,
+    ) -> Result<()> {
+        let work = floats(3 * out.numel() + ids.numel());
+        self.time("embedding", work, || {
+            self.inner.embedding(ids, wte, wpe, out, pos_offset)
+        })
+    }
+    fn embedding_backward(
+        &self,
+        ids: Ids<'_, Self>,
+        dout: Tensor<'_, Self>,
+        dwte: Tensor<'_, Self>,
+        dwpe: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let work = floats(3 * dout.numel() + ids.numel());
+        self.time("embedding_backward", work, || {
+            self.inner.embedding_backward(ids, dout, dwte, dwpe)
+        })
+    }
+}
+
+impl<B: LossOps> LossOps for Timed<B> {
+    fn softmax_cross_entropy(
+        &self,
+        logits: Tensor<'_, Self>,
+        targets: Ids<'_, Self>,
+        vocab: usize,
+        losses: Tensor<'_, Self>,
+        dlogits: Option<Tensor<'_, Self>>,
+        grad_scale: f32,
+    ) -> Result<()> {
+        let passes = if dlogits.is_some() { 2 } else { 1 };
+        let work = floats(passes * logits.numel() + 2 * losses.numel());
+        self.time("softmax_cross_entropy", work, || {
+            self.inner
+                .softmax_cross_entropy(logits, targets, vocab, losses, dlogits, grad_scale)
+        })
+    }
+}
+
+impl<B: OptimOps> OptimOps for Timed<B> {
+    fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
+        self.time("sum_squares", floats(x.numel()), || {
+            self.inner.sum_squares(x)
+        })
+    }
+    fn adamw(
+        &self,
+        param: Tensor<'_, Self>,
+        grad: Tensor<'_, Self>,
+        m: Tensor<'_, Self>,
+        v: Tensor<'_, Self>,
+        step: &AdamWStep,
+    ) -> Result<()> {
+        // Reads p, g, m, v; writes p, m, v.
+        self.time("adamw", floats(7 * param.numel()), || {
+            self.inner.adamw(param, grad, m, v, step)
+        })
+    }
+}
+
+impl<B: AttentionOps + LinalgOps + SoftmaxOps> AttentionOps for Timed<B> {
+    fn attention_workspace_len(&self, shape: AttentionShape) -> usize {
+        self.inner.attention_workspace_len(shape)
+    }
+    fn attention_backward_scratch_len(&self, shape: AttentionShape) -> usize {
+        self.inner.attention_backward_scratch_len(shape)
+    }
+    fn attention_forward(
+        &self,
+        q: HeadsOf<'_, Self>,
+        k: HeadsOf<'_, Self>,
+        v: HeadsOf<'_, Self>,
+        out: HeadsOf<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        pos_offset: usize,
+    ) -> Result<()> {
+        let work = Work::Flops(4.0 * q.head_dim as f64 * visible_scores(&q, pos_offset));
+        self.time("attention_forward", work, || {
+            self.inner
+                .attention_forward(q, k, v, out, workspace, pos_offset)
+        })
+    }
+    fn attention_backward(
+        &self,
+        q: HeadsOf<'_, Self>,
+        k: HeadsOf<'_, Self>,
+        v: HeadsOf<'_, Self>,
+        out: HeadsOf<'_, Self>,
+        dout: HeadsOf<'_, Self>,
+        dq: HeadsOf<'_, Self>,
+        dk: HeadsOf<'_, Self>,
+        dv: HeadsOf<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        scratch: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let work = Work::Flops(8.0 * q.head_dim as f64 * visible_scores(&q, 0));
+        self.time("attention_backward", work, || {
+            self.inner
+                .attention_backward(q, k, v, out, dout, dq, dk, dv, workspace, scratch)
+        })
+    }
+}

@@ -22,10 +22,13 @@
 //!
 //! * [`naive::NaiveBackend`]: the slowest correct backend, which validates the suite
 //!   itself and shows how to implement the trait.
+//! * [`compare::Compare`]: two backends in lockstep, naming the first op whose outputs
+//!   differ beyond its tolerance (the CPU-vs-CUDA model tests use it).
 //!
 //! The number of proptest cases per op is [`suite::Config::DEFAULT_CASES`] (32) unless
 //! the `PROPTEST_CASES` environment variable is set; `PROPTEST_RNG_SEED` fixes the seed.
 
+pub mod compare;
 pub mod device;
 pub mod naive;
 pub mod random;

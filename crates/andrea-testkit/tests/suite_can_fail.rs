@@ -450,3 +450,76 @@ fn the_wrapper_without_a_fault_passes_the_same_functions() {
         }
     }
 }
+
+/// `Compare` runs the fault-free naive backend and a faulty one in lockstep through a
+/// few ops of an MLP (matmul, GELU, residual add, LayerNorm, accumulating matmul): the
+/// first divergence it records names the op with the planted fault, not the ops after
+/// it whose inputs already differ. Without a fault, nothing diverges.
+#[test]
+fn compare_names_the_op_with_the_planted_fault() {
+    use andrea_testkit::compare::Compare;
+    use andrea_testkit::Tol;
+
+    fn mat<M: DeviceMemory>(b: &M, rows: usize) -> View<'_, M> {
+        View::new(b, 0, [rows, 8])
+    }
+
+    fn mlp<B: Backend>(be: &B) -> Result<()> {
+        let (n, c) = (6, 8);
+        let buf = |vals: Vec<f32>| -> Result<B::Buffer> {
+            let b = be.alloc(vals.len())?;
+            be.upload(&vals, View::whole(&b))?;
+            Ok(b)
+        };
+        let wave = |len: usize, f: f32| (0..len).map(|i| (i as f32 * f).sin()).collect();
+        let (x, w) = (buf(wave(n * c, 0.7))?, buf(wave(c * c, 1.3))?);
+        let (h, g, dw) = (
+            buf(vec![0.0; n * c])?,
+            buf(vec![0.0; n * c])?,
+            buf(wave(c * c, 0.1))?,
+        );
+        let (ln_g, ln_b) = (buf(vec![1.0; c])?, buf(vec![0.0; c])?);
+        let (out, mean, rstd) = (
+            buf(vec![0.0; n * c])?,
+            buf(vec![0.0; n])?,
+            buf(vec![0.0; n])?,
+        );
+        be.matmul(mat(&x, n).mat(), mat(&w, c).mat(), None, mat(&h, n).mat())?;
+        be.gelu(mat(&h, n), mat(&g, n))?;
+        be.add(mat(&g, n), mat(&x, n), mat(&g, n))?;
+        be.layernorm(
+            mat(&g, n),
+            View::whole(&ln_g),
+            View::whole(&ln_b),
+            mat(&out, n),
+            View::whole(&mean),
+            View::whole(&rstd),
+            1e-5,
+        )?;
+        be.matmul_add(
+            mat(&x, n).mat().t(),
+            mat(&out, n).mat(),
+            None,
+            mat(&dw, c).mat(),
+        )
+    }
+
+    let tol = Tol::new(1e-6, 1e-5);
+    for (fault, op, output) in [
+        (Fault::ErfGelu, "gelu", "out"),
+        (Fault::UnbiasedVariance, "layernorm", "out"),
+        (Fault::IgnoresAccumulate, "matmul_add", "c"),
+    ] {
+        let be = Compare::new(NaiveBackend::new(), faulty(fault), tol);
+        mlp(&be).unwrap();
+        let d = be
+            .first_divergence()
+            .unwrap_or_else(|| panic!("{fault:?}: Compare saw no divergence"));
+        eprintln!("{fault:?}: {d}");
+        assert_eq!((d.op, d.output), (op, output), "{fault:?}: {d}");
+        assert!(d.message.contains("worst at index"), "{d}");
+    }
+    let be = Compare::new(NaiveBackend::new(), faulty(Fault::None), tol);
+    mlp(&be).unwrap();
+    assert_eq!(be.agreement(), Ok(()));
+}
