@@ -1,6 +1,7 @@
 //! `andrea bench train|decode`: tokens per second of full training steps or of KV-cache
 //! decoding on a freshly initialised model, measured by `andrea_model::bench` (warm-up,
-//! then the median over the timed steps).
+//! then the median over the timed steps). `--profile` runs the training steps on
+//! `andrea::core::timed::Timed` and prints where a step spends its time, op by op.
 
 use andrea::model::bench::{self, BenchReport, DecodeBench, TrainBench};
 use andrea::Backend;
@@ -19,15 +20,20 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
             config.context_length
         );
     }
+    if args.profile && args.kind != BenchKind::Train {
+        bail!("--profile applies to `andrea bench train`");
+    }
+    let mut profile = None;
     let report: BenchReport = match args.kind {
+        BenchKind::Train if args.profile => {
+            let plan = train_plan(args, seq);
+            let (report, p) =
+                bench::train_profile(backend, config, file.optimizer.unwrap_or_default(), &plan)?;
+            profile = Some(p);
+            report
+        }
         BenchKind::Train => {
-            let plan = TrainBench {
-                batch: args.batch_size,
-                seq,
-                warmup: args.warmup.unwrap_or(2),
-                steps: args.steps,
-                seed: args.seed,
-            };
+            let plan = train_plan(args, seq);
             bench::train(backend, config, file.optimizer.unwrap_or_default(), &plan)?
         }
         BenchKind::Decode => {
@@ -46,7 +52,14 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
         }
     };
     if args.json {
-        println!("{}", report.to_json());
+        match &profile {
+            Some(p) => {
+                let mut v = serde_json::to_value(&report)?;
+                v["profile"] = serde_json::to_value(&p.ops)?;
+                println!("{v}");
+            }
+            None => println!("{}", report.to_json()),
+        }
     } else {
         println!(
             "{} {} on {}: {:.1} tokens/s (median {:.4} s per step of {} tokens, {} timed steps after {} warm-up)",
@@ -59,6 +72,23 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
             report.steps,
             report.warmup
         );
+        if let Some(p) = &profile {
+            println!(
+                "\nper step, over {} timed steps, each op between two synchronisations:\n{}",
+                report.steps,
+                p.table(report.steps)
+            );
+        }
     }
     Ok(())
+}
+
+fn train_plan(args: &BenchArgs, seq: usize) -> TrainBench {
+    TrainBench {
+        batch: args.batch_size,
+        seq,
+        warmup: args.warmup.unwrap_or(2),
+        steps: args.steps,
+        seed: args.seed,
+    }
 }

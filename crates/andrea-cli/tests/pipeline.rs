@@ -168,6 +168,50 @@ fn bench_prints_tokens_per_second() {
 }
 
 #[test]
+fn bench_train_profile_prints_every_op() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("tiny.toml"), TINY).unwrap();
+    let args = [
+        "bench",
+        "train",
+        "--config",
+        "tiny.toml",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--profile",
+    ];
+    let text = String::from_utf8(ok(dir, &args).stdout).unwrap();
+    for op in [
+        "matmul",
+        "attention_backward",
+        "adamw",
+        "(outside the ops)",
+        "GFLOP/s",
+        "GB/s",
+    ] {
+        assert!(text.contains(op), "no `{op}` in:\n{text}");
+    }
+    let json = ok(dir, &[&args[..], &["--json"]].concat());
+    let r: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let ops = r["profile"].as_array().unwrap();
+    let embedding = ops.iter().find(|o| o["op"] == "embedding").unwrap();
+    // One embedding per step, over the 2 timed steps (the warm-up is not counted).
+    assert_eq!(embedding["calls"], 2, "{r}");
+    fails_with(
+        dir,
+        &["bench", "decode", "--config", "tiny.toml", "--profile"],
+        "--profile",
+    );
+}
+
+#[test]
 fn every_command_has_help() {
     let tmp = tempfile::tempdir().unwrap();
     for cmd in [

@@ -6,7 +6,9 @@
 //! the median, which a noisy shared machine moves far less than the mean. The same logic
 //! serves the `bench` example of this crate, the criterion benches in `benches/` and the
 //! CLI's `andrea bench`; `benches/pytorch/train_step.py` measures PyTorch the same way
-//! and prints the same JSON shape ([`BenchReport::to_json`]).
+//! and prints the same JSON shape ([`BenchReport::to_json`]). [`train_profile`] runs
+//! the same steps on `andrea_core::timed::Timed` for a per-op table
+//! (`andrea bench train --profile`).
 //!
 //! ```
 //! use andrea_cpu::CpuBackend;
@@ -23,6 +25,7 @@
 
 use std::time::{Duration, Instant};
 
+use andrea_core::timed::{Profile, Timed};
 use andrea_core::{Backend, ModelConfig, OptimizerConfig};
 use serde::Serialize;
 
@@ -177,6 +180,34 @@ pub fn train<B: Backend>(
     optimizer: OptimizerConfig,
     plan: &TrainBench,
 ) -> Result<BenchReport> {
+    train_with(backend, config, optimizer, plan, |_| {}).map(|(report, _)| report)
+}
+
+/// [`train`] on [`Timed`]`<B>`: the same steps of the real [`Trainer`], every op timed
+/// (counts reset after the warm-up), and the per-op [`Profile`] of the timed steps
+/// ([`Profile::table`] prints it per step). Each op runs between two synchronisations,
+/// so on a GPU the step is slower than [`train`]'s; the report's figures are those of
+/// the timed run.
+pub fn train_profile<B: Backend>(
+    backend: B,
+    config: ModelConfig,
+    optimizer: OptimizerConfig,
+    plan: &TrainBench,
+) -> Result<(BenchReport, Profile)> {
+    let timed = Timed::new(backend);
+    let (report, trainer) = train_with(timed, config, optimizer, plan, Timed::reset)?;
+    Ok((report, trainer.model().backend().profile()))
+}
+
+/// [`train`], calling `after_warmup` on the backend once the warm-up steps are done, and
+/// giving back the trainer.
+fn train_with<B: Backend>(
+    backend: B,
+    config: ModelConfig,
+    optimizer: OptimizerConfig,
+    plan: &TrainBench,
+    after_warmup: impl FnOnce(&B),
+) -> Result<(BenchReport, Trainer<B>)> {
     check_counts("bench::train", plan.steps)?;
     let name = config.name.clone().unwrap_or_else(|| "unnamed".into());
     let flops_per_token = config.training_flops_per_token(plan.seq);
@@ -187,7 +218,14 @@ pub fn train<B: Backend>(
     let (mut total, mut fwd, mut bwd, mut opt) = (vec![], vec![], vec![], vec![]);
     let mut loss = 0.0;
     let sync = |t: &Trainer<B>| t.model().backend().synchronize();
+    let mut after_warmup = Some(after_warmup);
     for i in 0..plan.warmup + plan.steps {
+        if i == plan.warmup {
+            sync(&trainer)?;
+            if let Some(f) = after_warmup.take() {
+                f(trainer.model().backend());
+            }
+        }
         let t0 = Instant::now();
         loss = trainer.forward_train(&tokens, &targets)?;
         sync(&trainer)?;
@@ -209,7 +247,7 @@ pub fn train<B: Backend>(
     let median = |d: &[Duration]| Spread::of(d).expect("steps >= 1").median_s;
     let tokens_per_step = plan.batch * plan.seq;
     let tokens_per_s = tokens_per_step as f64 / time.median_s;
-    Ok(BenchReport {
+    let report = BenchReport {
         implementation: "andrea",
         bench: "train_step",
         config: name,
@@ -229,7 +267,8 @@ pub fn train<B: Backend>(
             optimizer_s: median(&opt),
         }),
         loss: Some(loss),
-    })
+    };
+    Ok((report, trainer))
 }
 
 /// Greedy decoding one token at a time through a KV cache, refilling the cache with

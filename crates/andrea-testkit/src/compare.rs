@@ -82,6 +82,8 @@ pub struct Compare<A, B> {
     b: B,
     tol: Tol,
     per_op: HashMap<&'static str, Tol>,
+    /// `abs` is a fraction of each output's largest `|a|` ([`Compare::abs_of_scale`]).
+    abs_of_scale: bool,
     calls: Cell<u64>,
     first: RefCell<Option<Divergence>>,
 }
@@ -200,6 +202,7 @@ impl<A: Backend, B: Backend> Compare<A, B> {
             b,
             tol,
             per_op: HashMap::new(),
+            abs_of_scale: false,
             calls: Cell::new(0),
             first: RefCell::new(None),
         }
@@ -208,6 +211,14 @@ impl<A: Backend, B: Backend> Compare<A, B> {
     /// Another tolerance for the outputs of `op` (a trait method's name).
     pub fn with_tol(mut self, op: &'static str, tol: Tol) -> Self {
         self.per_op.insert(op, tol);
+        self
+    }
+
+    /// Reads each tolerance's `abs` as a fraction of the largest `|a|` of the output
+    /// compared: for sums, whose rounding errors scale with the terms, not the result,
+    /// so an element that cancels to near zero carries the error of the large ones.
+    pub fn abs_of_scale(mut self) -> Self {
+        self.abs_of_scale = true;
         self
     }
 
@@ -316,6 +327,13 @@ impl<A: Backend, B: Backend> Compare<A, B> {
             self.a.download(ta, &mut ha)?;
             self.b.download(tb, &mut hb)?;
             let want: Vec<f64> = ha.iter().map(|&v| v as f64).collect();
+            let tol = match self.abs_of_scale {
+                true => Tol::new(
+                    tol.abs * want.iter().fold(0.0, |m, w| w.abs().max(m)),
+                    tol.rel,
+                ),
+                false => tol,
+            };
             if let Err(message) = tol.check(&format!("{op}: {name}"), &hb, &want) {
                 self.diverged(op, name, call, message);
                 break;
