@@ -42,6 +42,7 @@
 #                     0.35-0.7 s each, plus 4 model initialisations of 92M parameters
 #   bench-train-*     45 s each (est. 15 each) andrea bench train, 120M at 16 x 1024,
 #                     TF32, BF16, FP32 (2 warm-up + 5 timed steps at 0.35-1 s)
+#   bench-profile     45 s   (est. 15)  the TF32 step of bench-train on Timed: the per-op table
 #   peer-gemm         40 s   (est. 12)  torch.matmul (cuBLAS), same 11 shapes, 3 precisions
 #   peer-attention    30 s   (est. 8)   scaled_dot_product_attention, bf16 (flash) and fp32
 #   peer-train-*      50 s each (est. 20 each) GPT2LMHeadModel as ANDREA-120M, 16 x 1024,
@@ -236,6 +237,10 @@ for p in tf32 bf16 fp32; do
     phase "bench-train-$p" 45 15 -- ./andrea --backend cuda --precision "$p" bench train \
         --config "$CFG_BIG" "${BENCH_SHAPE[@]}" --json
 done
+# Where that step's time goes, op by op (each op between two synchronisations, so the
+# step is slower than above; the table is per step).
+phase bench-profile 45 15 -- ./andrea --backend cuda bench train --config "$CFG_BIG" \
+    "${BENCH_SHAPE[@]}" --profile
 
 # ---- peers: PyTorch on the same GPU -----------------------------------------------------------
 peer() {

@@ -1,7 +1,7 @@
 //! # andrea-cpu
 //!
-//! [`CpuBackend`]: andrea's [`Backend`] on the host, with ndarray-style row kernels,
-//! rayon for threads, and one strided GEMM function behind every matrix product.
+//! [`CpuBackend`]: andrea's [`andrea_core::Backend`] on the host, with ndarray-style row
+//! kernels, rayon for threads, and one strided GEMM function behind every matrix product.
 //!
 //! * **GEMM**: a single-threaded kernel on blocks of C that rayon spreads over the
 //!   threads (row blocks; column blocks when there are few rows). The kernel is the

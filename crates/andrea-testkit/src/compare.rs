@@ -26,11 +26,12 @@
 //! # Ok::<(), andrea_core::Error>(())
 //! ```
 //!
-//! It lives in the testkit because it needs [`Tol`]; it is a tool for tests and for the
-//! GPU bundle, never for a production path (it downloads every output).
+//! It lives in the testkit because it needs [`Tol`]; it is a tool for tests (the GPU
+//! bundle runs `andrea-cuda`'s, which use it), never for a production path: it downloads
+//! every output.
 //!
-//! Not compared: the attention workspace and scratch (each backend keeps its own form)
-//! and ops' work inside fused ops (a fused op is one op here).
+//! Not compared: the attention workspace and scratch (each backend keeps its own form in
+//! them), and the steps inside a fused op (it is compared as one op, by its outputs).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
