@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use andrea_core::config::{step_gemms, StepGemm};
-use andrea_core::{AttentionShape, Backend, Heads, Matrix, View};
+use andrea_core::prelude::*;
 use andrea_cpu::CpuBackend;
 use andrea_cuda::{CudaBackend, MatmulPrecision, Precision};
 use andrea_model::{Config, Model, Trainer};
