@@ -85,7 +85,9 @@ pub fn save<B: Backend>(
     mut state: TrainingState,
 ) -> Result<PathBuf> {
     let name = format!("step-{:08}", state.step);
-    let tmp = out.join(format!(".tmp-{name}"));
+    // Unique per process and call (see `run_lock`): two writers never share a file.
+    let suffix = crate::run_lock::unique_suffix();
+    let tmp = out.join(format!(".tmp-{name}-{suffix}"));
     let fin = out.join(&name);
     let what = || format!("writing the checkpoint {}", fin.display());
     if tmp.exists() {
@@ -107,7 +109,7 @@ pub fn save<B: Backend>(
     andrea::model::io::write_atomic(&tmp.join(STATE_FILE), json.as_bytes()).with_context(what)?;
     if fin.exists() {
         // Same step saved again (a resumed run stopped at once): replace it.
-        let old = out.join(format!(".old-{name}"));
+        let old = out.join(format!(".old-{name}-{suffix}"));
         let _ = std::fs::remove_dir_all(&old);
         std::fs::rename(&fin, &old).with_context(what)?;
         andrea_fs::rename_durable(&tmp, &fin).with_context(what)?;
@@ -119,39 +121,74 @@ pub fn save<B: Backend>(
     Ok(fin)
 }
 
-/// Removes all but the newest `keep` checkpoints (`step-*`) of `out`; 0 keeps all.
+/// Removes what an interrupted save left behind (`.tmp-step-*`, `.old-step-*`,
+/// `.latest.tmp-*`). Only safe while holding the run's lock.
+pub fn remove_stale_temporaries(out: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let p = entry.path();
+        if name.starts_with(".tmp-step-") || name.starts_with(".old-step-") {
+            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
+        } else if name.starts_with(".latest.tmp") {
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The step of a checkpoint directory this andrea wrote: a name `step-` + 8 digits
+/// (as [`save`] makes) and a `training_state.json` inside. Anything else in a run
+/// directory (a user's `step-notes/`) is not ours to prune or replace.
+pub fn checkpoint_step(p: &Path) -> Option<u64> {
+    let name = p.file_name()?.to_str()?;
+    let digits = name.strip_prefix("step-")?;
+    if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let meta = std::fs::symlink_metadata(p).ok()?;
+    if !meta.is_dir() || !p.join(STATE_FILE).is_file() {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The checkpoints of the run directory `out`, oldest first.
+pub fn list(out: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut steps: Vec<(u64, PathBuf)> = std::fs::read_dir(out)
+        .with_context(|| format!("listing {}", out.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| checkpoint_step(&p).map(|s| (s, p)))
+        .collect();
+    steps.sort();
+    Ok(steps)
+}
+
+/// Removes all but the newest `keep` checkpoints of `out`; 0 keeps all.
 pub fn prune(out: &Path, keep: usize) -> Result<()> {
     if keep == 0 {
         return Ok(());
     }
-    let mut steps: Vec<PathBuf> = std::fs::read_dir(out)
-        .with_context(|| format!("listing {}", out.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_dir()
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
-        })
-        .collect();
-    // Names are zero-padded, so the name order is the step order.
-    steps.sort();
+    let steps = list(out)?;
     let old = steps.len().saturating_sub(keep);
-    for p in &steps[..old] {
+    for (_, p) in &steps[..old] {
         std::fs::remove_dir_all(p).with_context(|| format!("removing {}", p.display()))?;
     }
     Ok(())
 }
 
 #[cfg(unix)]
-fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
-    let tmp = out.join(".latest.tmp");
+pub fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
+    let tmp = out.join(format!(".latest.tmp-{}", crate::run_lock::unique_suffix()));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(name, &tmp)?;
     andrea_fs::rename_durable(&tmp, &out.join("latest"))
 }
 
 #[cfg(not(unix))]
-fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
+pub fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
     // Without symbolic links: `latest` is a file naming the newest checkpoint.
     andrea_fs::write_atomic(&out.join("latest"), name.as_bytes())
 }

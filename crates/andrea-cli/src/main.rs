@@ -77,6 +77,7 @@ mod info;
 mod metrics;
 mod plot;
 mod prepare;
+mod run_lock;
 mod settings;
 mod tokenizer_cmd;
 mod train;

@@ -19,6 +19,7 @@ use crate::data::{inputs_and_targets, DataPosition, ShardSet};
 use crate::eval::mean_loss;
 use crate::generate;
 use crate::metrics::{Metric, Metrics, Progress, METRICS_FILE, PLOT_FILE};
+use crate::run_lock::RunLock;
 use crate::settings::{FileConfig, TrainSettings};
 
 /// Exit status after Ctrl-C (the checkpoint was written).
@@ -151,7 +152,8 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
     })
 }
 
-/// Refuses to mix two runs in one directory; with `--overwrite`, clears the old run.
+/// Refuses to mix two runs in one directory; with `--overwrite`, clears the old run
+/// (its checkpoints, `latest`, metrics and plot; nothing else in the directory).
 fn prepare_run_dir(out: &Path, overwrite: bool, resuming: bool) -> Result<()> {
     let holds_run = out.join("latest").exists() || out.join(METRICS_FILE).exists();
     if holds_run && !resuming {
@@ -163,22 +165,54 @@ fn prepare_run_dir(out: &Path, overwrite: bool, resuming: bool) -> Result<()> {
                 out.display()
             );
         }
-        for entry in std::fs::read_dir(out)? {
-            let p = entry?.path();
-            let name = p
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            if name.starts_with("step-") || name.starts_with(".tmp-step-") {
-                std::fs::remove_dir_all(&p)?;
-            } else if name == "latest" || name == METRICS_FILE || name == PLOT_FILE {
-                std::fs::remove_file(&p)?;
+        for (_, p) in checkpoint::list(out)? {
+            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
+        }
+        for name in ["latest", METRICS_FILE, PLOT_FILE] {
+            let p = out.join(name);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
             }
         }
     }
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("cannot create the run directory {}", out.display()))
+    Ok(())
+}
+
+/// Resuming from a checkpoint older than the run's newest would overwrite the newer
+/// ones as the run passes their steps: refused, or with `--overwrite` they are removed.
+fn check_newer_checkpoints(out: &Path, step: u64, overwrite: bool) -> Result<()> {
+    let Ok(all) = checkpoint::list(out) else {
+        return Ok(());
+    };
+    let newer: Vec<PathBuf> = all
+        .into_iter()
+        .filter(|(s, _)| *s > step)
+        .map(|(_, p)| p)
+        .collect();
+    let Some(newest) = newer.last() else {
+        return Ok(());
+    };
+    if !overwrite {
+        bail!(
+            "--resume from step {step}, but {} holds {} newer checkpoint(s) up to {}, which the \
+             resumed run would overwrite: resume from {}/latest, pass another --out for a new \
+             branch of the run, or --overwrite to delete the newer checkpoints",
+            out.display(),
+            newer.len(),
+            newest.display(),
+            out.display()
+        );
+    }
+    for p in &newer {
+        std::fs::remove_dir_all(p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    // `latest` named one of them: point it back at the checkpoint resumed from.
+    let name = format!("step-{step:08}");
+    if out.join(&name).is_dir() {
+        checkpoint::point_latest(out, &name)
+            .with_context(|| format!("updating {}/latest", out.display()))?;
+    }
+    Ok(())
 }
 
 /// The validation data: the flag, else the `val` shards next to the training data.
@@ -219,7 +253,13 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         }
         None => None,
     };
+    // Held until `run` returns; the kernel drops it if the process dies.
+    let _lock = RunLock::acquire(&out)?;
+    checkpoint::remove_stale_temporaries(&out)?;
     prepare_run_dir(&out, args.overwrite, resumed.is_some())?;
+    if let Some((_, state)) = &resumed {
+        check_newer_checkpoints(&out, state.step, args.overwrite)?;
+    }
 
     let mut trainer = Trainer::new(model, settings.optimizer(), b, t)?;
     let mut pos = DataPosition::default();

@@ -245,3 +245,131 @@ fn a_diverging_run_stops_and_keeps_the_last_checkpoint() {
     );
     ok(dir, &["info", "--checkpoint", "run/latest"]);
 }
+
+/// Waits until `cond` holds (or fails the test after a minute).
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_run_on_the_same_out_is_refused_and_the_first_survives_a_kill() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let mut first = std::process::Command::new(binary())
+        .current_dir(dir)
+        .args(TRAIN_TINY)
+        .args([
+            "--out",
+            "run",
+            "--steps",
+            "1000000",
+            "--checkpoint-every",
+            "2",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = first.id().to_string();
+    wait_for("the first run's checkpoint", || {
+        dir.join("run/latest/training_state.json").exists()
+    });
+    for args in [
+        &[TRAIN_TINY, &["--out", "run", "--overwrite"]].concat()[..],
+        &["train", "--resume", "run/latest", "--steps", "1000001"][..],
+    ] {
+        let err = fails_with(dir, args, "in use");
+        assert!(err.contains(&pid), "the holder's pid {pid} in: {err}");
+        assert!(err.contains("--out"), "{err}");
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // The run directory is intact: its newest checkpoint loads and resumes (the kernel
+    // released the lock with the killed process).
+    ok(dir, &["info", "--checkpoint", "run/latest"]);
+    let names = file_names(&dir.join("run"));
+    let step: u64 = std::fs::read_link(dir.join("run/latest"))
+        .unwrap()
+        .to_string_lossy()
+        .trim_start_matches("step-")
+        .parse()
+        .unwrap();
+    ok(
+        dir,
+        &[
+            "train",
+            "--resume",
+            "run/latest",
+            "--steps",
+            &(step + 1).to_string(),
+        ],
+    );
+    // The resume cleared what the kill left half-written.
+    let after = file_names(&dir.join("run"));
+    assert!(
+        !after.iter().any(|n| n.starts_with(".tmp-")),
+        "{names:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn resuming_from_an_older_checkpoint_does_not_overwrite_newer_ones() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let train = [TRAIN_TINY, &["--out", "run"]].concat();
+    ok(
+        dir,
+        &[&train[..], &["--steps", "4", "--checkpoint-every", "2"]].concat(),
+    );
+    let newer = bytes(dir.join("run/step-00000004/model.safetensors"));
+    let err = fails_with(
+        dir,
+        &["train", "--resume", "run/step-00000002", "--steps", "6"],
+        "newer checkpoint",
+    );
+    assert!(err.contains("--overwrite"), "{err}");
+    assert_eq!(
+        bytes(dir.join("run/step-00000004/model.safetensors")),
+        newer
+    );
+    // Into another --out, the old run stays as it is; --overwrite drops the newer
+    // ones and goes on from step 2.
+    let resume_old = ["train", "--resume", "run/step-00000002", "--steps", "3"];
+    ok(dir, &[&resume_old[..], &["--out", "branch"]].concat());
+    assert_eq!(
+        bytes(dir.join("run/step-00000004/model.safetensors")),
+        newer
+    );
+    ok(dir, &[&resume_old[..], &["--overwrite"]].concat());
+    assert!(!dir.join("run/step-00000004").exists());
+    assert!(dir.join("run/step-00000003").is_dir());
+}
+
+#[test]
+fn overwrite_deletes_only_the_runs_own_files() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let train = [TRAIN_TINY, &["--out", "run"]].concat();
+    ok(dir, &[&train[..], &["--steps", "1"]].concat());
+    std::fs::create_dir_all(dir.join("run/step-notes")).unwrap();
+    std::fs::write(dir.join("run/step-notes/keep.txt"), "mine").unwrap();
+    std::fs::create_dir_all(dir.join("run/step-00000099")).unwrap();
+    std::fs::write(dir.join("run/step-00000099/keep.txt"), "mine").unwrap();
+    ok(
+        dir,
+        &[
+            &train[..],
+            &["--steps", "1", "--overwrite", "--keep-checkpoints", "1"],
+        ]
+        .concat(),
+    );
+    assert!(dir.join("run/step-notes/keep.txt").exists());
+    assert!(dir.join("run/step-00000099/keep.txt").exists());
+    assert!(dir.join("run/step-00000001/training_state.json").exists());
+}

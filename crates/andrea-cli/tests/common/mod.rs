@@ -141,3 +141,14 @@ pub fn metrics(run: &Path) -> Vec<serde_json::Value> {
 pub fn bytes(p: impl AsRef<Path>) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
+
+/// `andrea train` on the prepared tiny model and data (add `--out` and the rest).
+pub const TRAIN_TINY: &[&str] = &["train", "--config", "tiny.toml", "--data", "data"];
+
+/// The names in a directory.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
