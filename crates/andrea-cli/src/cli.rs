@@ -183,7 +183,7 @@ pub struct PrepareArgs {
     /// Fraction of the input bytes, from the start, that goes to the validation shard.
     #[arg(long, default_value_t = 0.1)]
     pub val_fraction: f64,
-    /// File name prefix of the shards.
+    /// File name prefix of the shards: a plain name (no `/`, not starting with `.`).
     #[arg(long, default_value = "data")]
     pub prefix: String,
     /// At most this many tokens per shard.
@@ -213,10 +213,10 @@ pub struct TrainArgs {
     /// Continue this checkpoint's run exactly where it stopped (weights, optimizer, data position).
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Training shard, or a directory of `*train*.bin` shards (default with --resume: the run's).
+    /// Training shard, or a directory of `<prefix>_train_NNNNNN.bin` shards of one prefix (default with --resume: the run's).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Validation shard, or a directory of `*val*.bin` shards (default: the --data directory's val shards).
+    /// Validation shard, or a directory of `<prefix>_val_NNNNNN.bin` shards (default: the --data directory's val shards).
     #[arg(long)]
     pub val_data: Option<PathBuf>,
     /// tokenizer.json (default: the checkpoint's, or tokenizer.json next to the data).
@@ -305,7 +305,7 @@ pub struct EvalArgs {
     /// Checkpoint directory (a run's `latest` works).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// Token shard to evaluate on (or a directory of `*val*.bin` shards).
+    /// Token shard to evaluate on (or a directory of `<prefix>_val_NNNNNN.bin` shards).
     #[arg(long)]
     pub data: PathBuf,
     /// Sequences per batch.

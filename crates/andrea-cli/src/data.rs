@@ -4,10 +4,11 @@
 //! would run past the end of a shard moves to the start of the next shard (after the
 //! last, back to the first), so every window lies inside one shard.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use andrea::model::rng::Rng;
-use andrea_tokenizer::TokenShard;
+use andrea_tokenizer::{parse_shard_name, shard_name, TokenShard};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +25,10 @@ pub struct ShardSet {
     vocab_size: Option<u32>,
 }
 
-/// The shards a path names: the file itself, or the `.bin` files of a directory whose
-/// names contain `split` ("train" or "val"), sorted by name.
+/// The shards a path names: the file itself, or the `split` ("train" or "val") shards
+/// of a directory, by the exact names `andrea prepare` writes
+/// (`<prefix>_<split>_000000.bin`, see [`parse_shard_name`]), in index order. A directory
+/// holding shards of more than one prefix is refused: which of them is meant is a guess.
 pub fn shard_paths(path: &Path, split: &str) -> Result<Vec<PathBuf>> {
     let meta = std::fs::metadata(path).with_context(|| {
         format!(
@@ -36,29 +39,51 @@ pub fn shard_paths(path: &Path, split: &str) -> Result<Vec<PathBuf>> {
     if !meta.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
-    let mut found = Vec::new();
     let entries = std::fs::read_dir(path)
         .with_context(|| format!("cannot list the directory {}", path.display()))?;
+    let mut prefixes = BTreeSet::new();
+    let mut found = Vec::new();
     for entry in entries {
-        let p = entry
-            .with_context(|| format!("cannot list {}", path.display()))?
-            .path();
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-        if let Some(name) = name {
-            if name.ends_with(".bin") && name.contains(split) {
-                found.push(p);
-            }
+        let entry = entry.with_context(|| format!("cannot list {}", path.display()))?;
+        let name = entry.file_name();
+        let Some((prefix, s, index)) = name.to_str().and_then(parse_shard_name) else {
+            continue;
+        };
+        prefixes.insert(prefix.to_string());
+        if s == split {
+            found.push((index, entry.path()));
         }
+    }
+    if prefixes.len() > 1 {
+        let names: Vec<String> = prefixes.iter().map(|p| format!("{p}_*")).collect();
+        bail!(
+            "the directory {} holds shards of {} prefixes ({}): which are meant is ambiguous; \
+             pass one shard file, or keep each set of shards in its own directory",
+            path.display(),
+            prefixes.len(),
+            names.join(", ")
+        );
     }
     found.sort();
     if found.is_empty() {
         bail!(
-            "the directory {} holds no `*{split}*.bin` shards: make them with `andrea prepare`, \
-             or pass a shard file",
+            "the directory {} holds no `<prefix>_{split}_000000.bin` shards: make them with \
+             `andrea prepare`, or pass a shard file",
             path.display()
         );
     }
-    Ok(found)
+    Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// The validation shard next to a training shard file, by the naming scheme
+/// (`x_train_000003.bin` -> `x_val_000000.bin`), if it exists.
+pub fn val_sibling(train: &Path) -> Option<PathBuf> {
+    let name = train.file_name()?.to_str()?;
+    let (prefix, "train", _) = parse_shard_name(name)? else {
+        return None;
+    };
+    let sibling = train.with_file_name(shard_name(prefix, "val", 0));
+    sibling.is_file().then_some(sibling)
 }
 
 impl ShardSet {
@@ -91,8 +116,9 @@ impl ShardSet {
         self.shards.iter().map(|s| s.len()).sum()
     }
 
-    /// Refuses shards made with another vocabulary than the model's, and shards of which
-    /// none holds one window of `window` tokens.
+    /// Refuses shards made with another vocabulary than the model's, shards holding an id
+    /// outside it (each shard read once, here, so a bad id is not found only when its
+    /// batch comes), and shards of which none holds one window of `window` tokens.
     pub fn check(&self, model_vocab: usize, window: usize, what: &str) -> Result<()> {
         if let Some(v) = self.vocab_size {
             if v as usize != model_vocab {
@@ -103,12 +129,46 @@ impl ShardSet {
                 );
             }
         }
+        let limit = u32::try_from(model_vocab).unwrap_or(u32::MAX);
+        for shard in &self.shards {
+            if let Some((at, id)) = shard.first_id_at_least(limit) {
+                bail!(
+                    "the {what} shard {} holds token id {id} at position {at}, outside the model's \
+                     vocabulary of {model_vocab} ids: it was made with another tokenizer or is damaged; \
+                     encode the text again with the model's tokenizer (`andrea prepare --tokenizer <checkpoint>/tokenizer.json`)",
+                    shard.path().display()
+                );
+            }
+        }
         if !self.shards.iter().any(|s| s.len() >= window) {
             bail!(
                 "the {what} shards ({}) hold {} tokens, fewer than one batch window of {window} \
                  (batch size · sequence length + 1): use more text, or a smaller --batch-size or --seq-len",
                 self.shards[0].path().display(),
                 self.total_tokens()
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses a saved data position that does not lie in these shards (a resumed run
+    /// whose data changed, or a damaged `training_state.json`).
+    pub fn check_position(&self, pos: DataPosition) -> Result<()> {
+        let Some(shard) = self.shards.get(pos.shard) else {
+            bail!(
+                "the saved data position is shard {} but the training data has {} shard(s): \
+                 resume with the data the run was started on (--data)",
+                pos.shard,
+                self.shards.len()
+            );
+        };
+        if pos.offset > shard.len() {
+            bail!(
+                "the saved data position is token {} of {}, which holds {} tokens: \
+                 resume with the data the run was started on (--data)",
+                pos.offset,
+                shard.path().display(),
+                shard.len()
             );
         }
         Ok(())
@@ -127,7 +187,7 @@ impl ShardSet {
             *pos = DataPosition::default();
         }
         let mut tries = 0;
-        while pos.offset + window > self.shards[pos.shard].len() {
+        while pos.offset.saturating_add(window) > self.shards[pos.shard].len() {
             *pos = DataPosition {
                 shard: (pos.shard + 1) % self.shards.len(),
                 offset: 0,

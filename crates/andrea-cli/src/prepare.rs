@@ -13,6 +13,7 @@ pub fn run(args: &PrepareArgs) -> Result<()> {
             args.val_fraction
         );
     }
+    andrea_tokenizer::check_prefix(&args.prefix).context("--prefix")?;
     let tokenizer = Tokenizer::load(&args.tokenizer).with_context(|| {
         format!(
             "cannot load the tokenizer {} (make one with `andrea tokenizer train`)",

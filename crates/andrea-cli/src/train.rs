@@ -226,9 +226,7 @@ fn find_val(settings: &TrainSettings) -> Option<PathBuf> {
             .ok()
             .map(|_| data.clone());
     }
-    let name = data.file_name()?.to_string_lossy().replace("train", "val");
-    let sibling = data.with_file_name(name);
-    (sibling != *data && sibling.exists()).then_some(sibling)
+    crate::data::val_sibling(data)
 }
 
 pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
@@ -269,6 +267,7 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
             .load_optimizer_state(dir.join(checkpoint::OPTIMIZER_FILE))
             .with_context(|| format!("cannot load the optimizer state of {}", dir.display()))?;
         pos = state.data_position;
+        train.check_position(pos)?;
         rng = Rng::from_state(state.rng_state);
     }
     let start = trainer.steps();

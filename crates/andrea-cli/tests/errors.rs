@@ -373,3 +373,116 @@ fn overwrite_deletes_only_the_runs_own_files() {
     assert!(dir.join("run/step-00000099/keep.txt").exists());
     assert!(dir.join("run/step-00000001/training_state.json").exists());
 }
+
+/// The number before `word` in `text` ("123 train tokens" -> 123).
+fn count_before(text: &str, word: &str) -> u64 {
+    let at = text
+        .find(word)
+        .unwrap_or_else(|| panic!("{word:?} in {text}"));
+    text[..at]
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn shards_are_chosen_by_their_exact_names() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    // Prefixes that hold the other split's word: each directory's train and val shards
+    // must still be told apart.
+    for prefix in ["retrain", "interval", "my_val_x"] {
+        let d = format!("d-{prefix}");
+        let prep = ok(dir, &prepare_args(&d, prefix));
+        let report = String::from_utf8_lossy(&prep.stderr).into_owned();
+        let (train_tokens, val_tokens) = (
+            count_before(&report, "train tokens"),
+            count_before(&report, "val tokens"),
+        );
+        let run = format!("r-{prefix}");
+        let out = ok(
+            dir,
+            &[
+                "train",
+                "--config",
+                "tiny.toml",
+                "--data",
+                &d,
+                "--out",
+                &run,
+                "--steps",
+                "1",
+            ],
+        );
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(count_before(&log, "training tokens"), train_tokens, "{log}");
+        let ev = ok(
+            dir,
+            &[
+                "eval",
+                "--checkpoint",
+                &format!("{run}/latest"),
+                "--data",
+                &d,
+                "--seq-len",
+                "8",
+                "--batch-size",
+                "1",
+                "--json",
+            ],
+        );
+        let v: serde_json::Value = serde_json::from_slice(&ev.stdout).unwrap();
+        let evaluated = v["tokens"].as_u64().unwrap();
+        assert!(
+            evaluated <= val_tokens && evaluated + 8 >= val_tokens,
+            "{prefix}: evaluated {evaluated} of {val_tokens} val tokens"
+        );
+    }
+    // Two sets of shards in one directory: ambiguous.
+    ok(dir, &prepare_args("data", "other"));
+    let err = fails_with(
+        dir,
+        &[TRAIN_TINY, &["--out", "amb", "--steps", "1"]].concat(),
+        "ambiguous",
+    );
+    assert!(err.contains("data_*") && err.contains("other_*"), "{err}");
+    fails_with(
+        dir,
+        &["eval", "--checkpoint", "r-retrain/latest", "--data", "data"],
+        "ambiguous",
+    );
+}
+
+#[test]
+fn a_shard_prefix_cannot_leave_the_output_directory() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("inner")).unwrap();
+    let outside = dir.join("escaped");
+    for prefix in ["../escaped", "/tmp/escaped", "..", "", "a/b"] {
+        fails_with(dir, &prepare_args("inner/x", prefix), "--prefix");
+    }
+    assert!(file_names(&dir.join("inner")).is_empty());
+    assert!(!outside.exists() && !dir.join("escaped_train_000000.bin").exists());
+}
+
+#[test]
+fn token_ids_outside_the_vocabulary_are_found_when_the_shard_is_opened() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let shard = dir.join("data/data_train_000000.bin");
+    let mut b = bytes(&shard);
+    // The last token: its batch would come last.
+    let n = b.len();
+    b[n - 2..].copy_from_slice(&60000u16.to_le_bytes());
+    std::fs::write(&shard, &b).unwrap();
+    let err = fails_with(
+        dir,
+        &[TRAIN_TINY, &["--out", "run", "--steps", "1"]].concat(),
+        "60000",
+    );
+    assert!(err.contains("data_train_000000.bin"), "{err}");
+    assert!(!dir.join("run/metrics.jsonl").exists(), "{err}");
+}

@@ -81,7 +81,9 @@ pub use rayon;
 
 pub use error::{Error, Result};
 pub use input::{collect_files, InvalidUtf8};
-pub use shards::{write_shards, ShardOptions, ShardReport, TokenShard};
+pub use shards::{
+    check_prefix, parse_shard_name, shard_name, write_shards, ShardOptions, ShardReport, TokenShard,
+};
 pub use special::{SpecialToken, END_OF_TEXT};
 pub use tokenizer::{StreamDecoder, Tokenizer};
 pub use train::{train_from_files, train_from_texts, PieceCounts, TrainConfig, TrainReport};

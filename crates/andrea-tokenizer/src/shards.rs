@@ -34,6 +34,47 @@ const HEADER_BYTES: usize = SHARD_HEADER_INTS * 4;
 const BLOCK_BYTES: usize = 16 << 20;
 const CHUNK_BYTES: usize = 256 << 10;
 
+/// The file name of shard `index` of `split` ("train" or "val"):
+/// `<prefix>_<split>_<index, 6 digits>.bin`, the one scheme [`write_shards`] writes and
+/// [`parse_shard_name`] reads back.
+pub fn shard_name(prefix: &str, split: &str, index: usize) -> String {
+    format!("{prefix}_{split}_{index:06}.bin")
+}
+
+/// A shard file name split into `(prefix, split, index)` when it follows the scheme of
+/// [`shard_name`] exactly, read from the right (so a prefix may itself hold `_train`,
+/// `val` or underscores: `retrain_val_000000.bin` is validation data of `retrain`).
+/// Anything else is `None`.
+pub fn parse_shard_name(name: &str) -> Option<(&str, &str, usize)> {
+    let stem = name.strip_suffix(".bin")?;
+    let (rest, index) = stem.rsplit_once('_')?;
+    if index.len() != 6 || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (prefix, split) = rest.rsplit_once('_')?;
+    if prefix.is_empty() || !matches!(split, "train" | "val") {
+        return None;
+    }
+    Some((prefix, split, index.parse().ok()?))
+}
+
+/// Refuses a shard prefix that is not a plain file name (a path such as `../x` or
+/// `/tmp/x` would write outside the output directory).
+pub fn check_prefix(prefix: &str) -> Result<()> {
+    let plain = !prefix.is_empty()
+        && prefix != "."
+        && prefix != ".."
+        && !prefix.contains(['/', '\\', '\0', ':'])
+        && !prefix.starts_with('.');
+    if !plain {
+        return Err(Error::Invalid(format!(
+            "the shard prefix {prefix:?} is not a plain file name: use letters, digits, `-` or `_` \
+             (the shards go into the output directory)"
+        )));
+    }
+    Ok(())
+}
+
 /// How to write shards.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShardOptions {
@@ -79,7 +120,8 @@ pub struct ShardReport {
 /// Writes one split's shards, one at a time, streaming.
 struct SplitWriter {
     dir: PathBuf,
-    name: String,
+    prefix: String,
+    split: &'static str,
     max_tokens: usize,
     vocab_size: u32,
     current: Option<(BufWriter<File>, PathBuf, PathBuf, usize)>,
@@ -88,10 +130,17 @@ struct SplitWriter {
 }
 
 impl SplitWriter {
-    fn new(dir: &Path, prefix: &str, split: &str, max_tokens: usize, vocab_size: u32) -> Self {
+    fn new(
+        dir: &Path,
+        prefix: &str,
+        split: &'static str,
+        max_tokens: usize,
+        vocab_size: u32,
+    ) -> Self {
         SplitWriter {
             dir: dir.to_path_buf(),
-            name: format!("{prefix}_{split}"),
+            prefix: prefix.to_string(),
+            split,
             max_tokens,
             vocab_size,
             current: None,
@@ -105,7 +154,7 @@ impl SplitWriter {
             if self.current.is_none() {
                 let path = self
                     .dir
-                    .join(format!("{}_{:06}.bin", self.name, self.done.len()));
+                    .join(shard_name(&self.prefix, self.split, self.done.len()));
                 let tmp = andrea_fs::temp_path(&path).map_err(|e| Error::io(&path, e))?;
                 let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
                 let mut w = BufWriter::with_capacity(1 << 20, file);
@@ -168,6 +217,7 @@ pub fn write_shards<P: AsRef<Path>>(
             tokenizer.vocab_size()
         )));
     }
+    check_prefix(&options.prefix)?;
     if options.shard_tokens == 0 || options.shard_tokens > i32::MAX as usize {
         return Err(Error::Invalid(format!(
             "shard_tokens must be in 1..={}, not {}",
@@ -364,14 +414,28 @@ impl TokenShard {
         }
     }
 
+    /// The first token `>= limit` (an id outside a vocabulary of `limit` ids), as
+    /// `(position, id)`: one pass over the file, for a check when it is opened.
+    pub fn first_id_at_least(&self, limit: u32) -> Option<(usize, u32)> {
+        let bytes = &self.map[HEADER_BYTES..HEADER_BYTES + 2 * self.len];
+        bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as u32)
+            .enumerate()
+            .find(|&(_, id)| id >= limit)
+    }
+
     /// Copies tokens `start..start + out.len()` into `out` (any byte order).
     pub fn read(&self, start: usize, out: &mut [u16]) -> Result<()> {
-        if start + out.len() > self.len {
+        if start
+            .checked_add(out.len())
+            .is_none_or(|end| end > self.len)
+        {
             return Err(Error::Shard {
                 path: self.path.clone(),
                 message: format!(
                     "tokens {start}..{} asked of a shard of {}",
-                    start + out.len(),
+                    start.saturating_add(out.len()),
                     self.len
                 ),
             });
@@ -381,5 +445,38 @@ impl TokenShard {
             *o = u16::from_le_bytes([b[0], b[1]]);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod naming_tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_read_from_the_right() {
+        for prefix in ["data", "retrain", "interval", "a_val_b", "x_train"] {
+            for split in ["train", "val"] {
+                let name = shard_name(prefix, split, 12);
+                assert_eq!(parse_shard_name(&name), Some((prefix, split, 12)), "{name}");
+            }
+        }
+        for bad in [
+            "data_train.bin",
+            "data_train_0.bin",
+            "data_test_000000.bin",
+            "_train_000000.bin",
+            "data_train_000000.bin.tmp",
+            "data_train_00000a.bin",
+        ] {
+            assert_eq!(parse_shard_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn prefixes_that_are_paths_are_refused() {
+        for bad in ["", ".", "..", "../x", "/tmp/x", "a/b", "a\\b", ".hidden"] {
+            assert!(check_prefix(bad).is_err(), "{bad:?}");
+        }
+        check_prefix("my-data_2").unwrap();
     }
 }

@@ -116,18 +116,22 @@ pub fn prepared(merges: &str) -> tempfile::TempDir {
             "tokenizer.json",
         ],
     );
-    ok(
-        dir,
-        &[
-            "prepare",
-            "corpus",
-            "--tokenizer",
-            "tokenizer.json",
-            "--out",
-            "data",
-        ],
-    );
+    ok(dir, &prepare_args("data", "data"));
     tmp
+}
+
+/// `andrea prepare corpus` with the prepared tokenizer into `out`, shards named `prefix`.
+pub fn prepare_args<'a>(out: &'a str, prefix: &'a str) -> Vec<&'a str> {
+    vec![
+        "prepare",
+        "corpus",
+        "--tokenizer",
+        "tokenizer.json",
+        "--out",
+        out,
+        "--prefix",
+        prefix,
+    ]
 }
 
 pub fn metrics(run: &Path) -> Vec<serde_json::Value> {
