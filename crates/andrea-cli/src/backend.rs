@@ -22,16 +22,32 @@ pub enum Selected {
 /// Checks the flags and sizes the thread pool. `--threads` sizes the pool the CPU
 /// backend and the tokenizer run on (the tokenizer also with `--backend cuda`).
 pub fn select(global: &GlobalArgs) -> Result<Selected> {
-    match global.threads {
-        None => {}
-        Some(0) => bail!("--threads must be at least 1, got 0"),
-        Some(n) => {
-            // Only fails if a global pool exists already, which this process never makes.
-            let _ = andrea_tokenizer::rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build_global();
-        }
+    let threads = global.threads.unwrap_or(0);
+    let most = crate::limits::max_threads();
+    if threads > most {
+        bail!(
+            "--threads {threads} is more than this machine can use ({} cores, at most {most} threads): \
+             pass --threads {} or leave it out (all cores)",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            most.min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        );
     }
+    // Built here, once, so a pool that cannot start (a process or thread limit) is an
+    // error now rather than a panic at the pool's first use. 0 means one per core.
+    andrea_tokenizer::rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start {} CPU threads: {e}: pass a smaller --threads (the system's \
+                 limit on processes/threads, `ulimit -u`, may be low)",
+                if threads == 0 {
+                    "one per core".to_string()
+                } else {
+                    threads.to_string()
+                }
+            )
+        })?;
     match global.backend {
         BackendKind::Cpu => match global.precision {
             None | Some(PrecisionKind::Fp32) => Ok(Selected::Cpu),

@@ -214,7 +214,39 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
-/// Checks every file the checkpoint recorded; returns its training state, or `None`
+/// `training_state.json` is a few KiB; a larger one is not ours.
+const MAX_STATE_BYTES: u64 = 1 << 20;
+
+/// Reads `dir/name`, which must be a regular file of at most `max` bytes (a FIFO, a
+/// device or a directory is refused before it is opened; a larger file is refused
+/// without being read).
+fn read_regular(dir: &Path, name: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let path = dir.join(name);
+    let meta = std::fs::metadata(&path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a directory, device or pipe)",
+        ));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} bytes, {max} were written (replaced or grown)",
+                meta.len()
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Checks every file the checkpoint must hold; returns its training state, or `None`
 /// for a plain model directory (transformers' or `Model::save`'s) without one.
 pub fn verify(dir: &Path) -> Result<Option<TrainingState>> {
     let state_path = dir.join(STATE_FILE);
@@ -227,8 +259,10 @@ pub fn verify(dir: &Path) -> Result<Option<TrainingState>> {
             dir.display()
         )
     };
-    let text = std::fs::read_to_string(&state_path)
+    let text = read_regular(dir, STATE_FILE, MAX_STATE_BYTES)
         .map_err(|e| damaged(format!("cannot read {STATE_FILE}: {e}")))?;
+    let text =
+        String::from_utf8(text).map_err(|_| damaged(format!("{STATE_FILE} is not UTF-8 text")))?;
     let state: TrainingState = serde_json::from_str(&text)
         .map_err(|e| damaged(format!("{STATE_FILE} is not valid: {e}")))?;
     if state.format != 1 {
@@ -238,14 +272,32 @@ pub fn verify(dir: &Path) -> Result<Option<TrainingState>> {
             state.format
         );
     }
-    for f in &state.files {
-        let path = dir.join(&f.name);
-        let bytes =
-            std::fs::read(&path).map_err(|e| damaged(format!("cannot read {}: {e}", f.name)))?;
+    // The files a checkpoint holds are fixed by the format, not by the manifest: each
+    // must have exactly one record, and no other record is allowed (a manifest with
+    // names of its own could point outside the checkpoint).
+    if let Some(f) = state
+        .files
+        .iter()
+        .find(|f| !CHECKED_FILES.contains(&f.name.as_str()))
+    {
+        return Err(damaged(format!(
+            "{STATE_FILE} lists {:?}, which is not a file of a checkpoint (those are {})",
+            f.name,
+            CHECKED_FILES.join(", ")
+        )));
+    }
+    for name in CHECKED_FILES {
+        let mut records = state.files.iter().filter(|f| f.name == name);
+        let (Some(f), None) = (records.next(), records.next()) else {
+            return Err(damaged(format!(
+                "{STATE_FILE} must record {name} exactly once (its list of files is incomplete or edited)"
+            )));
+        };
+        let bytes = read_regular(dir, name, f.bytes)
+            .map_err(|e| damaged(format!("cannot read {name}: {e}")))?;
         if bytes.len() as u64 != f.bytes {
             return Err(damaged(format!(
-                "{} is {} bytes, {} were written (truncated or replaced)",
-                f.name,
+                "{name} is {} bytes, {} were written (truncated or replaced)",
                 bytes.len(),
                 f.bytes
             )));
@@ -253,8 +305,8 @@ pub fn verify(dir: &Path) -> Result<Option<TrainingState>> {
         let sum = format!("{:016x}", fnv1a64(&bytes));
         if sum != f.fnv1a64 {
             return Err(damaged(format!(
-                "{} has checksum {sum}, {} was written (its contents changed)",
-                f.name, f.fnv1a64
+                "{name} has checksum {sum}, {} was written (its contents changed)",
+                f.fnv1a64
             )));
         }
     }

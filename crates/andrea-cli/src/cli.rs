@@ -29,7 +29,7 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Number of CPU threads for training, inference and tokenization (default: all cores).
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, value_name = "N", value_parser = crate::limits::in_range::<1, { crate::limits::MAX_THREADS }>)]
     pub threads: Option<usize>,
     /// Where the model runs.
     #[arg(long, global = true, value_enum, default_value_t = BackendKind::Cpu)]
@@ -130,7 +130,7 @@ pub struct TokenizerTrainArgs {
     #[arg(long, default_value = "tokenizer.json")]
     pub out: PathBuf,
     /// Number of merges (new tokens) to learn; ANDREA-120M uses 8192 (vocabulary 8449).
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = crate::limits::in_range::<0, { crate::limits::MAX_MERGES }>)]
     pub merges: usize,
     /// Merge a pair only if it occurs at least this often.
     #[arg(long, default_value_t = 1)]
@@ -232,13 +232,13 @@ pub struct TrainArgs {
     #[arg(long)]
     pub steps: Option<u64>,
     /// Sequences per micro-batch (B).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: Option<usize>,
     /// Tokens per sequence (T, at most the model's context length).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
     /// Micro-batches per optimizer step: an optimizer step sees B·T·grad_accum tokens.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_GRAD_ACCUM }>)]
     pub grad_accum: Option<usize>,
     /// Tokens per optimizer step: sets --grad-accum to this / (B·T), which must divide it.
     #[arg(long, conflicts_with = "grad_accum")]
@@ -309,10 +309,10 @@ pub struct EvalArgs {
     #[arg(long)]
     pub data: PathBuf,
     /// Sequences per batch.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: usize,
     /// Tokens per sequence (default: the model's context length).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
     /// Print one JSON object: {"loss", "perplexity", "tokens", "windows"}.
     #[arg(long)]
@@ -357,10 +357,10 @@ pub struct InfoArgs {
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
     /// Sequences per batch for the memory estimate.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: usize,
     /// Tokens per sequence for FLOPs and memory (default: the context length).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
     /// Print one JSON object.
     #[arg(long)]
@@ -384,10 +384,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub config: PathBuf,
     /// Sequences per batch.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: usize,
     /// Training: tokens per sequence. Decode: the KV cache's capacity. Default: min(context, 256).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
     /// Timed steps (the median is reported).
     #[arg(long, default_value_t = 5)]
@@ -423,19 +423,19 @@ pub struct DemoArgs {
     #[arg(long, default_value = DEFAULT_CONFIG)]
     pub config: PathBuf,
     /// Bytes of generated text.
-    #[arg(long, default_value_t = 2_000_000)]
+    #[arg(long, default_value_t = 2_000_000, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_CORPUS_BYTES }>)]
     pub corpus_bytes: usize,
     /// Tokenizer merges.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = crate::limits::in_range::<0, { crate::limits::MAX_MERGES }>)]
     pub merges: usize,
     /// Training steps.
     #[arg(long, default_value_t = 300)]
     pub steps: u64,
     /// Sequences per batch.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: usize,
     /// Tokens per sequence.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: usize,
     /// Peak learning rate.
     #[arg(long, default_value_t = 2e-3)]

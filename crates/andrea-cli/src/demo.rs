@@ -7,6 +7,7 @@
 //! real structure to learn (agreement, word order, punctuation) within minutes.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 
 use andrea::model::rng::Rng;
@@ -103,12 +104,17 @@ pub fn write_corpus(dir: &Path, bytes: usize, files: usize, seed: u64) -> Result
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut rng = Rng::new(seed);
     for f in 0..files {
-        let mut text = String::new();
-        while text.len() < bytes / files {
-            text.push_str(&story(&mut rng));
-        }
+        // Streamed story by story: memory stays small whatever --corpus-bytes is.
         let path = dir.join(format!("stories_{f:02}.txt"));
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        let what = || format!("cannot write {}", path.display());
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&path).with_context(what)?);
+        let mut written = 0;
+        while written < bytes / files {
+            let s = story(&mut rng);
+            w.write_all(s.as_bytes()).with_context(what)?;
+            written += s.len();
+        }
+        w.flush().with_context(what)?;
     }
     Ok(())
 }

@@ -55,7 +55,14 @@ pub fn stream<B: Backend>(
     for i in 0..max_new {
         // The model may have more ids than the tokenizer (padding a vocabulary up):
         // never sample an id the tokenizer cannot spell.
-        let id = sampler.sample(&logits[..tokenizer.vocab_size().min(vocab)]);
+        let spelled = &logits[..tokenizer.vocab_size().min(vocab)];
+        if let Some(bad) = spelled.iter().find(|v| !v.is_finite()) {
+            bail!(
+                "the model's output is {bad} after {produced} generated tokens: its weights or the \
+                 arithmetic overflowed; use an earlier checkpoint (or --backend cpu / --precision fp32 on a GPU)"
+            );
+        }
+        let id = sampler.sample(spelled);
         if Some(id) == eot {
             break;
         }
@@ -77,6 +84,13 @@ pub fn stream<B: Backend>(
 
 /// The sampler the flags ask for.
 pub fn sampler(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Result<Sampler> {
+    // Checked here, whatever the sampler accepts: 2 or NaN must not quietly mean "all".
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        bail!("--top-p must be in (0, 1] (1 samples from every token), got {top_p}");
+    }
+    if !(temperature >= 0.0 && temperature.is_finite()) {
+        bail!("--temperature must be a non-negative number (0 is greedy), got {temperature}");
+    }
     let mut s = Sampler::new(temperature, seed).context("--temperature")?;
     if top_k > 0 {
         s = s.with_top_k(top_k).context("--top-k")?;

@@ -74,6 +74,7 @@ mod demo;
 mod eval;
 mod generate;
 mod info;
+mod limits;
 mod metrics;
 mod plot;
 mod prepare;

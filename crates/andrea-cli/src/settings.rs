@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::{LrSchedule, TrainArgs};
+use crate::limits;
 
 /// A config file as the CLI reads it.
 #[derive(Debug, Deserialize)]
@@ -205,7 +206,7 @@ impl TrainSettings {
         }
         if let Some(total) = a.total_batch_tokens {
             // Checked in `validate`: 0 marks a total that B·T does not divide.
-            let micro = self.batch_size * self.seq_len;
+            let micro = self.batch_size.checked_mul(self.seq_len).unwrap_or(0);
             self.grad_accum = if micro > 0 && total % micro == 0 {
                 total / micro
             } else {
@@ -224,7 +225,7 @@ impl TrainSettings {
             bail!(
                 "--total-batch-tokens {total} is not a multiple of --batch-size x --seq-len = {}: \
                  choose a multiple, or set --grad-accum instead",
-                self.batch_size * self.seq_len
+                self.batch_size as u128 * self.seq_len as u128
             );
         }
         for (flag, v) in [
@@ -236,6 +237,15 @@ impl TrainSettings {
         ] {
             if v == 0 {
                 bail!("{flag} must be at least 1, got 0");
+            }
+        }
+        for (flag, v, max) in [
+            ("--batch-size", self.batch_size, limits::MAX_BATCH),
+            ("--seq-len", self.seq_len, limits::MAX_SEQ),
+            ("--grad-accum", self.grad_accum, limits::MAX_GRAD_ACCUM),
+        ] {
+            if v as u64 > max {
+                bail!("{flag} (or its key in [training]) must be at most {max}, got {v}");
             }
         }
         if self.seq_len > model.context_length {
@@ -252,6 +262,10 @@ impl TrainSettings {
                 self.warmup_steps,
                 self.steps
             );
+        }
+        // The peak first: a bad --lr must not be reported as a bad --min-lr.
+        if !(self.lr >= 0.0 && self.lr.is_finite()) {
+            bail!("--lr must be a non-negative finite number, got {}", self.lr);
         }
         if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
             bail!(

@@ -108,6 +108,9 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
         let mut settings = TrainSettings::defaults(file.model.context_length);
         settings.apply_file(file);
         settings.apply_args(args);
+        // Before the tokenizer is looked for next to --data, so a missing --data is
+        // reported as that.
+        settings.validate(&file.model)?;
         let tok_path = args
             .tokenizer
             .clone()
@@ -124,6 +127,7 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
         }
         config.eos_token_id = tokenizer.eot_id();
         config.validate().context("the model config")?;
+        crate::limits::check_training(&backend, &config, settings.batch_size, settings.seq_len)?;
         let model = Model::new(backend, config, settings.seed)?;
         (model, tokenizer, settings)
     } else {
@@ -240,6 +244,7 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
     settings.val_data = find_val(&settings);
     settings.validate(model.config())?;
     let (b, t) = (settings.batch_size, settings.seq_len);
+    crate::limits::check_training(model.backend(), model.config(), b, t)?;
     let window = b * t + 1;
     let train = ShardSet::open(&settings.data, "train")?;
     train.check(model.config().vocab_size, window, "training")?;
@@ -346,7 +351,7 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         // is written after it.
         let (loss, stats) = trainer.train_step(&micro_batches, lr).map_err(|e| {
             progress.finish();
-            anyhow::anyhow!("{e}; the last good checkpoint is {}/latest", out.display())
+            anyhow::anyhow!("{e}; {}", last_good(&out))
         })?;
         step = stats.step;
         let elapsed = began.elapsed().as_secs_f64();
@@ -422,6 +427,16 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         out.display()
     );
     Ok(0)
+}
+
+/// Where a failed run can go on from: `<out>/latest` if a checkpoint was written.
+fn last_good(out: &Path) -> String {
+    if out.join("latest").join(checkpoint::STATE_FILE).is_file() {
+        format!("the last good checkpoint is {}/latest", out.display())
+    } else {
+        "no checkpoint was written yet (use --checkpoint-every to write them during the run)"
+            .to_string()
+    }
 }
 
 /// A short sample from the model as it is now, for the log.

@@ -139,6 +139,11 @@ fn default_init_std() -> f32 {
 
 /// Ids and positions are `u32` on the device; sizes beyond this are refused.
 const MAX_SIZE: usize = 1 << 30;
+/// Blocks: far beyond any GPT (GPT-3 has 96); bounds the per-layer tables a model builds.
+const MAX_LAYERS: usize = 1 << 12;
+/// Parameters (4 TiB of f32): bounds every product of sizes so `usize` arithmetic on
+/// them is exact; the memory a command needs is checked against the machine separately.
+const MAX_PARAMS: u128 = 1 << 40;
 
 impl ModelConfig {
     /// A config with the given sizes and defaults for the rest.
@@ -175,7 +180,7 @@ impl ModelConfig {
 
     /// Hidden width of the MLP.
     pub fn mlp_dim(&self) -> usize {
-        self.mlp_dim.unwrap_or(4 * self.d_model)
+        self.mlp_dim.unwrap_or(self.d_model.saturating_mul(4))
     }
 
     /// Width of one attention head.
@@ -207,6 +212,23 @@ impl ModelConfig {
                 return Err(invalid(key, format!("must be at most {MAX_SIZE}, got {v}")));
             }
         }
+        if self.n_layer > MAX_LAYERS {
+            return Err(invalid(
+                "model.n_layer",
+                format!("must be at most {MAX_LAYERS}, got {}", self.n_layer),
+            ));
+        }
+        // Counted wide so no size can wrap; after this check `param_count` is exact.
+        let params = self.param_count_u128();
+        if params > MAX_PARAMS {
+            return Err(invalid(
+                "model.d_model",
+                format!(
+                    "and the other sizes make {params} parameters, more than the {MAX_PARAMS} andrea can hold: \
+                     use a smaller d_model, n_layer, mlp_dim, context_length or vocab_size"
+                ),
+            ));
+        }
         if !self.d_model.is_multiple_of(self.n_head) {
             return Err(invalid(
                 "model.n_head",
@@ -237,6 +259,17 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// [`ModelConfig::param_count`] in 128 bits: exact for any sizes.
+    pub fn param_count_u128(&self) -> u128 {
+        let (c, m, l) = (
+            self.d_model as u128,
+            self.mlp_dim() as u128,
+            self.n_layer as u128,
+        );
+        let per_layer = 4 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * m + m) + (m * c + c);
+        (self.vocab_size as u128 + self.context_length as u128) * c + l * per_layer + 2 * c
     }
 
     /// Parameters of one transformer block.

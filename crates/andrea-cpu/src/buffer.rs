@@ -33,6 +33,17 @@ impl<T: Copy + Default> CpuBuffer<T> {
         }
     }
 
+    /// `len` zeros, or `None` where the allocation fails (a size the user chose must be
+    /// an error, not an abort).
+    pub fn try_zeros(len: usize) -> Option<Self> {
+        let mut v: Vec<T> = Vec::new();
+        v.try_reserve_exact(len).ok()?;
+        v.resize(len, T::default());
+        Some(CpuBuffer {
+            data: UnsafeCell::new(v.into_boxed_slice()),
+        })
+    }
+
     /// A buffer holding a copy of `host`.
     pub fn from_slice(host: &[T]) -> Self {
         CpuBuffer {
@@ -122,11 +133,11 @@ impl MemoryOps for CpuBackend {
     }
 
     fn alloc(&self, len: usize) -> Result<CpuBuffer> {
-        Ok(CpuBuffer::zeros(len))
+        CpuBuffer::try_zeros(len).ok_or_else(|| host_out_of_memory(len, 4))
     }
 
     fn alloc_ids(&self, len: usize) -> Result<CpuIds> {
-        Ok(CpuIds::zeros(len))
+        CpuIds::try_zeros(len).ok_or_else(|| host_out_of_memory(len, 4))
     }
 
     fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
@@ -173,5 +184,13 @@ impl MemoryOps for CpuBackend {
             }
         }
         Ok(())
+    }
+}
+
+/// The error of a host allocation of `len` elements of `size` bytes that failed.
+fn host_out_of_memory(len: usize, size: usize) -> andrea_core::Error {
+    andrea_core::Error::OutOfMemory {
+        device: "the CPU (host memory)".into(),
+        bytes: len.saturating_mul(size),
     }
 }

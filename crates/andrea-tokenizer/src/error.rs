@@ -15,8 +15,8 @@ pub enum Error {
 
     /// A text file is not UTF-8.
     #[error(
-        "{}: invalid UTF-8 at byte offset {offset} (to train on or encode such a file \
-         anyway, ask for the byte path: InvalidUtf8::Bytes)",
+        "{}: invalid UTF-8 at byte offset {offset}: convert the file to UTF-8 (for example \
+         `iconv -f latin1 -t utf-8`) or leave it out",
         path.display()
     )]
     InvalidUtf8 { path: PathBuf, offset: u64 },

@@ -480,10 +480,26 @@ fn build(
     Tokenizer::from_parts(tokens, list, specials, options)
 }
 
+/// Reads a text file that must be a regular file (a FIFO or device under a tokenizer
+/// file's name would block or never end).
+pub(crate) fn read_regular_text(path: &Path) -> Result<String> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a directory, device or pipe)",
+            ),
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+}
+
 /// Reads GPT-2's `vocab.json` and `merges.txt`. `<|endoftext|>`, if in the vocabulary,
 /// is the special token.
 pub(crate) fn from_gpt2_files(vocab_path: &Path, merges_path: &Path) -> Result<Tokenizer> {
-    let text = std::fs::read_to_string(vocab_path).map_err(|e| Error::io(vocab_path, e))?;
+    let text = read_regular_text(vocab_path)?;
     let de = &mut serde_json::Deserializer::from_str(&text);
     let vocab: HashMap<String, u32> = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -497,8 +513,7 @@ pub(crate) fn from_gpt2_files(vocab_path: &Path, merges_path: &Path) -> Result<T
         )
         .in_file(vocab_path)
     })?;
-    let merges_text =
-        std::fs::read_to_string(merges_path).map_err(|e| Error::io(merges_path, e))?;
+    let merges_text = read_regular_text(merges_path)?;
     let mut merges = Vec::new();
     for (n, line) in merges_text.lines().enumerate() {
         let line = line.trim_end_matches('\r');

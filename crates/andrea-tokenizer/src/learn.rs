@@ -137,8 +137,11 @@ pub(crate) fn learn(
         .enumerate()
         .map(|(i, t)| (t.clone(), i as u32))
         .collect();
-    let min_count = min_count.max(1) as i64;
-    let mut merges = Vec::with_capacity(new_tokens);
+    // Counts are i64: a minimum beyond i64::MAX is one no pair reaches (not, wrapped, one
+    // every pair does).
+    let min_count = i64::try_from(min_count.max(1)).unwrap_or(i64::MAX);
+    // Grown as merges are made: `new_tokens` is the user's number and may be huge.
+    let mut merges = Vec::with_capacity(new_tokens.min(1 << 16));
     let mut made = 0;
     while made < new_tokens {
         let Some(top) = heap.pop() else { break };

@@ -535,7 +535,7 @@ impl Tokenizer {
     /// Reads a `tokenizer.json` written by andrea or by `tokenizers` (byte-level BPE).
     pub fn load(path: impl AsRef<std::path::Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::hf_json::read_regular_text(path)?;
         Tokenizer::from_json_str(&text).map_err(|e| e.in_file(path))
     }
 

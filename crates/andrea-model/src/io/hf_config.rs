@@ -48,12 +48,16 @@ pub(crate) fn to_json(cfg: &ModelConfig) -> String {
 fn usize_key(obj: &Map<String, Value>, key: &str, default: usize, path: &Path) -> Result<usize> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(default),
-        Some(v) => v.as_u64().map(|x| x as usize).ok_or_else(|| {
-            ModelError::format(
-                path,
-                format!("`{key}` must be a non-negative integer, got {v}"),
-            )
-        }),
+        // Beyond usize (a 32-bit target) saturates; `validate` then refuses the size.
+        Some(v) => v
+            .as_u64()
+            .map(|x| usize::try_from(x).unwrap_or(usize::MAX))
+            .ok_or_else(|| {
+                ModelError::format(
+                    path,
+                    format!("`{key}` must be a non-negative integer, got {v}"),
+                )
+            }),
     }
 }
 
@@ -136,7 +140,7 @@ pub(crate) fn from_json(text: &str, path: &Path) -> Result<ModelConfig> {
         d_model,
         n_layer: usize_key(obj, "n_layer", 12, path)?,
         n_head: usize_key(obj, "n_head", 12, path)?,
-        mlp_dim: Some(usize_key(obj, "n_inner", 4 * d_model, path)?),
+        mlp_dim: Some(usize_key(obj, "n_inner", d_model.saturating_mul(4), path)?),
         layer_norm_eps: eps as f32,
         init_std: init_std as f32,
         eos_token_id,

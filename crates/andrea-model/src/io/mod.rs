@@ -22,6 +22,7 @@ use std::path::Path;
 use andrea_core::{Backend, ModelConfig};
 
 use crate::error::{ModelError, Result};
+use crate::layout::ParamLayout;
 use crate::model::Model;
 use tensors::{HostTensor, TensorFile};
 
@@ -36,8 +37,79 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     andrea_fs::write_atomic(path, bytes).map_err(|e| ModelError::io(path, e))
 }
 
+/// Reads a whole file, which must be a regular file (a FIFO or a device named
+/// `model.safetensors` would block or never end).
 fn read(path: &Path) -> Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(ModelError::format(
+            path,
+            "is not a regular file (a directory, device or pipe): a model directory holds plain files",
+        ));
+    }
     std::fs::read(path).map_err(|e| ModelError::io(path, e))
+}
+
+/// Which tensor of a file becomes which parameter; made before anything is allocated.
+struct LoadPlan {
+    /// `(name in file, parameter)`.
+    tensors: Vec<(String, String)>,
+    /// The tied output layer's name in the file, if it holds one.
+    lm_head: Option<String>,
+}
+
+/// Pass 1 of a load: every name, shape and dtype of `file` against `layout`.
+fn plan_load(layout: &ParamLayout, file: &TensorFile, path: &Path) -> Result<LoadPlan> {
+    let mut tensors: Vec<(String, String)> = Vec::new();
+    let mut lm_head = None;
+    let mut seen = HashSet::new();
+    let wte = layout
+        .get("transformer.wte.weight")
+        .ok_or_else(|| ModelError::State("the layout has no token embedding".into()))?
+        .shape()
+        .to_vec();
+    for name in file.names() {
+        let param = canonical(&name);
+        if is_mask_buffer(&param) {
+            continue;
+        }
+        let expected = if param == "lm_head.weight" {
+            lm_head = Some(name.clone());
+            wte.clone()
+        } else {
+            let info = layout
+                .get(&param)
+                .ok_or_else(|| ModelError::UnexpectedTensor {
+                    path: path.to_path_buf(),
+                    name: name.clone(),
+                })?;
+            if !seen.insert(param.clone()) {
+                return Err(ModelError::format(
+                    path,
+                    format!("tensor `{param}` appears twice (with and without `transformer.`)"),
+                ));
+            }
+            tensors.push((name.clone(), param.clone()));
+            info.shape().to_vec()
+        };
+        let got = file.shape(&name)?;
+        if got != expected {
+            return Err(ModelError::TensorShape {
+                path: path.to_path_buf(),
+                name,
+                expected,
+                got,
+            });
+        }
+        file.check_dtype(&name)?;
+    }
+    if let Some(p) = layout.params().iter().find(|p| !seen.contains(p.name())) {
+        return Err(ModelError::MissingTensor {
+            path: path.to_path_buf(),
+            name: p.name().to_string(),
+        });
+    }
+    Ok(LoadPlan { tensors, lm_head })
 }
 
 /// A checkpoint tensor name as andrea names it (`GPT2Model` checkpoints lack the prefix).
@@ -90,11 +162,18 @@ impl<B: Backend> Model<B> {
         write_atomic(path.as_ref(), &tensors::serialize(&tensors, meta)?)
     }
 
-    /// Loads a model directory (andrea's or transformers') onto `backend`.
+    /// Loads a model directory (andrea's or transformers') onto `backend`. The
+    /// config and every tensor's name, shape and dtype are checked before the model's
+    /// memory is allocated, so a config promising a huge model next to a small file is
+    /// refused, not allocated.
     pub fn load(backend: B, dir: impl AsRef<Path>) -> Result<Self> {
         let config = read_config(dir.as_ref())?;
+        let path = dir.as_ref().join(WEIGHTS_FILE);
+        let bytes = read(&path)?;
+        let file = TensorFile::parse(&path, &bytes)?;
+        let plan = plan_load(&ParamLayout::new(&config), &file, &path)?;
         let mut model = Model::zeros(backend, config)?;
-        model.load_safetensors(dir.as_ref().join(WEIGHTS_FILE))?;
+        model.apply_load(&file, &plan, &path)?;
         Ok(model)
     }
 
@@ -113,59 +192,30 @@ impl<B: Backend> Model<B> {
         let path = path.as_ref();
         let bytes = read(path)?;
         let file = TensorFile::parse(path, &bytes)?;
-        // Pass 1: names, shapes and dtypes.
-        let mut plan: Vec<(String, String)> = Vec::new(); // (name in file, parameter)
-        let mut lm_head = None;
-        let mut seen = HashSet::new();
-        for name in file.names() {
-            let param = canonical(&name);
-            if is_mask_buffer(&param) {
-                continue;
-            }
-            let expected = if param == "lm_head.weight" {
-                lm_head = Some(name.clone());
-                self.param("transformer.wte.weight")?.shape.dims().to_vec()
-            } else {
-                let info =
-                    self.layout()
-                        .get(&param)
-                        .ok_or_else(|| ModelError::UnexpectedTensor {
-                            path: path.to_path_buf(),
-                            name: name.clone(),
-                        })?;
-                if !seen.insert(param.clone()) {
-                    return Err(ModelError::format(
-                        path,
-                        format!("tensor `{param}` appears twice (with and without `transformer.`)"),
-                    ));
-                }
-                plan.push((name.clone(), param.clone()));
-                info.shape().to_vec()
-            };
-            let got = file.shape(&name)?;
-            if got != expected {
-                return Err(ModelError::TensorShape {
-                    path: path.to_path_buf(),
-                    name,
-                    expected,
-                    got,
-                });
-            }
-            file.check_dtype(&name)?;
-        }
-        if let Some(p) = self.params().iter().find(|p| !seen.contains(p.name())) {
-            return Err(ModelError::MissingTensor {
-                path: path.to_path_buf(),
-                name: p.name().to_string(),
-            });
-        }
-        // Pass 2: values.
-        for (name, param) in &plan {
+        let plan = plan_load(self.layout(), &file, path)?;
+        self.apply_load(&file, &plan, path)
+    }
+
+    /// Pass 2 of a load: the values.
+    fn apply_load(&mut self, file: &TensorFile, plan: &LoadPlan, path: &Path) -> Result<()> {
+        for (name, param) in &plan.tensors {
             let values = file.read_f32(name)?;
+            // A NaN or infinity in a weight makes every output NaN: refuse it here, by
+            // name, rather than print garbage or a loss of NaN later.
+            if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+                return Err(ModelError::format(
+                    path,
+                    format!(
+                        "tensor `{name}` holds a non-finite value ({}) at index {i}: the weights are damaged \
+                         or come from a diverged run; use an earlier checkpoint",
+                        values[i]
+                    ),
+                ));
+            }
             self.write_param(param, &values)?;
         }
-        if let Some(name) = lm_head {
-            if file.read_f32(&name)? != self.read_param("transformer.wte.weight")? {
+        if let Some(name) = &plan.lm_head {
+            if file.read_f32(name)? != self.read_param("transformer.wte.weight")? {
                 return Err(ModelError::format(
                     path,
                     format!("`{name}` differs from `transformer.wte.weight`: andrea's output layer is tied to the token embedding"),
@@ -179,8 +229,23 @@ impl<B: Backend> Model<B> {
 /// Reads `dir/config.json`.
 pub fn read_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| ModelError::io(&path, e))?;
-    hf_config::from_json(&text, &path)
+    // A GPT2Config is a few hundred bytes; a file of megabytes is not one.
+    const MAX_CONFIG_BYTES: u64 = 1 << 20;
+    if let Ok(meta) = std::fs::metadata(&path) {
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(ModelError::format(
+                &path,
+                format!(
+                    "is {} bytes, too large for a model config (at most {MAX_CONFIG_BYTES})",
+                    meta.len()
+                ),
+            ));
+        }
+    }
+    let bytes = read(&path)?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| ModelError::format(&path, format!("not UTF-8 text: {e}")))?;
+    hf_config::from_json(text, &path)
 }
 
 fn check_same_shape(ours: &ModelConfig, theirs: &ModelConfig, path: &Path) -> Result<()> {
