@@ -286,13 +286,17 @@ pub fn verify(dir: &Path) -> Result<Option<TrainingState>> {
             CHECKED_FILES.join(", ")
         )));
     }
+    let mut records = Vec::with_capacity(CHECKED_FILES.len());
     for name in CHECKED_FILES {
-        let mut records = state.files.iter().filter(|f| f.name == name);
-        let (Some(f), None) = (records.next(), records.next()) else {
+        let mut of_name = state.files.iter().filter(|f| f.name == name);
+        let (Some(f), None) = (of_name.next(), of_name.next()) else {
             return Err(damaged(format!(
                 "{STATE_FILE} must record {name} exactly once (its list of files is incomplete or edited)"
             )));
         };
+        records.push((name, f));
+    }
+    for (name, f) in records {
         let bytes = read_regular(dir, name, f.bytes)
             .map_err(|e| damaged(format!("cannot read {name}: {e}")))?;
         if bytes.len() as u64 != f.bytes {

@@ -218,32 +218,28 @@ fn bad_input_gives_a_clear_error() {
 fn a_diverging_run_stops_and_keeps_the_last_checkpoint() {
     let tmp = prepared("50");
     let dir = tmp.path();
-    let err = fails_with(
-        dir,
-        &[
-            "train",
-            "--config",
-            "tiny.toml",
-            "--data",
-            "data",
-            "--out",
-            "run",
-            "--steps",
-            "50",
-            "--lr",
-            "1e4",
-            "--grad-clip",
-            "0",
-            "--checkpoint-every",
-            "1",
-        ],
-        "not finite",
-    );
-    assert!(
-        err.contains("step ") && err.contains("last good checkpoint"),
-        "{err}"
-    );
-    ok(dir, &["info", "--checkpoint", "run/latest"]);
+    // With a checkpoint every step, the message names the last good one; with none
+    // written yet, it says so (it used to name one that did not exist).
+    for (every, names) in [
+        ("1", "last good checkpoint"),
+        ("0", "no checkpoint was written"),
+    ] {
+        let out = format!("run-{every}");
+        let diverge = ["--steps", "50", "--lr", "1e4", "--grad-clip", "0"];
+        let err = fails_with(
+            dir,
+            &[
+                TRAIN_TINY,
+                &diverge,
+                &["--out", &out, "--checkpoint-every", every],
+            ]
+            .concat(),
+            "not finite",
+        );
+        assert!(err.contains("step ") && err.contains(names), "{err}");
+    }
+    assert!(!dir.join("run-0/latest").exists());
+    ok(dir, &["info", "--checkpoint", "run-1/latest"]);
 }
 
 /// Waits until `cond` holds (or fails the test after a minute).
@@ -485,4 +481,308 @@ fn token_ids_outside_the_vocabulary_are_found_when_the_shard_is_opened() {
     );
     assert!(err.contains("data_train_000000.bin"), "{err}");
     assert!(!dir.join("run/metrics.jsonl").exists(), "{err}");
+}
+
+/// `andrea` must refuse within a few seconds (no hang on a pipe, no endless read).
+fn refuses_quickly(dir: &std::path::Path, args: &[&str], needle: &str) -> String {
+    refused(args, andrea_within(dir, args, 60), needle)
+}
+
+fn edit_state(dir: &std::path::Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("run/latest/training_state.json");
+    let mut state: serde_json::Value = serde_json::from_slice(&bytes(&path)).unwrap();
+    edit(&mut state);
+    std::fs::write(&path, serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+}
+
+#[test]
+fn the_checkpoint_manifest_is_not_trusted() {
+    let tmp = trained("50");
+    let dir = tmp.path();
+    let state_path = dir.join("run/latest/training_state.json");
+    let good_state = bytes(&state_path);
+    let weights = dir.join("run/latest/model.safetensors");
+    let good_weights = bytes(&weights);
+    // Damaged weights, and a manifest that would no longer check them.
+    let mut flipped = good_weights.clone();
+    let i = flipped.len() - 5;
+    flipped[i] ^= 0x10;
+    std::fs::write(&weights, &flipped).unwrap();
+    let generate = [
+        "generate",
+        "--checkpoint",
+        "run/latest",
+        "--max-new-tokens",
+        "2",
+    ];
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let edits: Vec<(&str, Edit)> = vec![
+        (
+            "empty list",
+            Box::new(|s| s["files"] = serde_json::json!([])),
+        ),
+        (
+            "partial list",
+            Box::new(|s| {
+                let files = s["files"].as_array_mut().unwrap();
+                files.retain(|f| f["name"] != "model.safetensors");
+            }),
+        ),
+        (
+            "twice",
+            Box::new(|s| {
+                let files = s["files"].as_array_mut().unwrap();
+                let first = files[1].clone();
+                files.push(first);
+            }),
+        ),
+    ];
+    for (what, edit) in edits {
+        std::fs::write(&state_path, &good_state).unwrap();
+        edit_state(dir, edit);
+        let err = refuses_quickly(dir, &generate, "damaged");
+        assert!(err.contains("exactly once"), "{what}: {err}");
+    }
+    // Names outside the checkpoint are refused before anything is opened.
+    std::fs::write(&weights, &good_weights).unwrap();
+    for name in [
+        "../../../../etc/passwd",
+        "/dev/zero",
+        "sub/../model.safetensors",
+    ] {
+        std::fs::write(&state_path, &good_state).unwrap();
+        edit_state(dir, |s| {
+            s["files"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"name": name, "bytes": 1, "fnv1a64": "0"}))
+        });
+        let err = refuses_quickly(dir, &generate, "not a file of a checkpoint");
+        assert!(err.contains(name), "{err}");
+    }
+    std::fs::write(&state_path, &good_state).unwrap();
+    ok(dir, &generate);
+    // Only regular files are read: a pipe under a checkpoint's file name would hang.
+    let plain = plain_model(dir);
+    std::fs::remove_file(&weights).unwrap();
+    mkfifo(&weights);
+    refuses_quickly(dir, &generate, "not a regular file");
+    std::fs::remove_file(plain.join("config.json")).unwrap();
+    mkfifo(&plain.join("config.json"));
+    refuses_quickly(
+        dir,
+        &["generate", "--checkpoint", "plain", "--max-new-tokens", "2"],
+        "not a regular file",
+    );
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn sizes_a_user_controls_are_refused_not_crashed_on() {
+    let tmp = trained("50");
+    let dir = tmp.path();
+    let huge = u64::MAX.to_string();
+    // Flags: refused by the parser with the range.
+    for args in [
+        vec!["tokenizer", "train", "corpus", "--merges", "4000000000"],
+        vec!["demo", "--out", "d", "--corpus-bytes", &huge],
+        vec!["--threads", "5000", "info", "--config", "tiny.toml"],
+        vec!["info", "--config", "tiny.toml", "--batch-size", &huge],
+        vec![
+            "eval",
+            "--checkpoint",
+            "run/latest",
+            "--data",
+            "data",
+            "--batch-size",
+            &huge,
+        ],
+        vec![
+            "bench",
+            "train",
+            "--config",
+            "tiny.toml",
+            "--batch-size",
+            &huge,
+        ],
+        vec!["train", "--resume", "run/latest", "--batch-size", &huge],
+        vec!["train", "--resume", "run/latest", "--grad-accum", &huge],
+    ] {
+        let err = refuses_quickly(dir, &args, "range");
+        assert!(err.contains("..="), "{err}");
+    }
+    // More threads than the machine can use: refused with the number to use.
+    refuses_quickly(
+        dir,
+        &["--threads", "1000", "info", "--config", "tiny.toml"],
+        "--threads",
+    );
+    // Config sizes, in TOML and in a transformers config.json.
+    for (key, value, needle) in [
+        ("d_model = 32", "d_model = 1099511627776", "model.d_model"),
+        ("n_layer = 2", "n_layer = 100000000", "model.n_layer"),
+        (
+            "context_length = 64",
+            "context_length = 18446744073709551615",
+            "context_length",
+        ),
+        ("d_model = 32", "d_model = 4194304", "parameters"),
+    ] {
+        std::fs::write(dir.join("big.toml"), TINY.replace(key, value)).unwrap();
+        refuses_quickly(dir, &["info", "--config", "big.toml"], needle);
+        refuses_quickly(
+            dir,
+            &[
+                "train", "--config", "big.toml", "--data", "data", "--out", "big",
+            ],
+            needle,
+        );
+    }
+    // Within the limits, but not within this machine: refused before allocating.
+    std::fs::write(
+        dir.join("big.toml"),
+        TINY.replace("d_model = 32", "d_model = 16384")
+            .replace("n_layer = 2", "n_layer = 48"),
+    )
+    .unwrap();
+    let err = refuses_quickly(
+        dir,
+        &[
+            "train", "--config", "big.toml", "--data", "data", "--out", "big",
+        ],
+        "memory",
+    );
+    assert!(err.contains("GiB") && err.contains("--batch-size"), "{err}");
+    let plain = plain_model(dir);
+    let config: serde_json::Value =
+        serde_json::from_slice(&bytes(plain.join("config.json"))).unwrap();
+    let generate = ["generate", "--checkpoint", "plain", "--max-new-tokens", "2"];
+    for (key, value, needle) in [
+        ("n_embd", serde_json::json!(u64::MAX), "model.d_model"),
+        ("n_embd", serde_json::json!(1u64 << 40), "model.d_model"),
+        (
+            "n_positions",
+            serde_json::json!(1u64 << 62),
+            "context_length",
+        ),
+        ("n_layer", serde_json::json!(1u64 << 30), "model.n_layer"),
+        // Plausible sizes next to a small weights file: the tensors are checked
+        // against the config before the model's memory is allocated.
+        ("n_layer", serde_json::json!(4000), "tensor"),
+        ("n_embd", serde_json::json!(16384), "tensor"),
+    ] {
+        let mut c = config.clone();
+        c[key] = value;
+        if key == "n_embd" {
+            c["n_inner"] = serde_json::Value::Null;
+        }
+        std::fs::write(plain.join("config.json"), c.to_string()).unwrap();
+        let err = refuses_quickly(dir, &generate, needle);
+        assert!(
+            err.contains("config.json") || err.contains("model.safetensors"),
+            "{err}"
+        );
+        if needle != "tensor" {
+            refuses_quickly(dir, &["info", "--checkpoint", "plain"], needle);
+        }
+    }
+}
+
+#[test]
+fn wrong_results_are_refused_not_returned() {
+    let tmp = trained("50");
+    let dir = tmp.path();
+    // --top-p outside (0, 1] (or NaN) no longer means "every token".
+    for p in ["--top-p=2", "--top-p=NaN", "--top-p=0", "--top-p=-1"] {
+        fails_with(
+            dir,
+            &["generate", "--checkpoint", "run/latest", p],
+            "--top-p",
+        );
+    }
+    // A data position outside the data.
+    edit_state(dir, |s| {
+        s["data_position"]["offset"] = serde_json::json!(1u64 << 40)
+    });
+    fails_with(
+        dir,
+        &["train", "--resume", "run/latest", "--steps", "3"],
+        "data position",
+    );
+    edit_state(dir, |s| {
+        s["data_position"] = serde_json::json!({"shard": 7, "offset": 0})
+    });
+    fails_with(
+        dir,
+        &["train", "--resume", "run/latest", "--steps", "3"],
+        "data position",
+    );
+    // NaN weights: refused by name when loaded, not printed as "!!!!!" with status 0.
+    let plain = plain_model(dir);
+    let weights = plain.join("model.safetensors");
+    let mut w = bytes(&weights);
+    let n = w.len();
+    w[n - 4..].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&weights, &w).unwrap();
+    for args in [
+        &["generate", "--checkpoint", "plain", "--max-new-tokens", "4"][..],
+        &[
+            "eval",
+            "--checkpoint",
+            "plain",
+            "--data",
+            "data",
+            "--seq-len",
+            "8",
+        ][..],
+    ] {
+        let err = fails_with(dir, args, "non-finite");
+        assert!(!err.contains("--lr"), "{err}");
+    }
+    // --min-frequency beyond i64: no pair is that frequent (it used to wrap to 1).
+    let tokenizer_20 = ["tokenizer", "train", "corpus", "--merges", "20"];
+    let min = [
+        "--min-frequency",
+        "9223372036854775808",
+        "--out",
+        "none.json",
+    ];
+    ok(dir, &[&tokenizer_20[..], &min].concat());
+    let tok: serde_json::Value = serde_json::from_slice(&bytes(dir.join("none.json"))).unwrap();
+    let merges = tok["model"]["merges"].as_array().unwrap();
+    assert!(merges.is_empty(), "{} merges learned", merges.len());
+}
+
+#[test]
+fn messages_name_the_real_cause() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    // A bad --lr is a bad --lr, not a bad --min-lr.
+    for lr in ["--lr=nan", "--lr=inf", "--lr=-1"] {
+        let err = fails_with(
+            dir,
+            &[TRAIN_TINY, &["--out", "r", lr]].concat(),
+            "--lr must",
+        );
+        assert!(!err.contains("--min-lr"), "{err}");
+    }
+    // A missing --data is reported as that, not as a missing tokenizer.json.
+    let err = fails_with(
+        dir,
+        &["train", "--config", "tiny.toml", "--out", "r"],
+        "--data",
+    );
+    assert!(!err.contains("tokenizer.json"), "{err}");
+    // Invalid UTF-8: a fix the user can apply, not a Rust name.
+    std::fs::create_dir(dir.join("latin1")).unwrap();
+    std::fs::write(dir.join("latin1/a.txt"), b"caf\xe9 au lait").unwrap();
+    let err = fails_with(dir, &["tokenizer", "train", "latin1"], "UTF-8");
+    assert!(!err.contains("InvalidUtf8"), "{err}");
 }

@@ -57,7 +57,11 @@ pub fn ok(dir: &Path, args: &[&str]) -> Output {
 
 /// Exit status 2, a message containing `needle`, and no panic.
 pub fn fails_with(dir: &Path, args: &[&str], needle: &str) -> String {
-    let out = andrea(dir, args);
+    refused(args, andrea(dir, args), needle)
+}
+
+/// `out`, of `andrea args`, is a refusal: status 2, `needle` in the message, no panic.
+pub fn refused(args: &[&str], out: Output, needle: &str) -> String {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "andrea {args:?}: {err}");
     assert!(
@@ -155,4 +159,46 @@ pub fn file_names(dir: &Path) -> Vec<String> {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
+}
+
+/// Runs `andrea` in `dir`, killing it after `secs` seconds (a hang fails the test
+/// instead of stalling it).
+pub fn andrea_within(dir: &Path, args: &[&str], secs: u64) -> Output {
+    let mut child = Command::new(binary())
+        .current_dir(dir)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the andrea binary runs");
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() >= secs {
+            child.kill().unwrap();
+            panic!("andrea {args:?} still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A tiny run `run/` of two steps with its checkpoint `run/latest`.
+pub fn trained(merges: &str) -> tempfile::TempDir {
+    let tmp = prepared(merges);
+    ok(
+        tmp.path(),
+        &[TRAIN_TINY, &["--out", "run", "--steps", "2"]].concat(),
+    );
+    tmp
+}
+
+/// `run/latest` copied into `plain/` as a bare model directory (model.safetensors,
+/// config.json, tokenizer.json; no training state, so no checksums).
+pub fn plain_model(dir: &Path) -> PathBuf {
+    let plain = dir.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    for f in ["model.safetensors", "config.json", "tokenizer.json"] {
+        std::fs::copy(dir.join("run/latest").join(f), plain.join(f)).unwrap();
+    }
+    plain
 }
