@@ -79,23 +79,64 @@ fn init_fine_tunes_from_weights() {
         ]
         .concat(),
     );
-    ok(
-        dir,
-        &[
-            &[
-                "train",
-                "--init",
-                "base/latest",
-                "--out",
-                "tuned",
-                "--lr",
-                "1e-4",
-            ],
-            &base[..],
-        ]
-        .concat(),
+    // One step at learning rate 0: the weights stay exactly the base's, and the
+    // moments are AdamW's after one step from zero: m = (1-β1)·g, v = (1-β2)·g², so
+    // m² / v = (1-β1)² / (1-β2) in every element (moments carried over from the base's
+    // 5 steps would not be in that ratio).
+    let tune = [
+        "train",
+        "--init",
+        "base/latest",
+        "--out",
+        "tuned",
+        "--lr",
+        "0",
+        "--steps",
+        "1",
+    ];
+    ok(dir, &[&tune[..], &base[..2], &base[4..]].concat());
+    let tensors = |p: &str| -> Vec<(String, Vec<f32>)> {
+        let b = bytes(dir.join(p));
+        let st = safetensors::SafeTensors::deserialize(&b).unwrap();
+        let mut out: Vec<(String, Vec<f32>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, v)| {
+                let vals = v
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                (n, vals)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    };
+    assert_eq!(
+        tensors("tuned/latest/model.safetensors"),
+        tensors("base/latest/model.safetensors"),
+        "--init must start from the base's weights"
     );
-    assert!(dir.join("tuned/latest/model.safetensors").exists());
+    let moments = tensors("tuned/latest/optimizer.safetensors");
+    let (b1, b2) = (0.9f64, 0.95f64);
+    let want = (1.0 - b1).powi(2) / (1.0 - b2);
+    let mut checked = 0;
+    for (name, m) in moments.iter().filter(|(n, _)| n.starts_with("exp_avg.")) {
+        let v_name = name.replacen("exp_avg.", "exp_avg_sq.", 1);
+        let v = &moments.iter().find(|(n, _)| *n == v_name).unwrap().1;
+        for (m, v) in m.iter().zip(v) {
+            if *v > 1e-30 {
+                let ratio = (*m as f64).powi(2) / *v as f64;
+                assert!(
+                    (ratio - want).abs() <= 1e-3 * want,
+                    "{name}: m²/v = {ratio}, want {want}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000, "only {checked} moments checked");
 }
 
 #[cfg(unix)]
