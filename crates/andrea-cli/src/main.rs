@@ -72,6 +72,8 @@ mod cli;
 mod data;
 mod demo;
 mod eval;
+#[cfg(test)]
+mod fuzz;
 mod generate;
 mod info;
 mod limits;
