@@ -786,3 +786,30 @@ fn messages_name_the_real_cause() {
     let err = fails_with(dir, &["tokenizer", "train", "latin1"], "UTF-8");
     assert!(!err.contains("InvalidUtf8"), "{err}");
 }
+
+#[test]
+fn a_special_token_cannot_take_an_ordinary_tokens_id() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let good: serde_json::Value =
+        serde_json::from_slice(&bytes(dir.join("tokenizer.json"))).unwrap();
+    // The id of a byte ("!" is 0), and the last merge's (the special token is last).
+    let merged = good["model"]["vocab"].as_object().unwrap().len() - 2;
+    for id in [0, merged] {
+        let mut t = good.clone();
+        t["added_tokens"][0]["id"] = serde_json::json!(id);
+        std::fs::write(dir.join("bad.json"), t.to_string()).unwrap();
+        fails_with(
+            dir,
+            &[
+                "tokenizer",
+                "encode",
+                "--tokenizer",
+                "bad.json",
+                "--text",
+                "hi!",
+            ],
+            "special token",
+        );
+    }
+}

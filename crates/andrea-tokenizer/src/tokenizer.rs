@@ -177,6 +177,28 @@ impl Tokenizer {
                 *slot = id;
             }
         }
+        // A special token's id must be its own: one that a byte or a merge also uses
+        // would make ordinary text encode to the special token, or a byte unspellable.
+        if let Some(b) = byte_ids.iter().position(|&id| id == NO_ID) {
+            return Err(Error::Invalid(format!(
+                "byte {b:#04x} has no token of its own (is its id taken by a special token?): \
+                 a byte-level vocabulary spells all 256 bytes"
+            )));
+        }
+        if special_ids.len() != specials.len() {
+            return Err(Error::Invalid(
+                "two special tokens share one id: each needs its own".into(),
+            ));
+        }
+        if let Some(m) = merge_list
+            .iter()
+            .find(|m| m.iter().any(|id| special_ids.contains(id)))
+        {
+            return Err(Error::Invalid(format!(
+                "the merge {:?} uses the id of a special token: special tokens need ids of their own",
+                m
+            )));
+        }
         for s in &specials {
             if tokens.get(s.id as usize).is_none_or(|t| t.is_none()) {
                 return Err(Error::Invalid(format!(
