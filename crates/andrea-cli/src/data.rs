@@ -75,6 +75,42 @@ pub fn shard_paths(path: &Path, split: &str) -> Result<Vec<PathBuf>> {
     Ok(found.into_iter().map(|(_, p)| p).collect())
 }
 
+/// Refuses shards made with another tokenizer than `tokenizer`, when the shards say
+/// which: `andrea prepare` copies its tokenizer next to them (`tokenizer.json`), and a
+/// tokenizer of the same vocabulary size but other merges would otherwise train or
+/// evaluate on ids that mean other text. Shards without one (llm.c's) are not checked.
+pub fn check_tokenizer(
+    data: &Path,
+    tokenizer: &andrea_tokenizer::Tokenizer,
+    what: &str,
+) -> Result<()> {
+    let dir = if data.is_dir() {
+        data.to_path_buf()
+    } else {
+        data.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    let theirs_path = dir.join("tokenizer.json");
+    if !theirs_path.is_file() {
+        return Ok(());
+    }
+    let theirs = andrea_tokenizer::Tokenizer::load(&theirs_path).with_context(|| {
+        format!(
+            "cannot read {}, the tokenizer of the {what} shards",
+            theirs_path.display()
+        )
+    })?;
+    if theirs.to_json_string() != tokenizer.to_json_string() {
+        bail!(
+            "the {what} shards in {} were made with the tokenizer {}, which differs from the model's \
+             (same vocabulary size or not, the ids mean other text): encode the text again with the \
+             model's tokenizer (`andrea prepare --tokenizer <checkpoint>/tokenizer.json`)",
+            dir.display(),
+            theirs_path.display()
+        );
+    }
+    Ok(())
+}
+
 /// The validation shard next to a training shard file, by the naming scheme
 /// (`x_train_000003.bin` -> `x_val_000000.bin`), if it exists.
 pub fn val_sibling(train: &Path) -> Option<PathBuf> {

@@ -43,6 +43,9 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
             args.batch_size
         );
     }
+    if let Some(t) = &loaded.tokenizer {
+        crate::data::check_tokenizer(&args.data, t, "evaluation")?;
+    }
     let shards = ShardSet::open(&args.data, "val")?;
     let window = args.batch_size * seq + 1;
     shards.check(config.vocab_size, window, "evaluation")?;

@@ -246,6 +246,10 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
     let (b, t) = (settings.batch_size, settings.seq_len);
     crate::limits::check_training(model.backend(), model.config(), b, t)?;
     let window = b * t + 1;
+    crate::data::check_tokenizer(&settings.data, &tokenizer, "training")?;
+    if let Some(v) = &settings.val_data {
+        crate::data::check_tokenizer(v, &tokenizer, "validation")?;
+    }
     let train = ShardSet::open(&settings.data, "train")?;
     train.check(model.config().vocab_size, window, "training")?;
     let val = match &settings.val_data {

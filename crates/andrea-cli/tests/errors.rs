@@ -813,3 +813,86 @@ fn a_special_token_cannot_take_an_ordinary_tokens_id() {
         );
     }
 }
+
+#[test]
+fn shards_of_another_tokenizer_of_the_same_size_are_refused() {
+    let tmp = trained("50");
+    let dir = tmp.path();
+    // Another tokenizer, the same vocabulary size: learned from the corpus reversed.
+    let alt = dir.join("alt");
+    std::fs::create_dir_all(&alt).unwrap();
+    for e in std::fs::read_dir(dir.join("corpus")).unwrap() {
+        let p = e.unwrap().path();
+        let text: String = std::fs::read_to_string(&p).unwrap().chars().rev().collect();
+        std::fs::write(alt.join(p.file_name().unwrap()), text).unwrap();
+    }
+    let alt_tok = [
+        "tokenizer",
+        "train",
+        "alt",
+        "--merges",
+        "50",
+        "--out",
+        "alt.json",
+    ];
+    ok(dir, &alt_tok);
+    let size = |p: &str| {
+        let t: serde_json::Value = serde_json::from_slice(&bytes(dir.join(p))).unwrap();
+        t["model"]["vocab"].as_object().unwrap().len()
+    };
+    assert_eq!(size("alt.json"), size("tokenizer.json"));
+    let prep = [
+        "prepare",
+        "corpus",
+        "--tokenizer",
+        "alt.json",
+        "--out",
+        "altdata",
+    ];
+    ok(dir, &prep);
+    for args in [
+        &[
+            "eval",
+            "--checkpoint",
+            "run/latest",
+            "--data",
+            "altdata",
+            "--seq-len",
+            "8",
+        ][..],
+        &[
+            "train",
+            "--init",
+            "run/latest",
+            "--data",
+            "altdata",
+            "--out",
+            "ft",
+            "--steps",
+            "1",
+        ][..],
+        &[
+            "train",
+            "--resume",
+            "run/latest",
+            "--data",
+            "altdata",
+            "--steps",
+            "3",
+        ][..],
+    ] {
+        fails_with(dir, args, "differs from the model's");
+    }
+    ok(
+        dir,
+        &[
+            "eval",
+            "--checkpoint",
+            "run/latest",
+            "--data",
+            "data",
+            "--seq-len",
+            "8",
+        ],
+    );
+}
