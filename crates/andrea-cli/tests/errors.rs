@@ -850,49 +850,27 @@ fn shards_of_another_tokenizer_of_the_same_size_are_refused() {
         "altdata",
     ];
     ok(dir, &prep);
-    for args in [
-        &[
-            "eval",
-            "--checkpoint",
-            "run/latest",
-            "--data",
-            "altdata",
-            "--seq-len",
-            "8",
-        ][..],
-        &[
-            "train",
-            "--init",
-            "run/latest",
-            "--data",
-            "altdata",
-            "--out",
-            "ft",
-            "--steps",
-            "1",
-        ][..],
-        &[
-            "train",
-            "--resume",
-            "run/latest",
-            "--data",
-            "altdata",
-            "--steps",
-            "3",
-        ][..],
-    ] {
-        fails_with(dir, args, "differs from the model's");
+    let eval = [
+        "eval",
+        "--checkpoint",
+        "run/latest",
+        "--seq-len",
+        "8",
+        "--data",
+    ];
+    let init = [
+        "train",
+        "--init",
+        "run/latest",
+        "--out",
+        "ft",
+        "--steps",
+        "1",
+    ];
+    let resume = ["train", "--resume", "run/latest", "--steps", "3"];
+    for args in [&eval[..], &init[..], &resume[..]] {
+        let with_data = [args, &["--data", "altdata"]].concat();
+        fails_with(dir, &with_data, "differs from the model's");
     }
-    ok(
-        dir,
-        &[
-            "eval",
-            "--checkpoint",
-            "run/latest",
-            "--data",
-            "data",
-            "--seq-len",
-            "8",
-        ],
-    );
+    ok(dir, &[&eval[..], &["--data", "data"]].concat());
 }
