@@ -850,14 +850,7 @@ fn shards_of_another_tokenizer_of_the_same_size_are_refused() {
         "altdata",
     ];
     ok(dir, &prep);
-    let eval = [
-        "eval",
-        "--checkpoint",
-        "run/latest",
-        "--seq-len",
-        "8",
-        "--data",
-    ];
+    let eval = ["eval", "--checkpoint", "run/latest", "--seq-len", "8"];
     let init = [
         "train",
         "--init",
