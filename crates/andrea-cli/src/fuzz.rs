@@ -152,10 +152,15 @@ fn start_watchdog() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
         std::thread::spawn(|| {
-            let mut last = u64::MAX;
+            let (mut last, start) = (u64::MAX, Instant::now());
             loop {
                 std::thread::sleep(Duration::from_secs(60));
                 let now = PROGRESS.load(Ordering::Relaxed);
+                // A long run reports as it goes, so a stopped one still says how far it got.
+                eprintln!(
+                    "fuzz: {now} cases done, 0 panics, {:.0} s",
+                    start.elapsed().as_secs_f64()
+                );
                 if now == last {
                     eprintln!(
                         "fuzz: no case finished for 60 s (a hang, or a read of the FIFO trap)"
