@@ -9,7 +9,7 @@
 //!
 //! Reads outside the checkpoint: the fuzzer plants a FIFO next to the checkpoint and
 //! inserts its name (relative and absolute) into the files; opening it would block, and
-//! a watchdog fails the run when no case finishes for a minute.
+//! a watchdog fails the run when no case finishes for five minutes.
 //!
 //! `cargo test -p andrea-cli --bin andrea fuzz` runs a short mode (a few thousand cases
 //! in all); `ANDREA_FUZZ_CASES=1000000` sets the total for a long run (split evenly
@@ -146,13 +146,13 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation, trap: &str) {
 /// Cases finished by any target, for the watchdog.
 static PROGRESS: AtomicU64 = AtomicU64::new(0);
 
-/// Fails the run (by aborting the test binary) when no case finishes for a minute: a
+/// Fails the run (by aborting the test binary) when no case finishes for 5 minutes: a
 /// loader blocked on the FIFO trap, or one that never ends.
 fn start_watchdog() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
         std::thread::spawn(|| {
-            let (mut last, start) = (u64::MAX, Instant::now());
+            let (mut last, mut stalled, start) = (u64::MAX, 0, Instant::now());
             loop {
                 std::thread::sleep(Duration::from_secs(60));
                 let now = PROGRESS.load(Ordering::Relaxed);
@@ -161,7 +161,9 @@ fn start_watchdog() {
                     "fuzz: {now} cases done, 0 panics, {:.0} s",
                     start.elapsed().as_secs_f64()
                 );
-                if now == last {
+                // Five minutes without a case: a starved machine is slow, not that slow.
+                stalled = if now == last { stalled + 1 } else { 0 };
+                if stalled == 5 {
                     eprintln!(
                         "fuzz: no case finished for 60 s (a hang, or a read of the FIFO trap)"
                     );
