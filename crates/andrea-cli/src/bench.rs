@@ -24,6 +24,7 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
         bail!("--profile applies to `andrea bench train`");
     }
     let mut profile = None;
+    crate::limits::check_step(&config, args.batch_size, seq)?;
     let report: BenchReport = match args.kind {
         BenchKind::Train if args.profile => {
             let plan = train_plan(args, seq);

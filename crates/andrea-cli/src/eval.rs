@@ -46,6 +46,7 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
     if let Some(t) = &loaded.tokenizer {
         crate::data::check_tokenizer(&args.data, t, "evaluation")?;
     }
+    crate::limits::check_step(&config, args.batch_size, seq)?;
     let shards = ShardSet::open(&args.data, "val")?;
     let window = args.batch_size * seq + 1;
     shards.check(config.vocab_size, window, "evaluation")?;

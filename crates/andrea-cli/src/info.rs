@@ -26,6 +26,7 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
         );
     }
     let b = args.batch_size;
+    crate::limits::check_step(&config, b, seq)?;
     let plan = MemoryPlan::new(backend, &config, b, seq);
     let eval = MemoryPlan::evaluation(backend, &config, b, seq);
     let gen = MemoryPlan::generation(backend, &config, b, seq);

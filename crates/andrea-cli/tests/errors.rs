@@ -645,6 +645,19 @@ fn sizes_a_user_controls_are_refused_not_crashed_on() {
             needle,
         );
     }
+    // Each size within its bound, their product not: refused before it is computed.
+    std::fs::write(
+        dir.join("wide.toml"),
+        TINY.replace("vocab_size = 8449", "vocab_size = 1073741824")
+            .replace("context_length = 64", "context_length = 1048576")
+            .replace("d_model = 32", "d_model = 4")
+            .replace("n_layer = 2", "n_layer = 1"),
+    )
+    .unwrap();
+    for cmd in [&["info"][..], &["bench", "train"][..]] {
+        let args = [cmd, &["--config", "wide.toml", "--batch-size", "65536"]].concat();
+        refuses_quickly(dir, &args, "activations");
+    }
     // Within the limits, but not within this machine: refused before allocating.
     std::fs::write(
         dir.join("big.toml"),
