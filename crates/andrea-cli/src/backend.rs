@@ -40,7 +40,7 @@ pub fn select(global: &GlobalArgs) -> Result<Selected> {
         .map_err(|e| {
             anyhow::anyhow!(
                 "cannot start {} CPU threads: {e}: pass a smaller --threads (the system's \
-                 limit on processes/threads, `ulimit -u`, may be low)",
+                 limit on threads or memory, `ulimit -u` or `ulimit -v`, may be low)",
                 if threads == 0 {
                     "one per core".to_string()
                 } else {
