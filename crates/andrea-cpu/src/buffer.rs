@@ -19,6 +19,16 @@ pub struct CpuBuffer<T = f32> {
     data: UnsafeCell<Box<[T]>>,
 }
 
+/// Element types for which all-zero bits are the value zero.
+///
+/// # Safety
+/// An implementor's all-zero bit pattern must be a valid value.
+pub unsafe trait ZeroBits: Copy {}
+// SAFETY: 0.0 and 0 are all-zero bits.
+unsafe impl ZeroBits for f32 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for u32 {}
+
 /// `u32` token ids in host memory.
 pub type CpuIds = CpuBuffer<u32>;
 
@@ -34,11 +44,24 @@ impl<T: Copy + Default> CpuBuffer<T> {
     }
 
     /// `len` zeros, or `None` where the allocation fails (a size the user chose must be
-    /// an error, not an abort).
-    pub fn try_zeros(len: usize) -> Option<Self> {
-        let mut v: Vec<T> = Vec::new();
-        v.try_reserve_exact(len).ok()?;
-        v.resize(len, T::default());
+    /// an error, not an abort). Zeroed by the allocator (`calloc`), as `vec![0; n]` is:
+    /// large buffers get the kernel's zero pages, touched only when first written.
+    pub fn try_zeros(len: usize) -> Option<Self>
+    where
+        T: ZeroBits,
+    {
+        let layout = std::alloc::Layout::array::<T>(len).ok()?;
+        if layout.size() == 0 {
+            return Some(Self::zeros(len));
+        }
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` comes from the global allocator with the layout of `[T; len]`, and
+        // all-zero bits are a valid `T` (`ZeroBits`), so this is a `Vec` of `len` zeros.
+        let v = unsafe { Vec::from_raw_parts(ptr, len, len) };
         Some(CpuBuffer {
             data: UnsafeCell::new(v.into_boxed_slice()),
         })
