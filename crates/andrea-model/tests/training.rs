@@ -96,6 +96,42 @@ fn forward_train_gives_the_gradients_of_forward_then_backward() {
     }
 }
 
+/// Accumulating adds whole micro-batch gradients, so two micro-batches in one trainer
+/// are bit for bit the sum of the two gradients computed apart (what two data-parallel
+/// ranks all-reduce): `g₁ + g₂` in f32, element by element.
+#[test]
+fn accumulation_is_the_f32_sum_of_the_micro_batch_gradients() {
+    let cfg = small();
+    let x = tokens(3 * 16, cfg.vocab_size, 7);
+    let y = tokens(3 * 16, cfg.vocab_size, 8);
+    let trainer = || {
+        let model = Model::new(CpuBackend::new(), cfg.clone(), 3).unwrap();
+        Trainer::new(model, no_clip(), 1, 16).unwrap()
+    };
+    let (mut both, mut apart) = (trainer(), [trainer(), trainer(), trainer()]);
+    for (i, tr) in apart.iter_mut().enumerate() {
+        let part = i * 16..(i + 1) * 16;
+        both.forward(&x[part.clone()], &y[part.clone()]).unwrap();
+        both.backward().unwrap();
+        tr.forward(&x[part.clone()], &y[part]).unwrap();
+        tr.backward().unwrap();
+    }
+    assert_eq!(both.micro_batches(), 3);
+    assert_eq!(both.memory().gradients, 2 * apart[0].memory().gradients);
+    for p in both.model().params() {
+        let g: Vec<Vec<f32>> = apart
+            .iter()
+            .map(|t| t.read_grad(p.name()).unwrap())
+            .collect();
+        let want: Vec<f32> = (0..g[0].len())
+            .map(|i| (g[0][i] + g[1][i]) + g[2][i])
+            .collect();
+        let got = both.read_grad(p.name()).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "{}", p.name());
+    }
+}
+
 #[test]
 fn two_micro_batches_accumulate_the_gradient_of_their_union() {
     let cfg = small();

@@ -1,8 +1,19 @@
 //! Training: [`Trainer`] owns a [`Model`], the gradient buffer, the AdamW moments and the
 //! activation arena, all allocated once; a step allocates nothing on the device.
 //!
-//! A step is `forward` (the loss), `backward` (gradients, accumulated `+=`, so several
+//! A step is `forward` (the loss), `backward` (gradients, accumulated, so several
 //! micro-batches add up) and `step` (clipping and AdamW, then the gradients are zeroed).
+//!
+//! Accumulation adds whole micro-batch gradients: the first micro-batch's backward pass
+//! writes into the (zeroed) gradient buffer, every later one into a second buffer of the
+//! same size (zeroed first), which is then added: `grads = ((g₁ + g₂) + g₃) + …`. Adding
+//! in place (`+=` inside every op) would round differently wherever an op adds several
+//! terms into one gradient (the tied `wte` gets two, the GEMM adds k-blocks one by one),
+//! and then no other split of the same micro-batches could reproduce the sum. With whole
+//! gradients, two data-parallel ranks of one micro-batch each sum to `g₁ + g₂`, bit for
+//! bit what one process gets with two micro-batches (andrea-dist relies on it). The
+//! second buffer exists only once a step has accumulated (or after
+//! [`Trainer::reserve_accumulation`]).
 
 mod optim;
 mod passes;
@@ -43,6 +54,9 @@ pub struct Trainer<B: Backend> {
     model: Model<B>,
     optimizer: OptimizerConfig,
     grads: B::Buffer,
+    /// One micro-batch's gradient while accumulating (see the module docs); allocated by
+    /// the first backward pass that accumulates.
+    micro_grads: Option<B::Buffer>,
     m: B::Buffer,
     v: B::Buffer,
     slots: TrainSlots,
@@ -81,6 +95,7 @@ impl<B: Backend> Trainer<B> {
             model,
             optimizer,
             grads,
+            micro_grads: None,
             m,
             v,
             slots,
@@ -123,14 +138,42 @@ impl<B: Backend> Trainer<B> {
         (self.slots.batch, self.slots.seq)
     }
 
-    /// The memory this trainer holds on the device.
+    /// The memory this trainer holds on the device (both gradient buffers once it
+    /// accumulates).
     pub fn memory(&self) -> MemoryPlan {
-        MemoryPlan::new(
+        let mut plan = MemoryPlan::new(
             self.model.backend(),
             self.model.config(),
             self.slots.batch,
             self.slots.seq,
-        )
+        );
+        if self.micro_grads.is_some() {
+            plan.gradients *= 2;
+        }
+        plan
+    }
+
+    /// Allocates the second gradient buffer that accumulating several micro-batches per
+    /// step needs (see the module docs) now rather than in the first such step, so that
+    /// [`Trainer::memory`] shows it and an out-of-memory error comes before training.
+    pub fn reserve_accumulation(&mut self) -> Result<()> {
+        if self.micro_grads.is_none() {
+            let len = self.model.layout().len;
+            self.micro_grads = Some(self.model.backend().alloc(len)?);
+        }
+        Ok(())
+    }
+
+    /// The accumulated gradient buffer (parameter layout, [`Model::buffer`]'s), for a
+    /// data-parallel reduction between the last backward pass and [`Trainer::step`];
+    /// writes go through the backend (`upload`, `scale`).
+    pub fn gradients(&self) -> &B::Buffer {
+        &self.grads
+    }
+
+    /// Backward passes accumulated since the last step.
+    pub fn micro_batches(&self) -> usize {
+        self.micro_batches
     }
 
     /// The mean loss of a batch as [`Model::loss`] computes it, bit for bit the value

@@ -104,9 +104,21 @@ impl<B: Backend> Trainer<B> {
             ));
         };
         let n = batch * self.slots.seq;
+        if self.micro_batches > 0 {
+            self.reserve_accumulation()?;
+        }
         let be = self.model.backend();
         let cfg = self.model.config();
-        let (layout, params, grads) = (self.model.layout(), self.model.buffer(), &self.grads);
+        // The first micro-batch's gradient goes straight into `grads`; a later one into
+        // `micro_grads`, added afterwards (see the module docs).
+        let grads = match (&self.micro_grads, self.micro_batches) {
+            (Some(micro), 1..) => {
+                be.fill(View::whole(micro), 0.0)?;
+                micro
+            }
+            _ => &self.grads,
+        };
+        let (layout, params) = (self.model.layout(), self.model.buffer());
         let (s, buf) = (&self.slots, &self.acts);
         let acts = s.on(be, buf, batch);
         self.phase = Phase::Backward;
@@ -147,6 +159,10 @@ impl<B: Backend> Trainer<B> {
         let (dwte, dwpe) = (layout.wte_padded.on(grads), layout.wpe.on(grads));
         let d_encoded = s.d_res.btc(buf, batch, s.seq);
         be.embedding_backward(ids::<B>(&self.tokens, n), d_encoded, dwte, dwpe)?;
+        if self.micro_batches > 0 {
+            let (sum, micro) = (View::whole(&self.grads), View::whole(grads));
+            be.add(sum, micro, sum)?;
+        }
         self.micro_batches += 1;
         Ok(())
     }
