@@ -219,6 +219,28 @@ impl ShardSet {
         stride: usize,
         out: &mut Vec<u32>,
     ) -> Result<()> {
+        self.fit(pos, window)?;
+        let shard = &self.shards[pos.shard];
+        let mut buf = vec![0u16; window];
+        shard
+            .read(pos.offset, &mut buf)
+            .with_context(|| format!("reading {}", shard.path().display()))?;
+        out.clear();
+        out.extend(buf.iter().map(|&t| t as u32));
+        pos.offset += stride;
+        Ok(())
+    }
+
+    /// Advances `pos` as [`ShardSet::next_window`] does, without reading the window
+    /// (another data-parallel rank's).
+    pub fn skip_window(&self, pos: &mut DataPosition, window: usize, stride: usize) -> Result<()> {
+        self.fit(pos, window)?;
+        pos.offset += stride;
+        Ok(())
+    }
+
+    /// Moves `pos` to the next start that holds a window of `window` tokens.
+    fn fit(&self, pos: &mut DataPosition, window: usize) -> Result<()> {
         if pos.shard >= self.shards.len() {
             *pos = DataPosition::default();
         }
@@ -233,20 +255,18 @@ impl ShardSet {
                 bail!("no shard holds a window of {window} tokens");
             }
         }
-        let shard = &self.shards[pos.shard];
-        let mut buf = vec![0u16; window];
-        shard
-            .read(pos.offset, &mut buf)
-            .with_context(|| format!("reading {}", shard.path().display()))?;
-        out.clear();
-        out.extend(buf.iter().map(|&t| t as u32));
-        pos.offset += stride;
         Ok(())
     }
 
     /// A window at a random start (`--shuffle`): a shard drawn in proportion to the
     /// windows it holds, then an offset uniform over them.
     pub fn random_window(&self, rng: &mut Rng, window: usize, out: &mut Vec<u32>) -> Result<()> {
+        let mut pos = self.random_start(rng, window)?;
+        self.next_window(&mut pos, window, 0, out)
+    }
+
+    /// Where [`ShardSet::random_window`] would read (it draws the same numbers).
+    pub fn random_start(&self, rng: &mut Rng, window: usize) -> Result<DataPosition> {
         let starts: Vec<usize> = self
             .shards
             .iter()
@@ -262,8 +282,7 @@ impl ShardSet {
             r -= starts[shard];
             shard += 1;
         }
-        let mut pos = DataPosition { shard, offset: r };
-        self.next_window(&mut pos, window, 0, out)
+        Ok(DataPosition { shard, offset: r })
     }
 
     /// Every full window of each shard, in order: `(shard, offset)` starts.

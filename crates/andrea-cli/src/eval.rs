@@ -17,8 +17,20 @@ pub fn mean_loss(
     (b, t): (usize, usize),
     shards: &ShardSet,
     starts: &[DataPosition],
-    mut loss: impl FnMut(&[u32], &[u32]) -> andrea::Result<f32>,
+    loss: impl FnMut(&[u32], &[u32]) -> andrea::Result<f32>,
 ) -> Result<f32> {
+    let sum = loss_sum((b, t), shards, starts, loss)?;
+    Ok((sum / starts.len().max(1) as f64) as f32)
+}
+
+/// The sum of the windows' losses that [`mean_loss`] averages (a data-parallel rank's
+/// share of an evaluation).
+pub fn loss_sum(
+    (b, t): (usize, usize),
+    shards: &ShardSet,
+    starts: &[DataPosition],
+    mut loss: impl FnMut(&[u32], &[u32]) -> andrea::Result<f32>,
+) -> Result<f64> {
     let (window, stride) = (b * t + 1, b * t);
     let mut buf = Vec::with_capacity(window);
     let mut sum = 0.0f64;
@@ -28,7 +40,7 @@ pub fn mean_loss(
         let (inputs, targets) = inputs_and_targets(&buf);
         sum += loss(inputs, targets)? as f64;
     }
-    Ok((sum / starts.len().max(1) as f64) as f32)
+    Ok(sum)
 }
 
 pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {

@@ -71,6 +71,7 @@ mod checkpoint;
 mod cli;
 mod data;
 mod demo;
+mod dist;
 mod eval;
 #[cfg(test)]
 mod fuzz;
@@ -92,7 +93,29 @@ use cli::{Cli, Command};
 /// Exit status of every error a user can cause (clap uses it for bad flags too).
 const USAGE_ERROR: i32 = 2;
 
+/// An error as the user sees it: the chain, outermost first (what was being done, then
+/// why it failed).
+fn error_report(e: &anyhow::Error) -> String {
+    let mut msg = format!("error: {e}");
+    for cause in e.chain().skip(1) {
+        msg.push_str(&format!("\n  caused by: {cause}"));
+    }
+    msg
+}
+
 fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Some(l) = andrea_dist::launcher_world_size().filter(|l| l.size > 1) {
+        if !matches!(cli.command, Command::Train(_)) {
+            anyhow::bail!(
+                "{} started this command as one of {} ranks ({}={}); only `andrea train` runs \
+                 on several ranks: start the others without mpirun/srun",
+                l.launcher,
+                l.size,
+                l.var,
+                l.size
+            );
+        }
+    }
     match backend::select(&cli.global)? {
         // The whole command runs on a worker of the CPU thread pool, so each op starts its
         // parallel work in place instead of handing it over from `main` and waiting for a
@@ -133,12 +156,7 @@ fn main() {
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            // The chain, outermost first: what was being done, then why it failed.
-            let mut msg = format!("error: {e}");
-            for cause in e.chain().skip(1) {
-                msg.push_str(&format!("\n  caused by: {cause}"));
-            }
-            eprintln!("{msg}");
+            eprintln!("{}", error_report(&e));
             USAGE_ERROR
         }
     };

@@ -87,6 +87,8 @@ impl Metrics {
 pub struct Progress {
     bar: ProgressBar,
     log_every: u64,
+    /// Prints nothing (a data-parallel rank other than 0).
+    quiet: bool,
 }
 
 impl Progress {
@@ -100,7 +102,20 @@ impl Progress {
             .progress_chars("=> "),
         );
         bar.set_position(start);
-        Progress { bar, log_every }
+        Progress {
+            bar,
+            log_every,
+            quiet: false,
+        }
+    }
+
+    /// With `quiet`, this progress prints nothing at all.
+    pub fn quiet(mut self, quiet: bool) -> Progress {
+        if quiet {
+            self.bar = ProgressBar::hidden();
+            self.quiet = true;
+        }
+        self
     }
 
     pub fn step(&self, m: &Metric, total: u64) {
@@ -109,7 +124,8 @@ impl Progress {
             m.train_loss, m.lr, m.tokens_per_s
         );
         self.bar.set_position(m.step);
-        if self.bar.is_hidden() {
+        if self.quiet {
+        } else if self.bar.is_hidden() {
             if self.log_every > 0 && (m.step.is_multiple_of(self.log_every) || m.step == total) {
                 eprintln!(
                     "step {}/{total} | {msg} | grad norm {:.3}",
@@ -123,7 +139,8 @@ impl Progress {
 
     /// A line above the bar (or on stderr without one).
     pub fn println(&self, line: &str) {
-        if self.bar.is_hidden() {
+        if self.quiet {
+        } else if self.bar.is_hidden() {
             eprintln!("{line}");
         } else {
             self.bar.println(line);

@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use crate::checkpoint::{self, TrainingState};
 use crate::cli::TrainArgs;
 use crate::data::{inputs_and_targets, DataPosition, ShardSet};
-use crate::eval::mean_loss;
+use crate::dist::Ranks;
 use crate::generate;
 use crate::metrics::{Metric, Metrics, Progress, METRICS_FILE, PLOT_FILE};
 use crate::run_lock::RunLock;
@@ -233,7 +233,23 @@ fn find_val(settings: &TrainSettings) -> Option<PathBuf> {
     crate::data::val_sibling(data)
 }
 
+/// The run on every rank of the launcher's world ([`crate::dist`]); in a world of several
+/// ranks an error ends the whole job (status 2), since the other ranks would wait for
+/// this one forever.
 pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
+    let mut ranks = Ranks::init()?;
+    match run_ranked(args, backend, &mut ranks) {
+        Err(e) if ranks.size() > 1 => {
+            let (rank, size) = (ranks.world.rank(), ranks.size());
+            eprintln!("rank {rank} of {size}: {}", crate::error_report(&e));
+            ranks.world.abort(crate::USAGE_ERROR)
+        }
+        done => done,
+    }
+}
+
+fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Result<i32> {
+    let root = ranks.is_root();
     let Start {
         model,
         tokenizer,
@@ -260,15 +276,21 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         }
         None => None,
     };
-    // Held until `run` returns; the kernel drops it if the process dies.
-    let _lock = RunLock::acquire(&out)?;
-    checkpoint::remove_stale_temporaries(&out)?;
-    prepare_run_dir(&out, args.overwrite, resumed.is_some())?;
-    if let Some((_, state)) = &resumed {
+    // Rank 0 alone owns the run directory. Held until `run` returns; the kernel drops
+    // it if the process dies.
+    let _lock = root.then(|| RunLock::acquire(&out)).transpose()?;
+    if root {
+        checkpoint::remove_stale_temporaries(&out)?;
+        prepare_run_dir(&out, args.overwrite, resumed.is_some())?;
+    }
+    if let Some((_, state)) = resumed.as_ref().filter(|_| root) {
         check_newer_checkpoints(&out, state.step, args.overwrite)?;
     }
 
     let mut trainer = Trainer::new(model, settings.optimizer(), b, t)?;
+    if settings.grad_accum > 1 {
+        trainer.reserve_accumulation()?;
+    }
     let mut pos = DataPosition::default();
     let mut rng = Rng::new(settings.seed ^ 0x5_4A7F_F1E5);
     if let Some((dir, state)) = &resumed {
@@ -281,7 +303,24 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
     }
     let start = trainer.steps();
     let cfg = trainer.model().config().clone();
-    eprintln!(
+    ranks.agree("the settings", &settings)?;
+    ranks.agree("the model config", &cfg)?;
+    ranks.agree("the step and data position", &(start, pos, rng.state()))?;
+    let world = ranks.size();
+    let tokens_per_step = world * settings.tokens_per_step();
+    if world > 1 && root {
+        eprintln!(
+            "data parallel: {world} ranks, each batch {b} x seq {t} x accum {}; a step sees {} windows",
+            settings.grad_accum,
+            world * settings.grad_accum
+        );
+    }
+    let say = |line: String| {
+        if root {
+            eprintln!("{line}");
+        }
+    };
+    say(format!(
         "model: {} parameters ({} layers, d_model {}, {} heads, context {}, vocabulary {})",
         cfg.param_count(),
         cfg.n_layer,
@@ -289,15 +328,15 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         cfg.n_head,
         cfg.context_length,
         cfg.vocab_size
-    );
-    eprintln!(
-        "training: steps {start}..{} of {} tokens (batch {b} x seq {t} x accum {}), {} training tokens; memory {}",
+    ));
+    say(format!(
+        "training: steps {start}..{} of {tokens_per_step} tokens (batch {b} x seq {t} x accum {}{}), {} training tokens; memory {}",
         settings.steps,
-        settings.tokens_per_step(),
         settings.grad_accum,
+        if world > 1 { format!(" x {world} ranks") } else { String::new() },
         train.total_tokens(),
         trainer.memory()
-    );
+    ));
 
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -316,8 +355,8 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         });
     }
 
-    let mut metrics = Metrics::open(&out, start)?;
-    let progress = Progress::new(start, settings.steps, settings.log_every);
+    let mut metrics = root.then(|| Metrics::open(&out, start)).transpose()?;
+    let progress = Progress::new(start, settings.steps, settings.log_every).quiet(!root);
     let state_at =
         |step: u64, pos: DataPosition, rng_state: u64, settings: &TrainSettings| TrainingState {
             format: 1,
@@ -339,24 +378,22 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
     let mut windows = vec![Vec::with_capacity(window); settings.grad_accum];
     let mut step = start;
     let mut interrupted = false;
+    let began_run = Instant::now();
     while step < settings.steps {
         let began = Instant::now();
         let lr = settings.lr_at(step);
-        for buf in &mut windows {
-            if settings.shuffle {
-                train.random_window(&mut rng, window, buf)?;
-            } else {
-                train.next_window(&mut pos, window, window - 1, buf)?;
-            }
-        }
+        let stream = (&mut rng, &mut pos);
+        ranks.read_windows(&train, settings.shuffle, stream, window, &mut windows)?;
         let micro_batches: Vec<(&[u32], &[u32])> =
             windows.iter().map(|w| inputs_and_targets(w)).collect();
         // A NaN or infinite loss or gradient norm is an error naming the step; nothing
         // is written after it.
-        let (loss, stats) = trainer.train_step(&micro_batches, lr).map_err(|e| {
-            progress.finish();
-            anyhow::anyhow!("{e}; {}", last_good(&out))
-        })?;
+        let (loss, stats) = ranks
+            .train_step(&mut trainer, &micro_batches, lr)
+            .map_err(|e| {
+                progress.finish();
+                anyhow::anyhow!("{e}; {}", last_good(&out))
+            })?;
         step = stats.step;
         let elapsed = began.elapsed().as_secs_f64();
         let mut m = Metric {
@@ -365,16 +402,16 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
             val_loss: None,
             lr,
             grad_norm: stats.grad_norm,
-            tokens_per_s: settings.tokens_per_step() as f64 / elapsed.max(1e-9),
+            tokens_per_s: tokens_per_step as f64 / elapsed.max(1e-9),
         };
         let last = step == settings.steps;
-        interrupted = stop.load(Ordering::SeqCst);
+        interrupted = ranks.any(stop.load(Ordering::SeqCst));
         let pause = args.stop_at == Some(step);
         let due = |every: u64| last || interrupted || pause || (every > 0 && step % every == 0);
         if let Some(v) = &val {
             if due(settings.eval_every) && !eval_starts.is_empty() {
                 // In the trainer's own activation arena: no memory beyond training's.
-                let vl = mean_loss(trainer.shape(), v, &eval_starts, |x, y| {
+                let vl = ranks.mean_loss(trainer.shape(), v, &eval_starts, |x, y| {
                     trainer.evaluate(x, y)
                 })?;
                 progress.println(&format!("step {step}: val loss {vl:.4}"));
@@ -382,11 +419,13 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
             }
         }
         progress.step(&m, settings.steps);
-        metrics.write(&m)?;
-        if m.val_loss.is_some() || due(settings.checkpoint_every) {
-            metrics.write_plot()?;
+        if let Some(metrics) = &mut metrics {
+            metrics.write(&m)?;
+            if m.val_loss.is_some() || due(settings.checkpoint_every) {
+                metrics.write_plot()?;
+            }
         }
-        if due(settings.checkpoint_every) {
+        if due(settings.checkpoint_every) && root {
             let dir = checkpoint::save(
                 &out,
                 &trainer,
@@ -396,7 +435,11 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
             checkpoint::prune(&out, settings.keep_checkpoints)?;
             progress.println(&format!("step {step}: checkpoint {}", dir.display()));
         }
-        if due(settings.sample_every) && !interrupted {
+        if due(settings.checkpoint_every) {
+            // Nobody goes on before rank 0's checkpoint is complete.
+            ranks.world.barrier();
+        }
+        if due(settings.sample_every) && !interrupted && root {
             let text = sample(&trainer, &tokenizer, settings.seed ^ step)?;
             progress.println(&format!("step {step}: sample: {text}"));
         }
@@ -405,31 +448,34 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         }
     }
     progress.finish();
+    if let Some(line) = ranks.summary(began_run.elapsed().as_secs_f64()) {
+        say(line);
+    }
     if start >= settings.steps {
-        eprintln!(
+        say(format!(
             "nothing to do: the run is at step {start} of --steps {}; pass a larger --steps to train further",
             settings.steps
-        );
+        ));
         return Ok(0);
     }
     if interrupted {
-        eprintln!(
+        say(format!(
             "interrupted at step {step}: checkpoint written; continue with `andrea train --resume {}/latest`",
             out.display()
-        );
+        ));
         return Ok(INTERRUPTED);
     }
     if step < settings.steps {
-        eprintln!(
+        say(format!(
             "stopped at step {step} (--stop-at): continue with `andrea train --resume {}/latest`",
             out.display()
-        );
+        ));
         return Ok(0);
     }
-    eprintln!(
+    say(format!(
         "done: {step} steps; newest checkpoint {}/latest",
         out.display()
-    );
+    ));
     Ok(0)
 }
 

@@ -9,6 +9,8 @@
 //! | `cpu` (default) | `andrea_cpu::CpuBackend`: rayon + matrixmultiply | `CpuBackend` |
 //! | `cuda` | `andrea_cuda::CudaBackend`: one NVIDIA GPU (compute capability 8.0+, driver 580+), re-exported as `andrea::CudaBackend` and `andrea::cuda` | unchanged: `CpuBackend` |
 //!
+//! and `mpi` adds `andrea::dist` (`andrea-dist`): data parallelism over MPI, any backend.
+//!
 //! Save a random tiny model, load it back and generate (ids in, ids out; text needs a
 //! tokenizer from `andrea-tokenizer`):
 //!
@@ -85,6 +87,11 @@ pub use andrea_cpu::{self as cpu, CpuBackend};
 
 #[cfg(feature = "cuda")]
 pub use andrea_cuda::{self as cuda, CudaBackend};
+
+/// Data parallelism over MPI (feature `mpi`): the world of ranks and the bucketed
+/// gradient all-reduce.
+#[cfg(feature = "mpi")]
+pub use andrea_dist as dist;
 
 /// The backend of code that names no backend: the CPU backend, also when `cuda` is on
 /// (features only add backends; see the crate docs).

@@ -1,0 +1,154 @@
+//! Data-parallel training (`mpirun -np W andrea train ...`, build with `--features mpi`):
+//! what each rank of a [`Ranks`] world does in the training loop. Without a launcher (or
+//! in a world of one) every function here is the single-process path, unchanged.
+//!
+//! * The global batch is `W × --batch-size × --grad-accum` windows. A step's windows are
+//!   numbered as one process with `--grad-accum W·A` reads them (`A = --grad-accum`);
+//!   rank r reads windows `r·A .. r·A + A` and skips the others' (the data position and
+//!   the shuffling RNG advance over all of them, on every rank). So the data position is
+//!   global and a checkpoint resumes on any world size with the same global batch.
+//! * Each rank accumulates its own micro-batches, then [`GradientReducer`] averages the
+//!   gradients (bucketed `MPI_Allreduce`, pre-scaled by `1/W`); the step then clips by
+//!   the norm of that global mean gradient, identically on every rank. The logged loss
+//!   is the global mean; evaluation windows are dealt round-robin and their losses summed.
+//! * Rank 0 alone prints, logs and writes checkpoints; the others wait at a barrier after
+//!   each checkpoint. Ctrl-C (mpirun forwards it to every rank) is reduced each step, so
+//!   all ranks stop after the same step.
+//! * Settings are compared at the start by a hash; an error on one rank ends the job
+//!   (`MPI_Abort`, status 2), since the others would wait for it forever.
+//!
+//! `ANDREA_ALLREDUCE_BUCKET_FLOATS` sets the bucket size (default
+//! [`andrea_dist::DEFAULT_BUCKET_FLOATS`]).
+
+use andrea::model::rng::Rng;
+use andrea::{Backend, StepStats, Trainer};
+use andrea_dist::{GradientReducer, World, DEFAULT_BUCKET_FLOATS};
+use anyhow::{Context, Result};
+
+use crate::checkpoint::fnv1a64;
+use crate::data::{DataPosition, ShardSet};
+use crate::eval::loss_sum;
+
+/// The world of this run and its gradient reducer.
+pub struct Ranks {
+    pub world: World,
+    reducer: GradientReducer,
+}
+
+impl Ranks {
+    /// The launcher's world (see [`World::init`]).
+    pub fn init() -> Result<Ranks> {
+        let world = World::init()?;
+        let var = "ANDREA_ALLREDUCE_BUCKET_FLOATS";
+        let bucket = match std::env::var(var) {
+            Ok(v) => v.trim().parse().ok().filter(|&n| n > 0).with_context(|| {
+                format!("{var}={v}: give a number of floats of at least 1, or unset it")
+            })?,
+            Err(_) => DEFAULT_BUCKET_FLOATS,
+        };
+        Ok(Ranks {
+            world,
+            reducer: GradientReducer::new(bucket),
+        })
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.world.is_root()
+    }
+
+    pub fn size(&self) -> usize {
+        self.world.size()
+    }
+
+    /// Fails on every rank unless all ranks hash the same `what` (settings, config, step).
+    pub fn agree(&self, what: &str, value: &impl serde::Serialize) -> Result<()> {
+        let json = serde_json::to_vec(value)?;
+        Ok(self.world.agree(what, fnv1a64(&json))?)
+    }
+
+    /// This rank's windows of a step, one per micro-batch, in `windows` (see the module
+    /// docs); `pos` and `rng` advance over the whole global batch.
+    pub fn read_windows(
+        &self,
+        train: &ShardSet,
+        shuffle: bool,
+        (rng, pos): (&mut Rng, &mut DataPosition),
+        window: usize,
+        windows: &mut [Vec<u32>],
+    ) -> Result<()> {
+        let accum = windows.len();
+        for global in 0..self.size() * accum {
+            let mine = global / accum == self.world.rank();
+            match (shuffle, mine) {
+                (true, true) => train.random_window(rng, window, &mut windows[global % accum])?,
+                (true, false) => train.random_start(rng, window).map(drop)?,
+                (false, true) => {
+                    train.next_window(pos, window, window - 1, &mut windows[global % accum])?
+                }
+                (false, false) => train.skip_window(pos, window, window - 1)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// One optimizer step over this rank's `micro_batches` and every other rank's:
+    /// returns the global mean loss and the step's statistics (the same on every rank).
+    pub fn train_step<B: Backend>(
+        &mut self,
+        trainer: &mut Trainer<B>,
+        micro_batches: &[(&[u32], &[u32])],
+        lr: f32,
+    ) -> Result<(f32, StepStats)> {
+        if self.size() == 1 {
+            return Ok(trainer.train_step(micro_batches, lr)?);
+        }
+        trainer.zero_grad()?;
+        let mut loss = [0.0f64];
+        for (tokens, targets) in micro_batches {
+            loss[0] += trainer.forward_train(tokens, targets)? as f64;
+            trainer.backward()?;
+        }
+        let be = trainer.model().backend();
+        self.reducer
+            .all_reduce(&self.world, be, trainer.gradients())?;
+        self.world.sum_f64(&mut loss);
+        let stats = trainer.step(lr)?;
+        let count = (micro_batches.len() * self.size()) as f64;
+        Ok(((loss[0] / count) as f32, stats))
+    }
+
+    /// Whether any rank was asked to stop.
+    pub fn any(&self, flag: bool) -> bool {
+        self.world.any(flag)
+    }
+
+    /// The mean loss over the windows at `starts`, each rank evaluating every W-th one.
+    pub fn mean_loss(
+        &self,
+        shape: (usize, usize),
+        shards: &ShardSet,
+        starts: &[DataPosition],
+        loss: impl FnMut(&[u32], &[u32]) -> andrea::Result<f32>,
+    ) -> Result<f32> {
+        let (rank, size) = (self.world.rank(), self.size());
+        let mine: Vec<DataPosition> = starts.iter().skip(rank).step_by(size).copied().collect();
+        let mut sum = [loss_sum(shape, shards, &mine, loss)?];
+        self.world.sum_f64(&mut sum);
+        Ok((sum[0] / starts.len().max(1) as f64) as f32)
+    }
+
+    /// The all-reduce's share of the time since the start, for the end of the run.
+    pub fn summary(&self, seconds: f64) -> Option<String> {
+        let s = self.reducer.stats();
+        (self.size() > 1 && s.calls > 0).then(|| {
+            format!(
+                "all-reduce: {} ranks, {:.1}% of {seconds:.1} s ({:.3} s per step, {:.2} GB/s of gradient per rank, buckets of {} floats)",
+                self.size(),
+                100.0 * s.seconds / seconds.max(1e-9),
+                s.seconds / s.calls as f64,
+                s.bytes as f64 / s.seconds.max(1e-9) / 1e9,
+                self.reducer.bucket()
+            )
+        })
+    }
+}
