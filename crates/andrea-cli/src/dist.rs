@@ -29,6 +29,15 @@ use crate::checkpoint::fnv1a64;
 use crate::data::{DataPosition, ShardSet};
 use crate::eval::loss_sum;
 
+/// Whether `e` is an error that every rank of the world finds at once (the ranks
+/// disagree on their settings), so that each can return it and MPI ends cleanly.
+pub fn found_by_every_rank(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<andrea_dist::DistError>(),
+        Some(andrea_dist::DistError::Mismatch { .. })
+    )
+}
+
 /// The world of this run and its gradient reducer.
 pub struct Ranks {
     pub world: World,

@@ -108,7 +108,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         if !matches!(cli.command, Command::Train(_)) {
             anyhow::bail!(
                 "{} started this command as one of {} ranks ({}={}); only `andrea train` runs \
-                 on several ranks: start the others without mpirun/srun",
+                 on several ranks: start this command as a single process, without mpirun or srun",
                 l.launcher,
                 l.size,
                 l.var,

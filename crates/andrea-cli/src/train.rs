@@ -53,7 +53,13 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     })
 }
 
-fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
+/// `root`: this process prints the notes (rank 0 of a data-parallel run).
+fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B>> {
+    let note = |line: String| {
+        if root {
+            eprintln!("note: {line}");
+        }
+    };
     if let Some(path) = &args.resume {
         let loaded = checkpoint::load(path, backend)?;
         let Some(state) = loaded.state.clone() else {
@@ -64,9 +70,10 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
             );
         };
         if args.config.is_some() || args.tokenizer.is_some() {
-            eprintln!(
-                "note: --resume continues the run with its own model, tokenizer and settings; \
+            note(
+                "--resume continues the run with its own model, tokenizer and settings; \
                  --config and --tokenizer are ignored (other flags override the saved settings)"
+                    .into(),
             );
         }
         let tokenizer = loaded.tokenizer()?.clone();
@@ -97,10 +104,10 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
         };
         let mut settings = TrainSettings::defaults(loaded.model.config().context_length);
         if let Some(f) = &file {
-            eprintln!(
-                "note: --init takes the model from {}; the config's [model] table is ignored",
+            note(format!(
+                "--init takes the model from {}; the config's [model] table is ignored",
                 path.display()
-            );
+            ));
             settings.apply_file(f);
         }
         (loaded.model, tokenizer, settings)
@@ -118,11 +125,11 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B) -> Result<Start<B>> {
         let tokenizer = load_tokenizer(&tok_path)?;
         let mut config = file.model.clone();
         if config.vocab_size != tokenizer.vocab_size() {
-            eprintln!(
-                "note: model.vocab_size is {} (the tokenizer's), not the config's {}",
+            note(format!(
+                "model.vocab_size is {} (the tokenizer's), not the config's {}",
                 tokenizer.vocab_size(),
                 config.vocab_size
-            );
+            ));
             config.vocab_size = tokenizer.vocab_size();
         }
         config.eos_token_id = tokenizer.eot_id();
@@ -242,7 +249,13 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
         Err(e) if ranks.size() > 1 => {
             let (rank, size) = (ranks.world.rank(), ranks.size());
             eprintln!("rank {rank} of {size}: {}", crate::error_report(&e));
-            ranks.world.abort(crate::USAGE_ERROR)
+            if !crate::dist::found_by_every_rank(&e) {
+                ranks.world.abort(crate::USAGE_ERROR)
+            }
+            // Every rank found it (their settings differ): each has said so once all
+            // reach the barrier, then MPI ends normally.
+            ranks.world.barrier();
+            Ok(crate::USAGE_ERROR)
         }
         done => done,
     }
@@ -256,7 +269,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
         mut settings,
         out,
         resumed,
-    } = setup(args, backend)?;
+    } = setup(args, backend, root)?;
     settings.val_data = find_val(&settings);
     settings.validate(model.config())?;
     let (b, t) = (settings.batch_size, settings.seq_len);

@@ -880,3 +880,47 @@ fn shards_of_another_tokenizer_of_the_same_size_are_refused() {
     }
     ok(dir, &[&eval[..], &["--data", "data"]].concat());
 }
+
+/// Started by a launcher as one of several ranks (its variables faked here): a build
+/// without MPI refuses to train with the command that builds one, and no build runs
+/// another command than `train` on several ranks.
+#[test]
+fn several_ranks_need_an_mpi_build_and_the_train_command() {
+    let tmp = prepared("20");
+    let dir = tmp.path();
+    for (var, n) in [("OMPI_COMM_WORLD_SIZE", "4"), ("SLURM_STEP_NUM_TASKS", "2")] {
+        let ranked = |args: &[&str]| {
+            let out = std::process::Command::new(binary())
+                .current_dir(dir)
+                .env(var, n)
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?} under {var}={n}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+            err
+        };
+        let err = ranked(&["info", "--config", "tiny.toml"]);
+        assert!(
+            err.contains("only `andrea train` runs on several ranks"),
+            "{err}"
+        );
+        assert!(err.contains(&format!("{var}={n}")), "{err}");
+        if cfg!(not(feature = "mpi")) {
+            let args = [&TRAIN_TINY[..], &["--out", "r"]].concat();
+            let err = ranked(&args);
+            assert!(err.contains("built without MPI"), "{err}");
+            assert!(err.contains("--features mpi"), "{err}");
+            assert!(
+                !dir.join("r").exists(),
+                "a refused run wrote {}",
+                dir.join("r").display()
+            );
+        }
+    }
+}

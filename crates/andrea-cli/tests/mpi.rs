@@ -1,0 +1,262 @@
+//! Data parallelism under `mpirun` (build with `--features mpi`; needs Open MPI's
+//! `mpirun` on PATH, or `MPIRUN`): W ranks must train what one process trains with
+//! `--grad-accum` W times larger — bit for bit with 2 ranks, to rounding with 3 — and
+//! checkpoints resume on any world size with the same global batch. One thread per
+//! rank, so the tests mean the same on any machine.
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use andrea::{DefaultBackend, Model};
+
+/// `mpirun -np <ranks> andrea --threads 1 <args>` in `dir`, `env` passed to every rank.
+fn mpirun(dir: &Path, ranks: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let launcher = std::env::var("MPIRUN").unwrap_or_else(|_| "mpirun".into());
+    let mut cmd = Command::new(&launcher);
+    // As root (CI containers) Open MPI wants both variables; --oversubscribe lets 3 ranks
+    // run on 2 cores.
+    cmd.current_dir(dir)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .args(["--oversubscribe", "-np", &ranks.to_string()]);
+    for (k, v) in env {
+        cmd.args(["-x", &format!("{k}={v}")]);
+    }
+    let out = cmd
+        .arg(binary())
+        .args(["--threads", "1"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {launcher}: {e}; install Open MPI (`apt-get install openmpi-bin \
+                 libopenmpi-dev`) or set MPIRUN"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "mpirun -np {ranks} andrea {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The flags of every run: 8 steps, validation at 4 and 8, a checkpoint at 4 and 8.
+fn train(extra: &[&str]) -> Vec<String> {
+    let flags = [
+        "--steps",
+        "8",
+        "--eval-every",
+        "4",
+        "--checkpoint-every",
+        "4",
+    ];
+    [&TRAIN_TINY[..], &flags, extra]
+        .concat()
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The two runs trained the same: every logged train loss and gradient norm equal, the
+/// validation losses equal to rounding (summed in another order), and the newest
+/// checkpoints' weights and AdamW moments byte for byte.
+fn assert_same_run(dir: &Path, a: &str, b: &str) {
+    let (ma, mb) = (metrics(&dir.join(a)), metrics(&dir.join(b)));
+    assert_eq!(
+        ma.len(),
+        mb.len(),
+        "{a} and {b} logged different step counts"
+    );
+    for (x, y) in ma.iter().zip(&mb) {
+        assert_eq!(x["step"], y["step"]);
+        assert_eq!(
+            x["train_loss"], y["train_loss"],
+            "{a} vs {b} at {}",
+            x["step"]
+        );
+        assert_eq!(
+            x["grad_norm"], y["grad_norm"],
+            "{a} vs {b} at {}",
+            x["step"]
+        );
+        if let (Some(u), Some(v)) = (x["val_loss"].as_f64(), y["val_loss"].as_f64()) {
+            assert!((u - v).abs() <= 1e-6 * u.abs(), "val loss {u} vs {v}");
+        }
+    }
+    for f in ["model.safetensors", "optimizer.safetensors"] {
+        let (x, y) = (
+            bytes(dir.join(a).join("latest").join(f)),
+            bytes(dir.join(b).join("latest").join(f)),
+        );
+        assert!(x == y, "{f} differs byte for byte between {a} and {b}");
+    }
+}
+
+#[test]
+fn two_ranks_train_bit_for_bit_what_one_process_trains_with_twice_the_accumulation() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    ok(dir, &strs(&train(&["--grad-accum", "2", "--out", "one"])));
+    let out = mpirun(dir, 2, &[], &strs(&train(&["--out", "two"])));
+    let log = String::from_utf8_lossy(&out.stderr);
+    // Rank 0 alone prints.
+    assert_eq!(log.matches("done: 8 steps").count(), 1, "{log}");
+    assert!(log.contains("2 ranks"), "{log}");
+    assert_same_run(dir, "one", "two");
+}
+
+/// Shuffled windows, two micro-batches per rank against four in one process, and buckets
+/// of 1000 floats (the tiny model's gradient is 37 buckets, the last one partial): the
+/// same windows, and the sums `(g₁+g₂)+(g₃+g₄)` against `((g₁+g₂)+g₃)+g₄`, so equal to
+/// rounding, checked on the weights.
+#[test]
+fn buckets_shuffling_and_accumulation_per_rank_read_the_same_windows() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let bucket = [("ANDREA_ALLREDUCE_BUCKET_FLOATS", "1000")];
+    ok(
+        dir,
+        &strs(&train(&["--shuffle", "--grad-accum", "2", "--out", "one"])),
+    );
+    mpirun(
+        dir,
+        2,
+        &bucket,
+        &strs(&train(&["--shuffle", "--out", "two"])),
+    );
+    assert_same_run(dir, "one", "two");
+    let args = train(&["--shuffle", "--grad-accum", "2", "--out", "four"]);
+    mpirun(dir, 2, &bucket, &strs(&args));
+    ok(
+        dir,
+        &strs(&train(&["--shuffle", "--grad-accum", "4", "--out", "one4"])),
+    );
+    let diff = max_weight_difference(&dir.join("one4/latest"), &dir.join("four/latest"));
+    println!(
+        "2 ranks x accum 2 vs 1 process x accum 4: {diff:.3e} tolerances (abs 1e-5, rel 1e-4)"
+    );
+    assert!(diff <= 1.0, "weights differ by {diff} tolerances");
+}
+
+/// The largest `|a - b| / (abs + rel·|b|)` over every parameter, with the tolerance
+/// `abs 1e-5, rel 1e-4`. AdamW normalises each update to about the learning rate (3e-3),
+/// so rounding differences in a gradient that is small against its noise move a weight
+/// by about 1e-6 in 8 steps (measured: 0.1 of this bound), while a wrong window, scale or
+/// missing rank moves weights by about the learning rate per step, 300 times the bound.
+fn max_weight_difference(a: &Path, b: &Path) -> f64 {
+    let (abs, rel) = (1e-5, 1e-4);
+    let ma = Model::load(DefaultBackend::new(), a).unwrap();
+    let mb = Model::load(DefaultBackend::new(), b).unwrap();
+    let mut worst = 0.0f64;
+    for p in ma.params() {
+        let (x, y) = (
+            ma.read_param(p.name()).unwrap(),
+            mb.read_param(p.name()).unwrap(),
+        );
+        for (&u, &v) in x.iter().zip(&y) {
+            let d = (u as f64 - v as f64).abs() / (abs + rel * (v as f64).abs());
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+#[test]
+fn three_ranks_agree_with_one_process_to_rounding() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    ok(dir, &strs(&train(&["--grad-accum", "3", "--out", "one"])));
+    mpirun(dir, 3, &[], &strs(&train(&["--out", "three"])));
+    let diff = max_weight_difference(&dir.join("one/latest"), &dir.join("three/latest"));
+    println!("3 ranks vs 1 process x accum 3: {diff:.3e} tolerances (abs 1e-5, rel 1e-4)");
+    assert!(diff <= 1.0, "weights differ by {diff} tolerances");
+    // The bound can fail: two of the three ranks' windows are another run.
+    ok(dir, &strs(&train(&["--grad-accum", "2", "--out", "other"])));
+    let other = max_weight_difference(&dir.join("other/latest"), &dir.join("three/latest"));
+    println!("3 ranks vs 1 process x accum 2: {other:.3e} tolerances");
+    assert!(
+        other > 10.0,
+        "a run on other windows is within {other} tolerances"
+    );
+    let (a, b) = (metrics(&dir.join("one")), metrics(&dir.join("three")));
+    for (x, y) in a.iter().zip(&b) {
+        let (u, v) = (
+            x["train_loss"].as_f64().unwrap(),
+            y["train_loss"].as_f64().unwrap(),
+        );
+        assert!(
+            (u - v).abs() <= 1e-5 * u,
+            "train loss {u} vs {v} at {}",
+            x["step"]
+        );
+    }
+}
+
+/// A 2-rank run stopped at step 4 resumes as 2 ranks, and as 1 rank with
+/// `--grad-accum 2`: both bit-identical to the uninterrupted 2-rank run.
+#[test]
+fn a_two_rank_checkpoint_resumes_on_two_ranks_and_on_one() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    mpirun(dir, 2, &[], &strs(&train(&["--out", "whole"])));
+    for run in ["again2", "again1"] {
+        mpirun(
+            dir,
+            2,
+            &[],
+            &strs(&train(&["--out", run, "--stop-at", "4"])),
+        );
+    }
+    mpirun(dir, 2, &[], &["train", "--resume", "again2/latest"]);
+    ok(
+        dir,
+        &["train", "--resume", "again1/latest", "--grad-accum", "2"],
+    );
+    assert_same_run(dir, "whole", "again2");
+    assert_same_run(dir, "whole", "again1");
+}
+
+/// A rank started with other settings: every rank says so, and the job exits with 2.
+#[test]
+fn ranks_with_different_settings_are_refused() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let launcher = std::env::var("MPIRUN").unwrap_or_else(|_| "mpirun".into());
+    let rank = |batch: &str| {
+        let bin = binary().display().to_string();
+        let flags = [&["--threads", "1"], &TRAIN_TINY[..]].concat();
+        let mut v = vec!["-np".to_string(), "1".into(), bin];
+        v.extend(flags.iter().map(|s| s.to_string()));
+        v.extend(["--out", "run", "--steps", "2", "--batch-size", batch].map(String::from));
+        v
+    };
+    let out = Command::new(launcher)
+        .current_dir(dir)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .arg("--oversubscribe")
+        .args(rank("4"))
+        .arg(":")
+        .args(rank("2"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for r in 0..2 {
+        let line = format!("rank {r} has");
+        assert!(
+            err.contains(&line) && err.contains("disagree on the settings"),
+            "{err}"
+        );
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
