@@ -22,7 +22,15 @@ pub enum Selected {
 /// Checks the flags and sizes the thread pool. `--threads` sizes the pool the CPU
 /// backend and the tokenizer run on (the tokenizer also with `--backend cuda`).
 pub fn select(global: &GlobalArgs) -> Result<Selected> {
-    let threads = global.threads.unwrap_or(0);
+    // Ranks of a data-parallel run on one machine share its cores: by default each
+    // takes its share (2 ranks on 8 cores: 4 threads each), not all of them.
+    let share = andrea_dist::launcher_local_size()
+        .filter(|&ranks| ranks > 1)
+        .map(|ranks| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / ranks).max(1)
+        });
+    let threads = global.threads.or(share).unwrap_or(0);
     let most = crate::limits::max_threads();
     if threads > most {
         bail!(
@@ -91,8 +99,16 @@ fn cuda(precision: Option<PrecisionKind>) -> Result<Selected> {
 /// Starts the CUDA backend on GPU 0; the error says what is missing and that
 /// `--backend cpu` works without a GPU.
 #[cfg(feature = "cuda")]
+///
+/// The GPU is the rank's local rank on its machine (`ANDREA_LOCAL_RANK`, else the
+/// launcher's, else 0): one GPU per rank under `mpirun`/`srun`.
 pub fn start_cuda(precision: andrea::cuda::Precision) -> Result<andrea::CudaBackend> {
-    andrea::CudaBackend::with_precision(precision).map_err(|e| match e {
+    let gpu = andrea_dist::launcher_local_rank().unwrap_or(0);
+    andrea::CudaBackend::on_device(gpu as u32, precision).map_err(|e| match e {
+        andrea::core::Error::NoDevice { .. } if gpu > 0 => anyhow::anyhow!(
+            "--backend cuda: {e}; this rank's local rank is {gpu}: start as many ranks per \
+             machine as it has GPUs, or set ANDREA_LOCAL_RANK to the GPU each rank takes"
+        ),
         andrea::core::Error::NoDevice { .. } => {
             anyhow::anyhow!("--backend cuda: {e}; --backend cpu needs no GPU")
         }

@@ -49,6 +49,21 @@ pub fn launcher_world_size() -> Option<LauncherSize> {
     world_size_in(|v| std::env::var(v).ok())
 }
 
+/// Local-size variables (ranks on this machine).
+const LOCAL_SIZE_VARS: [&str; 3] = [
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+    "MV2_COMM_WORLD_LOCAL_SIZE",
+];
+
+/// The number of ranks the launcher started on this machine, where it says so (SLURM's
+/// per-node counts come in a compressed form, `2(x3)`, and are not read).
+pub fn launcher_local_size() -> Option<usize> {
+    LOCAL_SIZE_VARS
+        .iter()
+        .find_map(|var| parse(std::env::var(var).ok()))
+}
+
 /// This process's rank on its machine: `ANDREA_LOCAL_RANK` if set, else the launcher's.
 pub fn launcher_local_rank() -> Option<usize> {
     std::iter::once("ANDREA_LOCAL_RANK")

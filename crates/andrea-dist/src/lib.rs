@@ -27,7 +27,7 @@ mod launcher;
 mod reduce;
 mod world;
 
-pub use launcher::{launcher_local_rank, launcher_world_size, LauncherSize};
+pub use launcher::{launcher_local_rank, launcher_local_size, launcher_world_size, LauncherSize};
 pub use reduce::{GradientReducer, ReduceStats, DEFAULT_BUCKET_FLOATS};
 pub use world::World;
 
