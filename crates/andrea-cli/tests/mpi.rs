@@ -260,3 +260,32 @@ fn ranks_with_different_settings_are_refused() {
     }
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `--backend cuda` on 2 ranks (both on GPU 0 here: `ANDREA_LOCAL_RANK=0`; the CPU
+/// emulator has one device): the gradients go through host memory and `MPI_Allreduce`
+/// (the fallback without NCCL), bit for bit what one process gets with `--grad-accum 2`.
+#[cfg(feature = "cuda")]
+#[test]
+fn two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation() {
+    let name = "two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation";
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let probe = andrea(dir, &["--backend", "cuda", "info", "--config", "tiny.toml"]);
+    if !probe.status.success() {
+        return andrea_testkit::device::skip(name, String::from_utf8_lossy(&probe.stderr).trim());
+    }
+    // Fewer steps than the CPU tests: the emulator runs kernels on fibers.
+    fn cuda<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        let global = ["--backend", "cuda", "--precision", "fp32"];
+        let steps = ["--steps", "4", "--checkpoint-every", "4"];
+        [&global[..], &TRAIN_TINY, &steps, extra].concat()
+    }
+    ok(dir, &cuda(&["--grad-accum", "2", "--out", "one"]));
+    mpirun(
+        dir,
+        2,
+        &[("ANDREA_LOCAL_RANK", "0")],
+        &cuda(&["--out", "two"]),
+    );
+    assert_same_run(dir, "one", "two");
+}
