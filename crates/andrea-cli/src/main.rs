@@ -50,7 +50,8 @@
 //!   uninterrupted run (`tests/resume.rs` checks it).
 //! * Checkpoints ([`checkpoint`]) are directories renamed into place, with checksums;
 //!   `<out>/latest` is a symbolic link switched atomically.
-//! * Ctrl-C finishes the current step, writes a checkpoint and exits with status 130.
+//! * Ctrl-C (or SIGTERM, what launchers and schedulers send) finishes the current step,
+//!   writes a checkpoint and exits with status 130.
 //!   Every error exits with status 2 and one paragraph saying what and how to fix it.
 //! * `--backend cpu` (the default) or `--backend cuda` (GPU 0), with
 //!   `--precision fp32|tf32|bf16` for the GPU's arithmetic (default `tf32`, the CUDA
@@ -62,6 +63,9 @@
 //!   refuses `--backend cuda` with the command that builds one; a missing GPU is an error
 //!   naming what is missing, never a quiet fall back to the CPU (a run asked for a GPU
 //!   that trained for days on the CPU would be worse than a stop).
+//! * `mpirun -np W andrea train ...` (build with `--features mpi`) trains data-parallel:
+//!   W ranks, one global batch, rank 0 writing ([`dist`]). A build without the feature,
+//!   or another command, started as one of several ranks is refused.
 //! * Checkpoints do not depend on the backend: a run trained on the GPU resumes,
 //!   evaluates or samples on the CPU and back.
 

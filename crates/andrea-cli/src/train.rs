@@ -257,6 +257,10 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
             ranks.world.barrier();
             Ok(crate::USAGE_ERROR)
         }
+        // Open MPI's mpirun, interrupted, has sent SIGTERM to every rank and is ending
+        // the job: `MPI_Finalize` would wait for it until the SIGKILL. Every rank has
+        // passed the checkpoint's barrier; leave at once.
+        Ok(INTERRUPTED) if ranks.size() > 1 => std::process::exit(INTERRUPTED),
         done => done,
     }
 }

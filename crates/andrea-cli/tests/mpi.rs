@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use andrea::{DefaultBackend, Model};
 
 /// `mpirun -np <ranks> andrea --threads 1 <args>` in `dir`, `env` passed to every rank.
-fn mpirun(dir: &Path, ranks: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+fn mpirun_command(dir: &Path, ranks: usize, env: &[(&str, &str)], args: &[&str]) -> Command {
     let launcher = std::env::var("MPIRUN").unwrap_or_else(|_| "mpirun".into());
     let mut cmd = Command::new(&launcher);
     // As root (CI containers) Open MPI wants both variables; --oversubscribe lets 3 ranks
@@ -26,17 +26,22 @@ fn mpirun(dir: &Path, ranks: usize, env: &[(&str, &str)], args: &[&str]) -> Outp
     for (k, v) in env {
         cmd.args(["-x", &format!("{k}={v}")]);
     }
-    let out = cmd
-        .arg(binary())
-        .args(["--threads", "1"])
-        .args(args)
+    cmd.arg(binary()).args(["--threads", "1"]).args(args);
+    cmd
+}
+
+fn cannot_start(e: std::io::Error) -> ! {
+    panic!(
+        "cannot start mpirun: {e}; install Open MPI (`apt-get install openmpi-bin \
+         libopenmpi-dev`) or set MPIRUN"
+    )
+}
+
+/// [`mpirun_command`], run to its end; it must succeed.
+fn mpirun(dir: &Path, ranks: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let out = mpirun_command(dir, ranks, env, args)
         .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot start {launcher}: {e}; install Open MPI (`apt-get install openmpi-bin \
-                 libopenmpi-dev`) or set MPIRUN"
-            )
-        });
+        .unwrap_or_else(|e| cannot_start(e));
     assert!(
         out.status.success(),
         "mpirun -np {ranks} andrea {args:?} failed: {}",
@@ -288,4 +293,58 @@ fn two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation() {
         &cuda(&["--out", "two"]),
     );
     assert_same_run(dir, "one", "two");
+}
+
+/// Ctrl-C to `mpirun`: Open MPI 4.1 does not forward it; it sends every rank SIGCONT,
+/// then SIGTERM `odls_base_sigkill_timeout` seconds later, then SIGKILL as long again
+/// (raised to 5 s here, as the README says to, so that a step and a checkpoint fit).
+/// andrea takes SIGTERM as Ctrl-C: all ranks stop after the same step, rank 0 writes one
+/// checkpoint, and the run resumes from it.
+#[test]
+fn ctrl_c_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let args = [&TRAIN_TINY[..], &["--out", "run", "--steps", "1000000"]].concat();
+    let mut cmd = mpirun_command(dir, 2, &[], &args);
+    let child = cmd
+        .args(["--eval-every", "0"])
+        .env("OMPI_MCA_odls_base_sigkill_timeout", "5")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| cannot_start(e));
+    wait_for_steps(&dir.join("run"), 3);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = metrics(&dir.join("run")).last().unwrap()["step"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(err.matches("interrupted at step").count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("interrupted at step {last}:")),
+        "{err}"
+    );
+    let steps: Vec<_> = std::fs::read_dir(dir.join("run"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    assert_eq!(
+        steps,
+        [format!("step-{last:08}")],
+        "one checkpoint, at the last step"
+    );
+    let more = (last + 2).to_string();
+    mpirun(
+        dir,
+        2,
+        &[],
+        &["train", "--resume", "run/latest", "--steps", &more],
+    );
+    assert_eq!(metrics(&dir.join("run")).last().unwrap()["step"], last + 2);
 }

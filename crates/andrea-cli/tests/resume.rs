@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
 use std::process::Command;
 
 /// Trains 20 steps in one run, and 10 + 10 with a stop and `--resume`; the weights,
@@ -159,15 +158,7 @@ fn ctrl_c_writes_a_loadable_checkpoint() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let metrics_file: PathBuf = dir.join("run/metrics.jsonl");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::fs::read_to_string(&metrics_file).map_or(true, |t| t.lines().count() < 3) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "training did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_steps(&dir.join("run"), 3);
     let killed = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

@@ -149,6 +149,19 @@ pub fn metrics(run: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Waits (up to 60 s) until the run `run` has logged `steps` steps.
+pub fn wait_for_steps(run: &Path, steps: usize) {
+    let file = run.join("metrics.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&file).map_or(true, |t| t.lines().count() < steps) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "training did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn bytes(p: impl AsRef<Path>) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
