@@ -149,14 +149,17 @@ impl Ranks {
     /// The all-reduce's share of the time since the start, for the end of the run.
     pub fn summary(&self, seconds: f64) -> Option<String> {
         let s = self.reducer.stats();
+        let share = |t: f64| 100.0 * t / seconds.max(1e-9);
         (self.size() > 1 && s.calls > 0).then(|| {
             format!(
-                "all-reduce: {} ranks, {:.1}% of {seconds:.1} s ({:.3} s per step, {:.2} GB/s of gradient per rank, buckets of {} floats)",
+                "all-reduce: {} ranks, {:.1}% of {seconds:.1} s reducing ({:.3} s per step, {:.2} GB/s of \
+                 gradient per rank, buckets of {} floats), {:.1}% waiting for the slowest rank",
                 self.size(),
-                100.0 * s.seconds / seconds.max(1e-9),
+                share(s.seconds),
                 s.seconds / s.calls as f64,
                 s.bytes as f64 / s.seconds.max(1e-9) / 1e9,
-                self.reducer.bucket()
+                self.reducer.bucket(),
+                share(s.wait_seconds),
             )
         })
     }

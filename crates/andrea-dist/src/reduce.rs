@@ -15,7 +15,10 @@ pub const DEFAULT_BUCKET_FLOATS: usize = 1 << 22;
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ReduceStats {
     pub calls: u64,
-    /// Wall time in [`GradientReducer::all_reduce`], staging included.
+    /// Wall time waiting for the slowest rank to finish its backward pass (a barrier
+    /// before the first bucket, so that `seconds` is the reduction alone).
+    pub wait_seconds: f64,
+    /// Wall time reducing, staging included.
     pub seconds: f64,
     /// Bytes of gradient each rank contributed (4 per float).
     pub bytes: u64,
@@ -65,6 +68,9 @@ impl GradientReducer {
         if world.size() == 1 {
             return Ok(());
         }
+        let waited = Instant::now();
+        world.barrier();
+        self.stats.wait_seconds += waited.elapsed().as_secs_f64();
         let began = Instant::now();
         let (len, ranks) = (grads.len(), world.size() as f32);
         let staged = self.bucket.min(len);
