@@ -15,6 +15,10 @@
 //!   host memory, pre-scaled by `1/W` and summed with `MPI_Allreduce`, so every rank
 //!   ends with the mean of the ranks' gradients.
 //!
+//! * `nccl` (feature `nccl`): NCCL found and loaded at run time, for the GPU path. It
+//!   loads and checks the library today; the CUDA backend's training step does not use it
+//!   yet (CUDA ranks stage through host memory and MPI).
+//!
 //! Why the sum is exact for two ranks: `andrea-model`'s trainer accumulates whole
 //! micro-batch gradients (`g₁ + g₂`), so a single process with two micro-batches and
 //! two ranks with one each both hold `g₁ + g₂` (float addition of two terms commutes).
@@ -24,6 +28,8 @@
 //! single process to rounding.
 
 mod launcher;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod reduce;
 mod world;
 
