@@ -313,12 +313,7 @@ fn ctrl_c_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint() {
         .spawn()
         .unwrap_or_else(|e| cannot_start(e));
     wait_for_steps(&dir.join("run"), 3);
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let last = metrics(&dir.join("run")).last().unwrap()["step"]
@@ -347,4 +342,66 @@ fn ctrl_c_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint() {
         &["train", "--resume", "run/latest", "--steps", &more],
     );
     assert_eq!(metrics(&dir.join("run")).last().unwrap()["step"], last + 2);
+}
+
+/// The `andrea` processes whose parent is `parent` (the ranks mpirun started).
+fn ranks_of(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: the name may hold spaces, so split after the `)`.
+        let (name, rest) = stat.rsplit_once(')').unwrap_or_default();
+        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        if name.ends_with("(andrea") && ppid == Some(parent) {
+            pids.push(pid);
+        }
+    }
+    pids.sort();
+    pids
+}
+
+/// A rank killed with SIGKILL in the middle of a run: mpirun ends the job and says which
+/// rank died, and the last checkpoint is intact and resumes.
+#[test]
+fn a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let every = ["--checkpoint-every", "5", "--eval-every", "0"];
+    let args = [
+        &TRAIN_TINY[..],
+        &["--out", "run", "--steps", "1000000"],
+        &every,
+    ]
+    .concat();
+    let child = mpirun_command(dir, 2, &[], &args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| cannot_start(e));
+    wait_for_steps(&dir.join("run"), 12);
+    let ranks = ranks_of(child.id());
+    assert_eq!(ranks.len(), 2, "mpirun's children: {ranks:?}");
+    signal(ranks[1], "KILL");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("signal 9"),
+        "mpirun should say a rank was killed: {err}"
+    );
+    let latest = std::fs::canonicalize(dir.join("run/latest")).unwrap();
+    let name = latest.file_name().unwrap().to_string_lossy().into_owned();
+    let step: u64 = name.trim_start_matches("step-").parse().unwrap();
+    let more = (step + 2).to_string();
+    mpirun(
+        dir,
+        2,
+        &[],
+        &["train", "--resume", "run/latest", "--steps", &more],
+    );
+    assert!(dir.join(format!("run/step-{:08}", step + 2)).exists());
 }

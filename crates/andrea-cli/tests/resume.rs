@@ -159,11 +159,7 @@ fn ctrl_c_writes_a_loadable_checkpoint() {
         .spawn()
         .unwrap();
     wait_for_steps(&dir.join("run"), 3);
-    let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    signal(child.id(), "INT");
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let out = ok(

@@ -162,6 +162,15 @@ pub fn wait_for_steps(run: &Path, steps: usize) {
     }
 }
 
+/// Sends `signal` (`INT`, `KILL`, ...) to process `pid` with `kill`.
+pub fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -{signal} {pid} failed");
+}
+
 pub fn bytes(p: impl AsRef<Path>) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
