@@ -405,3 +405,27 @@ fn a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes() {
     );
     assert!(dir.join(format!("run/step-{:08}", step + 2)).exists());
 }
+
+/// Started by another MPI's launcher (MPICH's `PMI_SIZE` faked here): Open MPI sees a
+/// world of one, and andrea refuses rather than train as one of several copies.
+#[test]
+fn a_launcher_of_another_mpi_is_refused() {
+    let tmp = prepared("20");
+    let dir = tmp.path();
+    let out = Command::new(binary())
+        .current_dir(dir)
+        .env("PMI_SIZE", "2")
+        .args([&TRAIN_TINY[..], &["--out", "run"]].concat())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the launcher says 2 ranks (PMI_SIZE), MPI's world has 1"),
+        "{err}"
+    );
+    assert!(
+        !dir.join("run").exists(),
+        "the refused run wrote its directory"
+    );
+}

@@ -59,9 +59,11 @@ const LOCAL_SIZE_VARS: [&str; 3] = [
 /// The number of ranks the launcher started on this machine, where it says so (SLURM's
 /// per-node counts come in a compressed form, `2(x3)`, and are not read).
 pub fn launcher_local_size() -> Option<usize> {
-    LOCAL_SIZE_VARS
-        .iter()
-        .find_map(|var| parse(std::env::var(var).ok()))
+    local_size_in(|v| std::env::var(v).ok())
+}
+
+fn local_size_in(env: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    LOCAL_SIZE_VARS.iter().find_map(|var| parse(env(var)))
 }
 
 /// This process's rank on its machine: `ANDREA_LOCAL_RANK` if set, else the launcher's.
@@ -97,5 +99,16 @@ mod tests {
         // A batch script's shell (SLURM_NTASKS only) is not a rank of a step.
         assert_eq!(world_size_in(env(&[("SLURM_NTASKS", "16")])), None);
         assert_eq!(world_size_in(env(&[("PMI_SIZE", "x")])), None);
+    }
+
+    #[test]
+    fn finds_the_ranks_on_this_machine() {
+        assert_eq!(local_size_in(env(&[])), None);
+        let both = env(&[
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+            ("MPI_LOCALNRANKS", "2"),
+        ]);
+        assert_eq!(local_size_in(both), Some(4));
+        assert_eq!(local_size_in(env(&[("MPI_LOCALNRANKS", "2")])), Some(2));
     }
 }
