@@ -237,10 +237,12 @@ pub struct TrainArgs {
     /// Tokens per sequence (T, at most the model's context length).
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
-    /// Micro-batches per optimizer step: an optimizer step sees B·T·grad_accum tokens.
+    /// Micro-batches per optimizer step: an optimizer step sees B·T·grad_accum tokens
+    /// (per rank under mpirun: W ranks see W times as many).
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_GRAD_ACCUM }>)]
     pub grad_accum: Option<usize>,
-    /// Tokens per optimizer step: sets --grad-accum to this / (B·T), which must divide it.
+    /// Tokens per optimizer step: sets --grad-accum to this / (B·T), which must divide it
+    /// (under mpirun the global batch: this / (ranks·B·T) per rank).
     #[arg(long, conflicts_with = "grad_accum")]
     pub total_batch_tokens: Option<usize>,
     /// Peak learning rate.

@@ -276,6 +276,9 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     } = setup(args, backend, root)?;
     settings.val_data = find_val(&settings);
     settings.validate(model.config())?;
+    if let Some(total) = args.total_batch_tokens {
+        settings.grad_accum = per_rank_accumulation(total, &settings, ranks.size())?;
+    }
     let (b, t) = (settings.batch_size, settings.seq_len);
     crate::limits::check_training(model.backend(), model.config(), b, t)?;
     let window = b * t + 1;
@@ -504,6 +507,21 @@ fn last_good(out: &Path) -> String {
         "no checkpoint was written yet (use --checkpoint-every to write them during the run)"
             .to_string()
     }
+}
+
+/// `--total-batch-tokens` is the global batch: on W ranks each accumulates
+/// `total / (W·B·T)` micro-batches, so the flag means the same run on any world size.
+fn per_rank_accumulation(total: usize, settings: &TrainSettings, ranks: usize) -> Result<usize> {
+    let per_step = ranks * settings.batch_size * settings.seq_len;
+    if !total.is_multiple_of(per_step) {
+        bail!(
+            "--total-batch-tokens {total} is not a multiple of ranks x --batch-size x --seq-len = \
+             {ranks} x {} x {} = {per_step}: choose a multiple, or set --grad-accum (per rank) instead",
+            settings.batch_size,
+            settings.seq_len
+        );
+    }
+    Ok(total / per_step)
 }
 
 /// A short sample from the model as it is now, for the log.

@@ -119,6 +119,30 @@ fn two_ranks_train_bit_for_bit_what_one_process_trains_with_twice_the_accumulati
     assert_same_run(dir, "one", "two");
 }
 
+/// `--total-batch-tokens` is the global batch: the same flag on 1 and 2 ranks is the same
+/// run, and a total that the ranks cannot split is refused on every rank.
+#[test]
+fn total_batch_tokens_mean_the_same_run_on_any_world_size() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    // The tiny config's micro-batch is 4 x 32 = 128 tokens.
+    ok(
+        dir,
+        &strs(&train(&["--total-batch-tokens", "256", "--out", "one"])),
+    );
+    let two = train(&["--total-batch-tokens", "256", "--out", "two"]);
+    mpirun(dir, 2, &[], &strs(&two));
+    assert_same_run(dir, "one", "two");
+    let odd = train(&["--total-batch-tokens", "384", "--out", "odd"]);
+    let out = mpirun_command(dir, 2, &[], &strs(&odd)).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ranks x --batch-size x --seq-len = 2 x 4 x 32 = 256"),
+        "{err}"
+    );
+}
+
 /// Shuffled windows, two micro-batches per rank against four in one process, and buckets
 /// of 1000 floats (the tiny model's gradient is 37 buckets, the last one partial): the
 /// same windows, and the sums `(g₁+g₂)+(g₃+g₄)` against `((g₁+g₂)+g₃)+g₄`, so equal to
