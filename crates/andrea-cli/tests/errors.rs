@@ -912,7 +912,7 @@ fn several_ranks_need_an_mpi_build_and_the_train_command() {
         );
         assert!(err.contains(&format!("{var}={n}")), "{err}");
         if cfg!(not(feature = "mpi")) {
-            let args = [&TRAIN_TINY[..], &["--out", "r"]].concat();
+            let args = [TRAIN_TINY, &["--out", "r"]].concat();
             let err = ranked(&args);
             assert!(err.contains("built without MPI"), "{err}");
             assert!(err.contains("--features mpi"), "{err}");

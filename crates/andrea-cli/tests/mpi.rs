@@ -60,7 +60,7 @@ fn train(extra: &[&str]) -> Vec<String> {
         "--checkpoint-every",
         "4",
     ];
-    [&TRAIN_TINY[..], &flags, extra]
+    [TRAIN_TINY, &flags, extra]
         .concat()
         .iter()
         .map(|s| s.to_string())
@@ -262,7 +262,7 @@ fn ranks_with_different_settings_are_refused() {
     let launcher = std::env::var("MPIRUN").unwrap_or_else(|_| "mpirun".into());
     let rank = |batch: &str| {
         let bin = binary().display().to_string();
-        let flags = [&["--threads", "1"], &TRAIN_TINY[..]].concat();
+        let flags = [&["--threads", "1"], TRAIN_TINY].concat();
         let mut v = vec!["-np".to_string(), "1".into(), bin];
         v.extend(flags.iter().map(|s| s.to_string()));
         v.extend(["--out", "run", "--steps", "2", "--batch-size", batch].map(String::from));
@@ -307,7 +307,7 @@ fn two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation() {
     fn cuda<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         let global = ["--backend", "cuda", "--precision", "fp32"];
         let steps = ["--steps", "4", "--checkpoint-every", "4"];
-        [&global[..], &TRAIN_TINY, &steps, extra].concat()
+        [&global[..], TRAIN_TINY, &steps, extra].concat()
     }
     ok(dir, &cuda(&["--grad-accum", "2", "--out", "one"]));
     mpirun(
@@ -328,7 +328,7 @@ fn two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation() {
 fn ctrl_c_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint() {
     let tmp = prepared("50");
     let dir = tmp.path();
-    let args = [&TRAIN_TINY[..], &["--out", "run", "--steps", "1000000"]].concat();
+    let args = [TRAIN_TINY, &["--out", "run", "--steps", "1000000"]].concat();
     let mut cmd = mpirun_command(dir, 2, &[], &args);
     let child = cmd
         .args(["--eval-every", "0"])
@@ -396,12 +396,7 @@ fn a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes() {
     let tmp = prepared("50");
     let dir = tmp.path();
     let every = ["--checkpoint-every", "5", "--eval-every", "0"];
-    let args = [
-        &TRAIN_TINY[..],
-        &["--out", "run", "--steps", "1000000"],
-        &every,
-    ]
-    .concat();
+    let args = [TRAIN_TINY, &["--out", "run", "--steps", "1000000"], &every].concat();
     let child = mpirun_command(dir, 2, &[], &args)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -439,7 +434,7 @@ fn a_launcher_of_another_mpi_is_refused() {
     let out = Command::new(binary())
         .current_dir(dir)
         .env("PMI_SIZE", "2")
-        .args([&TRAIN_TINY[..], &["--out", "run"]].concat())
+        .args([TRAIN_TINY, &["--out", "run"]].concat())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -27,9 +27,6 @@ sample_every = 0
 checkpoint_every = 0
 ";
 
-/// `andrea train` on the prepared directory's model and data ([`prepared`]).
-pub const TRAIN_TINY: [&str; 5] = ["train", "--config", "tiny.toml", "--data", "data"];
-
 /// The binary under test: `ANDREA_BIN` if set (the GPU bundle runs these tests next to
 /// a copied binary), else the one cargo built with this test.
 pub fn binary() -> PathBuf {
