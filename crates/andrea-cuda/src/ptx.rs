@@ -185,6 +185,13 @@ mod names {
         ] {
             names.push(k.name());
         }
+        names.push(
+            plan::matmul::split(300, 5, 4096, plan::matmul::MatmulKernel::Simt, 2)
+                .unwrap()
+                .unwrap()
+                .reduce
+                .kernel,
+        );
         for n in names {
             assert!(
                 module_of(n).is_some(),

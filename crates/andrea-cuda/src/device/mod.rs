@@ -31,6 +31,7 @@ use cust::CudaFlags;
 pub use buffer::{CudaBuffer, CudaIds};
 use driver::{CuFunction, CuModule, CuStream};
 
+use crate::plan::matmul::SplitK;
 use crate::plan::reduce::SQ_MAX_PARTIALS;
 use crate::precision::Precision;
 use crate::ptx;
@@ -56,6 +57,12 @@ pub struct CudaBackend {
     precision: Precision,
     device_name: String,
     compute_capability: (i32, i32),
+    /// Multiprocessors, for the split-K decision.
+    sms: usize,
+    /// `ANDREA_CUDA_SPLIT_K` (default `auto`), or [`CudaBackend::set_split_k`].
+    split_k: SplitK,
+    /// A planted fault for the split-K tests: the reduce skips the last slice.
+    split_k_fault: bool,
     sync_each_launch: bool,
     functions: HashMap<&'static str, CuFunction>,
     /// How each kernel module was loaded.
@@ -124,6 +131,11 @@ impl CudaBackend {
                 ),
             });
         }
+        let sms = attr(DeviceAttribute::MultiprocessorCount)?.max(1) as usize;
+        let split_k = match std::env::var("ANDREA_CUDA_SPLIT_K") {
+            Ok(v) => SplitK::parse(&v)?,
+            Err(_) => SplitK::Auto,
+        };
         let context = Context::new(device)
             .map_err(|e| driver::from_cust(e, "creating the CUDA context", &device_name, None))?;
         // cust 0.3 always makes a blocking stream (ordered with the legacy default stream),
@@ -135,6 +147,9 @@ impl CudaBackend {
         Ok(CudaBackend {
             precision,
             compute_capability: cc,
+            sms,
+            split_k,
+            split_k_fault: false,
             sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
             functions,
             scratch: RefCell::new(None),
@@ -158,6 +173,29 @@ impl CudaBackend {
     /// The arithmetic in use.
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// Whether products split K (see [`SplitK`]); the default comes from
+    /// `ANDREA_CUDA_SPLIT_K=0|auto|N`.
+    pub fn split_k(&self) -> SplitK {
+        self.split_k
+    }
+
+    /// Sets the split-K policy, e.g. to compare split and unsplit products on one GPU.
+    pub fn set_split_k(&mut self, split_k: SplitK) {
+        self.split_k = split_k;
+    }
+
+    /// Tests only: makes the split-K reduce skip the last slice, to show that the split-K
+    /// tests catch it.
+    #[doc(hidden)]
+    pub fn plant_split_k_fault(&mut self, on: bool) {
+        self.split_k_fault = on;
+    }
+
+    /// Multiprocessors on the GPU.
+    pub fn multiprocessors(&self) -> usize {
+        self.sms
     }
 
     /// The GPU's name, as the driver reports it.

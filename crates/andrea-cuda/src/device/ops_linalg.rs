@@ -33,12 +33,25 @@ impl CudaBackend {
         precision: MatmulPrecision,
     ) -> Result<()> {
         let (ao, bo, co) = (operand(&a), operand(&b), operand(&c));
-        let p = matmul::plan(&ao, &bo, c.batch, precision)?;
+        let p = matmul::plan(&ao, &bo, c.batch, precision, self.split_k, self.sms)?;
         let gelu_mode = match (gelu_out, self.precision.approx_tanh) {
             (None, _) => 0,
             (Some(_), false) => 1,
             (Some(_), true) => 2,
         };
+        if let Some(s) = &p.split {
+            return self.matmul_split_launch(
+                &p,
+                s,
+                (a, &ao),
+                (b, &bo),
+                bias,
+                (c, &co),
+                accumulate,
+                gelu_out,
+                gelu_mode,
+            );
+        }
         for (b0, l) in &p.launches {
             let at = |o: &matmul::Operand, buf| addr(buf, o.offset + b0 * o.bs);
             let gelu_ptr = gelu_out
@@ -67,10 +80,79 @@ impl CudaBackend {
                     .int(p.a_mode as i32)
                     .int(p.b_mode as i32)
                     .int(accumulate as i32)
-                    .int(gelu_mode),
+                    .int(gelu_mode)
+                    .int(0),
             )?;
         }
         Ok(())
+    }
+
+    /// Split-K: the product kernel over each K slice (grid z) into the workspace, then
+    /// the reduce summing the slices in order into `c` with the epilogue. Only planned for
+    /// a single batch entry.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_split_launch(
+        &self,
+        p: &matmul::MatmulPlan,
+        s: &matmul::Split,
+        (a, ao): (Mat<'_, Self>, &matmul::Operand),
+        (b, bo): (Mat<'_, Self>, &matmul::Operand),
+        bias: Option<Tensor<'_, Self>>,
+        (c, co): (Mat<'_, Self>, &matmul::Operand),
+        accumulate: bool,
+        gelu_out: Option<Tensor<'_, Self>>,
+        gelu_mode: i32,
+    ) -> Result<()> {
+        let ws = self.scratch(s.workspace)?;
+        let ks = s.k_slice as usize;
+        let (m, n) = (co.rows, co.cols);
+        for (_, l) in &p.launches {
+            self.launch(
+                l,
+                Args::new()
+                    .ptr(addr(a.buf, ao.offset))
+                    .ptr(addr(b.buf, bo.offset))
+                    .ptr(0)
+                    .ptr(ws)
+                    .ptr(0)
+                    .int(p.m)
+                    .int(p.n)
+                    .int(p.k)
+                    .long(long(ks * ao.cs))
+                    .long(long(ao.rs))
+                    .long(long(ao.cs))
+                    .long(long(ks * bo.rs))
+                    .long(long(bo.rs))
+                    .long(long(bo.cs))
+                    .long(long(m * n))
+                    .long(long(n))
+                    .long(1)
+                    .int(p.a_mode as i32)
+                    .int(p.b_mode as i32)
+                    .int(0)
+                    .int(0)
+                    .int(s.k_slice),
+            )?;
+        }
+        self.launch(
+            &s.reduce,
+            Args::new()
+                .ptr(ws)
+                .int(plan::int(
+                    "matmul",
+                    "slices",
+                    s.slices - usize::from(self.split_k_fault),
+                )?)
+                .int(p.m)
+                .int(p.n)
+                .ptr(bias.map(|t| addr(t.buf, t.offset)).unwrap_or(0))
+                .ptr(addr(c.buf, co.offset))
+                .ptr(gelu_out.map(|g| addr(g.buf, g.offset)).unwrap_or(0))
+                .long(long(co.rs))
+                .long(long(co.cs))
+                .int(accumulate as i32)
+                .int(gelu_mode),
+        )
     }
 
     /// `matmul` and `matmul_add`: `c (+)= a·b (+ bias)`.

@@ -1,5 +1,6 @@
 //! Matmul planning (kernels/matmul.cu): which kernel, the grid (split into launches of
-//! at most 65 535 batch entries), and how each operand's tiles are staged.
+//! at most 65 535 batch entries), how each operand's tiles are staged, and whether K is
+//! split into slices summed by a second kernel (split-K).
 
 use super::{grid, int, Launch};
 use crate::precision::MatmulPrecision;
@@ -96,6 +97,152 @@ pub fn load_mode(o: &Operand) -> LoadMode {
     }
 }
 
+/// Whether products may split K (`ANDREA_CUDA_SPLIT_K`): never, when the plan finds it
+/// pays ([`split_count`]), or always into a fixed number of slices (for tests and for
+/// comparing both paths on one GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitK {
+    Off,
+    Auto,
+    Fixed(usize),
+}
+
+impl SplitK {
+    /// `0`, `auto` or a slice count `N >= 1` (1 is the same as `0`).
+    pub fn parse(s: &str) -> Result<SplitK> {
+        match s.trim() {
+            "0" | "off" => Ok(SplitK::Off),
+            "auto" | "" => Ok(SplitK::Auto),
+            n => match n.parse::<usize>() {
+                Ok(1) => Ok(SplitK::Off),
+                Ok(n) if n <= MAX_SLICES_FIXED => Ok(SplitK::Fixed(n)),
+                _ => Err(andrea_core::Error::invalid(
+                    "ANDREA_CUDA_SPLIT_K",
+                    format!("`{s}`: expected 0, auto or a slice count 1..={MAX_SLICES_FIXED}"),
+                )),
+            },
+        }
+    }
+}
+
+/// The most slices [`split_count`] picks: past 8 the reduce's traffic (8 partial tiles
+/// read per output element) is no longer small against a product with K = 16384.
+pub const MAX_SLICES: usize = 8;
+/// The most slices `SplitK::Fixed` asks for.
+pub const MAX_SLICES_FIXED: usize = 64;
+/// A slice covers at least this much of K, so each block still runs 32+ K steps of the
+/// tensor-core kernel and the reduce (8·slices bytes per output element, written and
+/// read) stays small against the product (2·K FLOPs per output element).
+pub const MIN_K_SLICE: usize = 1024;
+/// The split-K workspace stays below this many floats (256 MiB).
+pub const MAX_WORKSPACE: usize = 64 << 20;
+
+/// Blocks of `kernel` resident on one SM at a time, from its registers (ptxas, sm_90,
+/// 65 536 per SM): the tensor-core kernels use 210-254 × 256 threads, so one block;
+/// matmul_simt 64 × 256, so four.
+pub fn blocks_per_sm(kernel: MatmulKernel) -> usize {
+    match kernel {
+        MatmulKernel::Simt => 4,
+        _ => 1,
+    }
+}
+
+/// The relative time of a product split into `s` slices, in units of one block's time
+/// over the whole of K: `ceil(tiles·s / slots) / s` waves of blocks each doing 1/s of
+/// the work, plus the reduce, `s·64/K` (its 8·s bytes per output element against the
+/// product's 2·K FLOPs, at ~16 FLOP per byte: the kernels' achieved rate, 60-70
+/// TFLOP/s, over 4.3 TB/s).
+pub fn split_cost(tiles: usize, slots: usize, k: usize, s: usize) -> f64 {
+    let waves = (tiles * s).div_ceil(slots.max(1));
+    let reduce = if s > 1 {
+        s as f64 * 64.0 / k as f64
+    } else {
+        0.0
+    };
+    waves as f64 / s as f64 + reduce
+}
+
+/// The number of K slices for an `[M, K]·[K, N]` product of `batch` entries on a GPU of
+/// `sms` multiprocessors: the `s <= MAX_SLICES` of least [`split_cost`] (the smallest on
+/// a tie) with slices of at least `MIN_K_SLICE` and a workspace under `MAX_WORKSPACE`,
+/// taken only when it is at least 10% faster than the unsplit product. Batched products
+/// (attention) never split: their grid already has a dimension per entry.
+pub fn split_count(
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    kernel: MatmulKernel,
+    sms: usize,
+) -> usize {
+    if batch != 1 {
+        return 1;
+    }
+    let (bm, bn, _) = kernel.tile();
+    let tiles = m.div_ceil(bm) * n.div_ceil(bn);
+    let slots = sms * blocks_per_sm(kernel);
+    let most = (k / MIN_K_SLICE)
+        .min(MAX_SLICES)
+        .min(MAX_WORKSPACE / (m * n).max(1));
+    let base = split_cost(tiles, slots, k, 1);
+    let mut best = (1, base);
+    for s in 2..=most {
+        let c = split_cost(tiles, slots, k, s);
+        if c < best.1 {
+            best = (s, c);
+        }
+    }
+    if best.1 <= 0.9 * base {
+        best.0
+    } else {
+        1
+    }
+}
+
+/// A split of K: `slices` launches' worth of blocks (grid z) each over `k_slice` of K
+/// (the last over the rest), partial `[M, N]` tiles in a workspace of `workspace` floats,
+/// then `reduce` (matmul_splitk_reduce) sums them in slice order into C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    pub slices: usize,
+    pub k_slice: i32,
+    pub workspace: usize,
+    pub reduce: Launch,
+}
+
+/// The split of `[M, K]·[K, N]` into about `want` slices: `k_slice` a multiple of the
+/// kernel's K step; `None` when that leaves a single slice.
+pub fn split(
+    m: usize,
+    n: usize,
+    k: usize,
+    kernel: MatmulKernel,
+    want: usize,
+) -> Result<Option<Split>> {
+    const OP: &str = "matmul";
+    let (_, _, bk) = kernel.tile();
+    if want <= 1 || k == 0 {
+        return Ok(None);
+    }
+    let k_slice = k.div_ceil(want).div_ceil(bk) * bk;
+    let slices = k.div_ceil(k_slice);
+    if slices <= 1 {
+        return Ok(None);
+    }
+    let mn = m * n;
+    Ok(Some(Split {
+        slices,
+        k_slice: int(OP, "K slice", k_slice)?,
+        workspace: slices * mn,
+        reduce: Launch {
+            kernel: "matmul_splitk_reduce",
+            grid: grid(OP, mn.div_ceil(256), 1, 1)?,
+            block: [256, 1, 1],
+            smem: 0,
+        },
+    }))
+}
+
 /// A planned product.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MatmulPlan {
@@ -105,24 +252,47 @@ pub struct MatmulPlan {
     pub m: i32,
     pub n: i32,
     pub k: i32,
-    /// `(first batch entry, launch)`: one launch per run of at most 65 535 entries.
+    /// `(first batch entry, launch)`: one launch per run of at most 65 535 entries; with a
+    /// split, one launch whose grid z is the slice.
     pub launches: Vec<(usize, Launch)>,
+    pub split: Option<Split>,
 }
 
-/// Plans `c = a·b` for `a: [batch, M, K]`, `b: [batch, K, N]`.
+/// Plans `c = a·b` for `a: [batch, M, K]`, `b: [batch, K, N]` on a GPU of `sms`
+/// multiprocessors.
 pub fn plan(
     a: &Operand,
     b: &Operand,
     batch: usize,
     precision: MatmulPrecision,
+    split_k: SplitK,
+    sms: usize,
 ) -> Result<MatmulPlan> {
     const OP: &str = "matmul";
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let kernel = choose(m, n, k, precision);
     let (bm, bn, _) = kernel.tile();
+    let want = match split_k {
+        _ if batch != 1 => 1,
+        SplitK::Off => 1,
+        SplitK::Auto => split_count(m, n, k, batch, kernel, sms),
+        SplitK::Fixed(s) => s,
+    };
+    let split = split(m, n, k, kernel, want)?;
     let mut launches = Vec::new();
+    if let Some(s) = &split {
+        launches.push((
+            0,
+            Launch {
+                kernel: kernel.name(),
+                grid: grid(OP, n.div_ceil(bn), m.div_ceil(bm), s.slices)?,
+                block: [256, 1, 1],
+                smem: 0,
+            },
+        ));
+    }
     let mut b0 = 0;
-    while b0 < batch {
+    while split.is_none() && b0 < batch {
         let count = (batch - b0).min(super::MAX_GRID_YZ);
         launches.push((
             b0,
@@ -143,6 +313,7 @@ pub fn plan(
         n: int(OP, "N", n)?,
         k: int(OP, "K", k)?,
         launches,
+        split,
     })
 }
 
@@ -277,10 +448,122 @@ mod tests {
             rs: 2,
             cs: 1,
         };
-        let p = plan(&a, &b, 100_000, MatmulPrecision::Fp32).unwrap();
+        let p = plan(
+            &a,
+            &b,
+            100_000,
+            MatmulPrecision::Fp32,
+            SplitK::Fixed(4),
+            132,
+        )
+        .unwrap();
+        assert!(p.split.is_none(), "batched products never split");
         assert_eq!(p.launches.len(), 2);
         assert_eq!(p.launches[1].0, 65_535);
         assert_eq!(p.launches[1].1.grid[2] as usize, 100_000 - 65_535);
+    }
+
+    /// The 11 products of an ANDREA-120M step at 16 × 1024 tokens on an H200 (132 SMs):
+    /// only the weight gradients (K = 16384, grids of 108-402 tensor-core tiles) split.
+    #[test]
+    fn step_products_on_an_h200() {
+        let want = [
+            ("fwd_qkv", 1),
+            ("fwd_attn_proj", 1),
+            ("fwd_fc", 1),
+            ("fwd_fc_proj", 1),
+            ("fwd_lm_head", 1),
+            ("bwd_dx_qkv", 1),
+            ("bwd_dw_qkv", 6),
+            ("bwd_dx_fc_proj", 1),
+            ("bwd_dw_fc_proj", 8),
+            ("bwd_dx_lm_head", 1),
+            ("bwd_dwte_lm_head", 8),
+        ];
+        let gemms = andrea_core::config::step_gemms(16 * 1024, 768, 3072, 8512);
+        assert_eq!(gemms.len(), want.len());
+        for precision in [MatmulPrecision::Tf32, MatmulPrecision::Bf16] {
+            for (g, (name, slices)) in gemms.iter().zip(want) {
+                assert_eq!(g.name, name);
+                let kernel = choose(g.m, g.n, g.k, precision);
+                let got = split_count(g.m, g.n, g.k, 1, kernel, 132);
+                assert_eq!(got, slices, "{name} in {precision:?}");
+                let a = contiguous(0, g.m, g.k);
+                let b = contiguous(0, g.k, g.n);
+                let p = plan(&a, &b, 1, precision, SplitK::Auto, 132).unwrap();
+                let s = p.split.map(|s| s.slices).unwrap_or(1);
+                assert_eq!(s, slices, "{name}: the plan follows split_count");
+                if let Some(s) = p.split {
+                    assert_eq!(p.launches.len(), 1);
+                    assert_eq!(p.launches[0].1.grid[2] as usize, s.slices);
+                    assert_eq!(s.workspace, s.slices * g.m * g.n);
+                    assert!(s.workspace <= MAX_WORKSPACE);
+                }
+            }
+        }
+        // The attention projection's dW (768 × 768, 36 tiles) splits the most finely.
+        assert_eq!(
+            split_count(768, 768, 16384, 1, MatmulKernel::TensorBf16, 132),
+            7
+        );
+        // Workspaces at 16 × 1024: 6·768·2304, 8·3072·768, 8·8512·768 floats.
+        let ws = |m, n| {
+            split(m, n, 16384, MatmulKernel::TensorBf16, 8)
+                .unwrap()
+                .unwrap()
+                .workspace
+        };
+        assert_eq!(ws(8512, 768), 8 * 8512 * 768);
+        // Off and batched never split.
+        let (a, b) = (contiguous(0, 768, 16384), contiguous(0, 16384, 768));
+        let p = plan(&a, &b, 1, MatmulPrecision::Bf16, SplitK::Off, 132).unwrap();
+        assert!(p.split.is_none());
+        // One SM (the emulator): a single tile already fills it.
+        assert_eq!(
+            split_count(768, 768, 16384, 1, MatmulKernel::TensorBf16, 1),
+            1
+        );
+    }
+
+    #[test]
+    fn split_k_setting() {
+        assert_eq!(SplitK::parse("0").unwrap(), SplitK::Off);
+        assert_eq!(SplitK::parse("1").unwrap(), SplitK::Off);
+        assert_eq!(SplitK::parse("auto").unwrap(), SplitK::Auto);
+        assert_eq!(SplitK::parse("5").unwrap(), SplitK::Fixed(5));
+        assert!(SplitK::parse("many").is_err());
+        assert!(SplitK::parse("1000").is_err());
+    }
+
+    proptest! {
+        /// Slices cover K exactly once, in K steps of the kernel, and the reduce's grid
+        /// covers the output.
+        #[test]
+        fn slices_cover_k(m in 1usize..300, n in 1usize..300, k in 1usize..5000, want in 1usize..70, tc in any::<bool>()) {
+            let kernel = if tc { MatmulKernel::TensorTf32 } else { MatmulKernel::Simt };
+            let (_, _, bk) = kernel.tile();
+            match split(m, n, k, kernel, want).unwrap() {
+                None => prop_assert!(want <= 1 || k.div_ceil(k.div_ceil(want).div_ceil(bk) * bk) == 1),
+                Some(s) => {
+                    let ks = s.k_slice as usize;
+                    prop_assert!(s.slices >= 2 && s.slices <= want);
+                    prop_assert_eq!(ks % bk, 0);
+                    prop_assert!((s.slices - 1) * ks < k && k <= s.slices * ks);
+                    prop_assert_eq!(s.workspace, s.slices * m * n);
+                    prop_assert!(s.reduce.threads() as usize >= m * n);
+                }
+            }
+        }
+
+        /// Small products never split: K under two minimum slices, or a grid that already
+        /// fills the GPU's block slots in whole waves.
+        #[test]
+        fn small_products_never_split(m in 1usize..5000, n in 1usize..5000, k in 1usize..2048, sms in 1usize..200) {
+            for kernel in [MatmulKernel::Simt, MatmulKernel::TensorBf16] {
+                prop_assert_eq!(split_count(m, n, k, 1, kernel, sms), 1);
+                prop_assert_eq!(split_count(m, n, 16384, 2, kernel, sms), 1);
+            }
+        }
     }
 
     fn operand() -> impl Strategy<Value = (Operand, bool)> {

@@ -1,0 +1,229 @@
+//! Split-K against the unsplit product on the same backend and precision, for every
+//! slice count the plan can choose (2..=8), with half-empty last tiles (N = 192 = 128 +
+//! 64, as N = 8512 = 66·128 + 64), transposed operands, accumulate and bias; and bit for
+//! bit the same from run to run.
+//!
+//! Tolerance: both paths round the operands identically (the same kernel stages the same
+//! elements) and differ only in the order of the FP32 sums over K, each within
+//! K·2⁻²⁴·Σ_k |a_ik|·|b_kj| of the exact sum of the rounded products; the bias and C
+//! added once more: `|split - unsplit| <= 2·K·2⁻²⁴·(Σ|a|·|b| + 2) + 1e-6`, times 2 for
+//! the operand rounding's effect on Σ|a|·|b| and headroom.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use andrea_core::{LinalgOps, Matrix, View};
+use andrea_cuda::plan::matmul::{self as mm, MatmulKernel};
+use andrea_cuda::{CudaBackend, Precision, SplitK};
+use common::{buf, compare, cuda, data, read};
+
+const U24: f64 = 1.0 / 16_777_216.0;
+
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    m: usize,
+    n: usize,
+    k: usize,
+    transpose_a: bool,
+    transpose_b: bool,
+    bias: bool,
+    accumulate: bool,
+}
+
+struct Inputs {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    bias: Vec<f32>,
+    c0: Vec<f32>,
+}
+
+fn inputs(c: &Case, seed: u64) -> Inputs {
+    Inputs {
+        a: data(seed, c.m * c.k, -1.0, 1.0),
+        b: data(seed + 1, c.k * c.n, -1.0, 1.0),
+        bias: data(seed + 2, c.n, -1.0, 1.0),
+        c0: data(seed + 3, c.m * c.n, -1.0, 1.0),
+    }
+}
+
+/// `c (+)= a·b (+ bias)`; `a` stored `[K, M]` when transposed (as xᵀ in dW = xᵀ·dy),
+/// `b` stored `[N, K]`.
+fn run(be: &CudaBackend, c: &Case, x: &Inputs) -> Vec<f32> {
+    let (ab, bb, biasb, cb) = (
+        buf(be, &x.a),
+        buf(be, &x.b),
+        buf(be, &x.bias),
+        buf(be, &x.c0),
+    );
+    let am: Matrix<'_, _> = if c.transpose_a {
+        View::new(&ab, 0, [c.k, c.m]).mat().t()
+    } else {
+        View::new(&ab, 0, [c.m, c.k]).mat()
+    };
+    let bm: Matrix<'_, _> = if c.transpose_b {
+        View::new(&bb, 0, [c.n, c.k]).mat().t()
+    } else {
+        View::new(&bb, 0, [c.k, c.n]).mat()
+    };
+    let bias_v = c.bias.then(|| View::new(&biasb, 0, [c.n]));
+    let out = View::new(&cb, 0, [c.m, c.n]).mat();
+    if c.accumulate {
+        be.matmul_add(am, bm, bias_v, out)
+    } else {
+        be.matmul(am, bm, bias_v, out)
+    }
+    .expect("matmul");
+    read(be, &cb)
+}
+
+fn bound<'a>(c: &Case, x: &'a Inputs) -> impl Fn(usize) -> f64 + 'a {
+    let c = *c;
+    move |idx| {
+        let (i, j) = (idx / c.n, idx % c.n);
+        let a_at = |kk: usize| {
+            if c.transpose_a {
+                x.a[kk * c.m + i]
+            } else {
+                x.a[i * c.k + kk]
+            }
+        };
+        let b_at = |kk: usize| {
+            if c.transpose_b {
+                x.b[j * c.k + kk]
+            } else {
+                x.b[kk * c.n + j]
+            }
+        };
+        let mag: f64 = (0..c.k).map(|kk| (a_at(kk) * b_at(kk)).abs() as f64).sum();
+        2.0 * (2.0 * c.k as f64 * U24 * (mag + 2.0) + 1e-6)
+    }
+}
+
+/// For each slice count 2..=8: the plan splits into exactly that many slices, the split
+/// product is within the bound of the unsplit one, and two runs agree bit for bit.
+fn split_vs_unsplit(
+    name: &str,
+    precision: Precision,
+    m: usize,
+    n: usize,
+    k: usize,
+    kernel: MatmulKernel,
+) {
+    let Some(mut gpu) = cuda(name, precision) else {
+        return;
+    };
+    for slices in 2..=8usize {
+        let c = Case {
+            m,
+            n,
+            k,
+            transpose_a: slices % 2 == 0,
+            transpose_b: slices % 3 == 0,
+            bias: slices % 2 == 1 || slices == 8,
+            accumulate: slices >= 5,
+        };
+        let s = mm::split(m, n, k, kernel, slices).unwrap().unwrap();
+        assert_eq!(s.slices, slices, "{name}: K = {k} gives every slice count");
+        assert_eq!(mm::choose(m, n, k, precision.matmul), kernel);
+        let x = inputs(&c, 100 + slices as u64);
+        gpu.set_split_k(SplitK::Off);
+        let unsplit = run(&gpu, &c, &x);
+        gpu.set_split_k(SplitK::Fixed(slices));
+        let split = run(&gpu, &c, &x);
+        compare(&format!("{name} {c:?}"), &split, &unsplit, bound(&c, &x)).unwrap();
+        let again = run(&gpu, &c, &x);
+        assert!(
+            split
+                .iter()
+                .zip(&again)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{name} {c:?}: two split-K runs differ"
+        );
+        assert_ne!(
+            split, unsplit,
+            "{name} {c:?}: the split path ran (sums in another order)"
+        );
+    }
+}
+
+// K = 500 / 1000 gives slices of 16 / 32 multiples for every count 2..=8, with a
+// partial last K step; N = 96 / 192 and M = 70 / 130 leave half-empty and nearly empty
+// edge tiles.
+#[test]
+fn split_k_fp32() {
+    split_vs_unsplit(
+        "split_k_fp32",
+        Precision::FP32,
+        70,
+        96,
+        500,
+        MatmulKernel::Simt,
+    );
+}
+
+#[test]
+fn split_k_tf32() {
+    split_vs_unsplit(
+        "split_k_tf32",
+        Precision::FAST,
+        130,
+        192,
+        1000,
+        MatmulKernel::TensorTf32,
+    );
+}
+
+#[test]
+fn split_k_bf16() {
+    split_vs_unsplit(
+        "split_k_bf16",
+        Precision::BF16,
+        130,
+        192,
+        1000,
+        MatmulKernel::TensorBf16,
+    );
+}
+
+/// A planted fault, the reduce skipping the last slice, fails the comparison.
+#[test]
+fn split_k_skipped_slice_is_caught() {
+    let name = "split_k_skipped_slice_is_caught";
+    let Some(mut gpu) = cuda(name, Precision::FP32) else {
+        return;
+    };
+    let c = Case {
+        m: 70,
+        n: 96,
+        k: 500,
+        transpose_a: true,
+        transpose_b: false,
+        bias: true,
+        accumulate: true,
+    };
+    let x = inputs(&c, 7);
+    gpu.set_split_k(SplitK::Off);
+    let unsplit = run(&gpu, &c, &x);
+    gpu.set_split_k(SplitK::Fixed(4));
+    gpu.plant_split_k_fault(true);
+    let faulty = run(&gpu, &c, &x);
+    assert!(compare(name, &faulty, &unsplit, bound(&c, &x)).is_err());
+}
+
+/// `auto` on the emulator (one SM) never splits: the default path there is the unsplit one.
+#[test]
+fn split_k_auto_on_one_sm_is_unsplit() {
+    let name = "split_k_auto_on_one_sm_is_unsplit";
+    let Some(gpu) = cuda(name, Precision::FP32) else {
+        return;
+    };
+    if gpu.multiprocessors() == 1 {
+        assert_eq!(
+            mm::split_count(768, 768, 16384, 1, MatmulKernel::Simt, 1),
+            1
+        );
+    }
+    if std::env::var_os("ANDREA_CUDA_SPLIT_K").is_none() {
+        assert_eq!(gpu.split_k(), SplitK::Auto);
+    }
+}
