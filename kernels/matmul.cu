@@ -280,11 +280,22 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc_bf16(MATMUL_PARAMS) 
 // the same bit for bit on every run (no atomics); the epilogue (bias, accumulate, GELU)
 // is the product kernel's, applied once here. Block 256, grid ceil(M·N / 256).
 //
-// Expected time on an H200: it reads (slices + accumulate)·M·N·4 bytes and writes
-// M·N·4 (the slices wrote slices·M·N·4 before it): memory-bound at ~4.3 TB/s. The
-// attention-projection dW (768×768, 7 slices): 8·2.36 MB = 19 MB read and written, about
-// 4.4 µs here plus ~4.4 µs of partial-tile stores in the slices, against ~60 µs for the
-// product itself in BF16 at today's ~30% of peak (19.3 GFLOP).
+// Expected time on an H200 (132 SMs, ~4.3 TB/s, 989 TFLOP/s BF16 dense). The reduce is
+// memory-bound: it reads slices·M·N·4 bytes (+ M·N·4 with accumulate) and writes M·N·4,
+// after the slices stored slices·M·N·4. The slices are compute-bound like the unsplit
+// kernel; what changes is the waves: one tensor-core block per SM (210-254 registers), a
+// 128×128 block over all of K = 16384 is 2·128·128·16384 = 537 MFLOP, ~360 µs at today's
+// ~20% of an SM's 7.5 TFLOP/s (the issue's reading), and 1/slices of that when split.
+//
+//   product (dW, K = 16384)   tiles  waves unsplit  slices  waves split  workspace  reduce  total
+//   qkv       768 × 2304       108   1 (82% full)      6     5 × 60 µs     42 MB     ~21 µs  358 -> ~320 µs
+//   fc_proj  3072 × 768        144   2 (55%)           8     9 × 45 µs     75 MB     ~37 µs  716 -> ~440 µs
+//   fc        768 × 3072       144   2 (55%)           8     9 × 45 µs     75 MB     ~37 µs  716 -> ~440 µs
+//   attn_proj 768 × 768         36   1 (27%)           7     2 × 51 µs     17 MB     ~ 8 µs  358 -> ~110 µs
+//   lm_head  8512 × 768        402   4 (76%)           8    25 × 45 µs    209 MB    ~103 µs 1432 -> ~1220 µs
+//
+// (reduce: (2·slices + 1)·M·N·4 bytes at 4.3 TB/s.) About 0.84 ms per layer, ~10 ms of a
+// ~350 ms step at 16 × 1024; the real gain waits on a GPU (gpu_check gemm times both).
 extern "C" __global__ void __launch_bounds__(256)
     matmul_splitk_reduce(const float* ws, int slices, int M, int N, const float* bias, float* C,
                          float* gelu_out, long long c_rs, long long c_cs, int accumulate, int gelu_mode) {

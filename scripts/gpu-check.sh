@@ -33,7 +33,8 @@
 #                     runtime does not support it: gVisor)
 #   gemm-check        75 s   (est. 20)  11 GEMMs at B·T = 16384 rows in FP32/TF32/BF16:
 #                     ~1.1 TFLOP per sweep, 12 sweeps per precision at 20-200 TFLOP/s,
-#                     plus uploads and a host comparison of ~330M floats per precision
+#                     plus uploads and a host comparison of ~330M floats per precision;
+#                     the split-K dW products again unsplit (3 x 0.17 TFLOP x 11 reps)
 #   attention-check   45 s   (est. 15)  T = 1024, 12 heads of 64, batch 16: 51 GFLOP
 #                     forward, 2.5x backward at ~8 TFLOP/s, 7 reps x 3 precisions, and
 #                     the CPU reference on one sequence (~8 GFLOP on 16 cores)

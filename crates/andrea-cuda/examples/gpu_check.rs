@@ -13,7 +13,10 @@
 //!   tile is half empty), timed in FP32, TF32 and BF16; TF32 and BF16 are checked against
 //!   the FP32 kernel on the same GPU with the bound of `tests/cpu_vs_cuda.rs`:
 //!   `|fast - fp32| <= 2·((2·u_op + 2·K·2⁻²⁴)·Σ_k |a_ik|·|b_kj| + 1e-6)`, where the
-//!   magnitudes `Σ|a|·|b|` come from one more FP32 product of `|a|` and `|b|`.
+//!   magnitudes `Σ|a|·|b|` come from one more FP32 product of `|a|` and `|b|`. Each row
+//!   says how many K slices the product ran in (`split_k`, as `ANDREA_CUDA_SPLIT_K`
+//!   plans it, default auto) and, for a split product, its time unsplit
+//!   (`unsplit_median_ms`).
 //! * `attention`: forward and backward at `[B, T, 3C]`, timed per precision; every
 //!   precision against the FP32 path, and the FP32 path against the CPU backend on the
 //!   first sequence. Bounds below, at [`attention_tol`].
@@ -34,7 +37,8 @@ use std::time::Instant;
 use andrea_core::config::{step_gemms, StepGemm};
 use andrea_core::prelude::*;
 use andrea_cpu::CpuBackend;
-use andrea_cuda::{CudaBackend, MatmulPrecision, Precision};
+use andrea_cuda::plan::matmul as split_plan;
+use andrea_cuda::{CudaBackend, MatmulPrecision, Precision, SplitK};
 use andrea_model::{Config, Model, Trainer};
 use andrea_testkit::tol::{self, Tol};
 
@@ -174,7 +178,7 @@ fn gemm(flags: &Flags) -> Res<bool> {
     let mut reference: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
     let mut ok = true;
     for (label, precision) in PRECISIONS {
-        let be = backend(precision)?;
+        let mut be = backend(precision)?;
         for (idx, g) in shapes.iter().enumerate() {
             let StepGemm {
                 name,
@@ -200,10 +204,39 @@ fn gemm(flags: &Flags) -> Res<bool> {
             let secs = time(&be, reps, run)?;
             let got = download(&be, View::whole(&c))?;
             let flops = 2.0 * (m * k * n) as f64;
+            // Split-K as the backend plans it (ANDREA_CUDA_SPLIT_K, default auto); a split
+            // product is timed unsplit too, so one run compares both.
+            let kernel = split_plan::choose(m, n, k, precision.matmul);
+            let slices = match be.split_k() {
+                SplitK::Off => 1,
+                SplitK::Auto => split_plan::split_count(m, n, k, 1, kernel, be.multiprocessors()),
+                SplitK::Fixed(s) => split_plan::split(m, n, k, kernel, s)
+                    .map_err(device(name))?
+                    .map_or(1, |s| s.slices),
+            };
+            let unsplit_ms = if slices > 1 {
+                let policy = be.split_k();
+                be.set_split_k(SplitK::Off);
+                let run = || {
+                    be.matmul(
+                        mat(&a, m, k, ta),
+                        mat(&b, k, n, tb),
+                        None,
+                        View::new(&c, 0, [m, n]).mat(),
+                    )
+                    .map_err(device(name))
+                };
+                let t = time(&be, reps, run)?;
+                be.set_split_k(policy);
+                Some(t * 1e3)
+            } else {
+                None
+            };
             let mut row = serde_json::json!({
                 "phase": "gemm", "name": name, "m": m, "k": k, "n": n,
                 "precision": label, "backend": be.name(),
                 "median_ms": secs * 1e3, "tflop_per_s": flops / secs / 1e12,
+                "split_k": slices, "unsplit_median_ms": unsplit_ms,
             });
             if precision == Precision::FP32 {
                 let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
