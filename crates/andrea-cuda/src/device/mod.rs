@@ -51,7 +51,9 @@ impl Drop for LoadedModule {
 /// Ops are queued in order on one stream; [`andrea_core::MemoryOps::download`],
 /// [`andrea_core::OptimOps::sum_squares`] and [`andrea_core::MemoryOps::synchronize`] wait
 /// for it. Set `ANDREA_CUDA_SYNC=1` to synchronise after every launch, so that a fault
-/// is reported by the kernel that caused it. The backend is used from one thread (it
+/// is reported by the kernel that caused it. `ANDREA_CUDA_SPLIT_K=0|auto|N` (default
+/// `auto`) says whether products whose grid cannot fill the GPU split K into slices
+/// summed in a fixed order (`plan::matmul::split_count`). The backend is used from one thread (it
 /// holds driver handles); its buffers are `Send`.
 pub struct CudaBackend {
     precision: Precision,
