@@ -80,6 +80,15 @@ def table(rows):
                 cells.append(f"{fmt(a)} ({fmt(b)}) [{pct(a, b)}]")
             out.append(f"{n:<20} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}")
 
+    split = [r for r in rows if r.get("run_phase") == "gemm-check" and (r.get("split_k") or 1) > 1]
+    if split:
+        out.append("== split-K (ANDREA_CUDA_SPLIT_K=auto): ms split vs unsplit, same run")
+        for r in split:
+            ms, un = r["median_ms"], r.get("unsplit_median_ms")
+            gain = f"{un / ms:.2f}x" if un else "-"
+            out.append(f"{r['name']:<20} {r['precision']:<5} {r['split_k']} slices "
+                       f"{fmt(ms, 3):>9} ms vs {fmt(un, 3):>9} ms unsplit  {gain}")
+
     ours, peer = speed("attention-check", "andrea"), speed("peer-attention", "pytorch")
     if ours:
         out.append("== attention, TFLOP/s: andrea vs SDPA (bf16: flash; fp32)")
