@@ -11,6 +11,14 @@
 // cvt.rna; ties to even for BF16). tanh.approx.f32 is tanhf rounded to 11 significant
 // bits, about the instruction's documented error.
 //
+// The tensor-core and async-copy wrappers of kernels/common.cuh (mma.sync bf16/tf32,
+// ldmatrix, cp.async, cvt) are modelled lane by lane in emu_runtime.cpp: mma and
+// ldmatrix as warp collectives over the PTX ISA's per-lane fragment layouts (all 32
+// lanes must enter together), cp.async copies landing only at the issuing thread's
+// cp_async_wait; misuse (a misaligned or non-shared ldmatrix row, an uncommitted or
+// still-in-flight copy at exit, a wait with no commit) fails the launch with a message
+// naming the kernel.
+//
 // What it cannot show: races between real concurrent threads, memory-model issues,
 // performance. What it does show: argument order, launch shapes, index arithmetic,
 // barrier structure, out-of-bounds writes (canaries) and reads past a buffer (guard

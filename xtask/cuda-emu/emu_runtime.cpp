@@ -5,10 +5,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -24,6 +27,7 @@ enum : int {
     NOT_FOUND = 500,
     ILLEGAL_ADDRESS = 700,
     LAUNCH_OUT_OF_RESOURCES = 701,
+    MISALIGNED_ADDRESS = 716,
     LAUNCH_FAILED = 719,
 };
 
@@ -55,11 +59,29 @@ emu_switch:
 
 enum State { READY, WAIT_WARP, WAIT_BLOCK, DONE };
 
+// One cp.async copy, its source read when issued, written to shared memory only when
+// the issuing thread's cp_async_wait retires its group.
+struct AsyncCopy {
+    unsigned char* dst;
+    unsigned char data[16];
+    int bytes;
+};
+
 struct Fiber {
     void* sp;
     dim3 tid;
     int warp;
     State state;
+    // Warp collectives (mma, ldmatrix): what this lane deposited for the current one,
+    // which one it is, and how many this lane has entered (all 32 lanes must agree).
+    uint32_t words[10];
+    const void* addr;
+    int op;
+    uint64_t seq;
+    // cp.async: copies issued since the last commit, and the committed groups in flight.
+    std::vector<AsyncCopy> uncommitted;
+    std::deque<std::vector<AsyncCopy>> groups;
+    bool committed;
 };
 
 const size_t STACK = 128 * 1024;
@@ -75,11 +97,40 @@ struct Scheduler {
     std::vector<float> dyn;
     const EmuKernel* kernel = nullptr;
     void** params = nullptr;
+    // The first error an instruction model found in this launch (0: none).
+    int err = 0;
+    std::string err_msg;
 };
 thread_local Scheduler S;
 
+// Records the launch's first error (the launch then fails with `code` and the message,
+// prefixed with the block and thread, naming the kernel); later ones are dropped.
+void emu_fail(int code, const char* fmt, ...) {
+    if (S.err) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char where[96] = "";
+    if (S.cur)
+        std::snprintf(where, sizeof where, "block (%u, %u, %u) thread (%u, %u, %u): ", S.block.x, S.block.y,
+                      S.block.z, S.cur->tid.x, S.cur->tid.y, S.cur->tid.z);
+    S.err = code;
+    S.err_msg = std::string(where) + msg;
+}
+
 void fiber_main() {
     S.kernel->invoke(S.kernel->fn, S.params);
+    if (!S.cur->uncommitted.empty())
+        emu_fail(LAUNCH_FAILED, "exits with %zu cp.async copies never committed (cp_async_commit missing)",
+                 S.cur->uncommitted.size());
+    for (auto& g : S.cur->groups)
+        if (!g.empty()) {
+            emu_fail(LAUNCH_FAILED,
+                     "exits with cp.async copies in flight (no cp_async_wait retired their group)");
+            break;
+        }
     S.cur->state = DONE;
     emu_switch(&S.cur->sp, S.sched_sp);
     std::abort();  // a finished fiber is never resumed
@@ -101,6 +152,12 @@ void init_fiber(Fiber& f, int i) {
     f.tid = dim3{i % bx, (i / bx) % by, i / (bx * by)};
     f.warp = i / 32;
     f.state = READY;
+    f.op = 0;
+    f.seq = 0;
+    f.addr = nullptr;
+    f.uncommitted.clear();
+    f.groups.clear();
+    f.committed = false;
 }
 
 // Runs one block to completion; false on a barrier deadlock.
@@ -209,6 +266,280 @@ float emu_tanh_approx(float x) {
     u = (u + 0x1000u) & ~0x1fffu;
     std::memcpy(&t, &u, 4);
     return t;
+}
+
+// ---- tensor-core and asynchronous-copy instructions -----------------------------------
+//
+// Each is modelled as the PTX ISA states it, per lane. mma and ldmatrix are warp
+// collectives: every lane deposits its registers (or its row address) in its fiber, a
+// warp barrier, each lane computes its own outputs from all 32 lanes' deposits, and a
+// second warp barrier before anyone deposits again. All 32 lanes of the warp must enter
+// the same instruction (`.sync.aligned`); a lane that has exited or is elsewhere fails
+// the launch.
+
+namespace {
+
+enum Op { OP_MMA_BF16 = 1, OP_MMA_TF32, OP_LDMATRIX };
+
+const char* op_name(int op) {
+    switch (op) {
+        case OP_MMA_BF16: return "mma_bf16_m16n8k16";
+        case OP_MMA_TF32: return "mma_tf32_m16n8k8";
+        case OP_LDMATRIX: return "ldmatrix";
+        default: return "another instruction";
+    }
+}
+
+// Enters collective `op` with this lane's deposit already in S.cur; returns the warp's
+// 32 fibers once all have deposited, or nullptr (launch failed) when they do not agree.
+Fiber* warp_enter(int op) {
+    Fiber* me = S.cur;
+    me->op = op;
+    me->seq++;
+    yield(WAIT_WARP);
+    int idx = (int)(me - S.fibers.data());
+    int base = idx - idx % 32;
+    if (base + 32 > (int)S.fibers.size()) {
+        emu_fail(LAUNCH_FAILED, "%s in a warp of fewer than 32 threads", op_name(op));
+        return nullptr;
+    }
+    Fiber* w = &S.fibers[base];
+    for (int l = 0; l < 32; ++l)
+        if (w[l].state == DONE || w[l].op != op || w[l].seq != me->seq) {
+            emu_fail(LAUNCH_FAILED, "%s not reached by all 32 lanes together (lane %d %s)", op_name(op), l,
+                     w[l].state == DONE ? "has exited" : "is at a different warp instruction");
+            return nullptr;
+        }
+    return w;
+}
+
+// The second barrier: nobody deposits again before every lane has read.
+void warp_leave() { yield(WAIT_WARP); }
+
+bool in_stack(const void* p) {
+    const char* c = static_cast<const char*>(p);
+    return S.stacks && c >= S.stacks && c < S.stacks + STACK * MAX_THREADS;
+}
+
+// The allocation holding [p, p + n), if any (`partial`: p is inside one but p + n is not).
+const Alloc* global_at(const void* p, size_t n, bool* partial) {
+    std::lock_guard<std::mutex> g(mem_lock);
+    *partial = false;
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return nullptr;
+    --it;
+    if (a >= it->first && a < it->first + it->second.padded) {
+        if (a + n > it->first + it->second.size) {
+            *partial = true;
+            return nullptr;
+        }
+        return &it->second;
+    }
+    return nullptr;
+}
+
+// Whether [p, p + n) can be shared memory: not device (global) memory, not a thread's
+// stack (local memory), and inside the dynamic shared memory when it starts there. The
+// emulator cannot tell a static `__shared__` array from other host memory, so that is
+// what it cannot check.
+bool check_shared(const char* what, const void* p, size_t n) {
+    bool partial;
+    if (global_at(p, n, &partial) || partial) {
+        emu_fail(ILLEGAL_ADDRESS, "%s: address %p is in global (device) memory, not shared memory", what, p);
+        return false;
+    }
+    if (in_stack(p)) {
+        emu_fail(ILLEGAL_ADDRESS, "%s: address %p is in a thread's local memory, not shared memory", what, p);
+        return false;
+    }
+    const char* c = static_cast<const char*>(p);
+    const char* d0 = reinterpret_cast<const char*>(S.dyn.data());
+    const char* d1 = d0 + (S.dyn.size() - 1) * sizeof(float);  // the last float is padding
+    if (c >= d0 && c < d0 + S.dyn.size() * sizeof(float) && c + n > d1) {
+        emu_fail(ILLEGAL_ADDRESS, "%s: [%p, +%zu) runs past the end of the dynamic shared memory", what, p, n);
+        return false;
+    }
+    return true;
+}
+
+float bf16_value(uint32_t word, int half) {
+    uint32_t u = (half ? word >> 16 : word & 0xffffu) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// A b32 mma.tf32 operand as the tensor core reads it: sign, exponent and the upper 10
+// mantissa bits; the low 13 bits are ignored (truncated toward zero), so an operand not
+// converted with cvt.rna acts as FP32 truncated to TF32. (The PTX ISA leaves the tf32
+// layout implementation-defined; truncation is what Ampere and Hopper are documented by
+// NVIDIA's libraries to do — CUTLASS's round_toward_zero tf32 conversion is a plain
+// reinterpretation for that reason.) NaN stays NaN.
+float tf32_value(uint32_t word) {
+    uint32_t u = word;
+    bool nan = (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu);
+    u &= ~0x1fffu;
+    if (nan) u |= 0x00400000u;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+uint32_t float_word(float f) {
+    uint32_t w;
+    std::memcpy(&w, &f, 4);
+    return w;
+}
+
+// D = A·B + C for one lane: d[j] = C[row][col] + Σ_k A[row][k]·B[k][col], summed in FP32
+// in ascending k starting from C, each product exact (BF16·BF16 and TF32·TF32 products
+// fit in FP32's 24 bits) and each addition rounded to nearest even — one valid order;
+// the hardware's is unspecified (tests compare against it with a bound).
+template <class A, class B>
+void mma_lane(float* d, const float* c, int K, A a_at, B b_at) {
+    int l = emu_lane(), g = l / 4, t = l % 4;
+    for (int j = 0; j < 4; ++j) {
+        int row = g + (j >= 2 ? 8 : 0), col = 2 * t + (j & 1);
+        float s = c[j];
+        for (int k = 0; k < K; ++k) s = fmaf(a_at(row, k), b_at(k, col), s);
+        d[j] = s;
+    }
+}
+
+}  // namespace
+
+void emu_mma_bf16_m16n8k16(float* d, const unsigned* a, const unsigned* b, const float* c) {
+    Fiber* me = S.cur;
+    for (int i = 0; i < 4; ++i) me->words[i] = a[i];
+    for (int i = 0; i < 2; ++i) me->words[4 + i] = b[i];
+    float cin[4] = {c[0], c[1], c[2], c[3]};
+    Fiber* w = warp_enter(OP_MMA_BF16);
+    float out[4] = {0, 0, 0, 0};
+    if (w) {
+        // A[r][k]: lane 4(r % 8) + (k % 8) / 2, register (r >= 8) + 2(k >= 8), half k % 2.
+        auto a_at = [&](int r, int k) {
+            return bf16_value(w[4 * (r % 8) + (k % 8) / 2].words[(r >= 8) + 2 * (k >= 8)], k & 1);
+        };
+        // B[k][n]: lane 4n + (k % 8) / 2, register (k >= 8), half k % 2.
+        auto b_at = [&](int k, int n) { return bf16_value(w[4 * n + (k % 8) / 2].words[4 + (k >= 8)], k & 1); };
+        mma_lane(out, cin, 16, a_at, b_at);
+    }
+    warp_leave();
+    std::memcpy(d, out, sizeof out);
+}
+
+void emu_mma_tf32_m16n8k8(float* d, const unsigned* a, const unsigned* b, const float* c) {
+    Fiber* me = S.cur;
+    for (int i = 0; i < 4; ++i) me->words[i] = a[i];
+    for (int i = 0; i < 2; ++i) me->words[4 + i] = b[i];
+    float cin[4] = {c[0], c[1], c[2], c[3]};
+    Fiber* w = warp_enter(OP_MMA_TF32);
+    float out[4] = {0, 0, 0, 0};
+    if (w) {
+        // A[r][k]: lane 4(r % 8) + k % 4, register (r >= 8) + 2(k >= 4).
+        auto a_at = [&](int r, int k) { return tf32_value(w[4 * (r % 8) + k % 4].words[(r >= 8) + 2 * (k >= 4)]); };
+        // B[k][n]: lane 4n + k % 4, register (k >= 4).
+        auto b_at = [&](int k, int n) { return tf32_value(w[4 * n + k % 4].words[4 + (k >= 4)]); };
+        mma_lane(out, cin, 8, a_at, b_at);
+    }
+    warp_leave();
+    std::memcpy(d, out, sizeof out);
+}
+
+// ldmatrix.m8n8.x{1,2,4}[.trans].b16: matrix i's row r comes from lane 8i + r's address
+// (16 bytes, 16-byte aligned, shared memory); lanes 8·count.. are ignored. Lane l gets
+// in r[i] row l / 4, columns 2(l % 4), 2(l % 4) + 1 (lower column in the lower half); with
+// .trans the same positions of the transpose: M[2(l % 4)][l / 4], M[2(l % 4) + 1][l / 4].
+void emu_ldmatrix(unsigned* r, int count, bool trans, const void* row_addr) {
+    S.cur->addr = row_addr;
+    Fiber* w = warp_enter(OP_LDMATRIX);
+    unsigned out[4] = {0, 0, 0, 0};
+    if (w) {
+        int l = emu_lane();
+        bool ok = true;
+        for (int i = 0; i < count && ok; ++i) {
+            uint16_t e[2];
+            for (int h = 0; h < 2 && ok; ++h) {
+                int row = trans ? 2 * (l % 4) + h : l / 4;
+                int col = trans ? l / 4 : 2 * (l % 4) + h;
+                const void* p = w[8 * i + row].addr;
+                if ((uintptr_t)p % 16) {
+                    emu_fail(MISALIGNED_ADDRESS, "ldmatrix: lane %d's row address %p is not 16-byte aligned",
+                             8 * i + row, p);
+                    ok = false;
+                } else if (!check_shared("ldmatrix", p, 16)) {
+                    ok = false;
+                } else {
+                    std::memcpy(&e[h], static_cast<const char*>(p) + 2 * col, 2);
+                }
+            }
+            if (ok) out[i] = (unsigned)e[0] | ((unsigned)e[1] << 16);
+        }
+        if (!ok) std::memset(out, 0, sizeof out);
+    }
+    warp_leave();
+    for (int i = 0; i < count; ++i) r[i] = out[i];
+}
+
+// cp.async: the source (`src_bytes` of it; the rest of `bytes` is zero) is read when the
+// copy is issued and written to shared memory when this thread's cp_async_wait retires
+// its group, so shared memory read before that still holds what it held before.
+void emu_cp_async(void* smem, const void* gmem, int bytes, int src_bytes) {
+    if (src_bytes < 0 || src_bytes > bytes) {
+        emu_fail(LAUNCH_FAILED, "cp_async_%d: src_bytes %d is outside 0..=%d", bytes, src_bytes, bytes);
+        return;
+    }
+    if ((uintptr_t)smem % bytes || (src_bytes > 0 && (uintptr_t)gmem % bytes)) {
+        emu_fail(MISALIGNED_ADDRESS, "cp_async_%d: shared %p or global %p not %d-byte aligned", bytes, smem, gmem,
+                 bytes);
+        return;
+    }
+    if (!check_shared("cp_async (destination)", smem, (size_t)bytes)) return;
+    AsyncCopy c{static_cast<unsigned char*>(smem), {0}, bytes};
+    if (src_bytes > 0) {
+        bool partial;
+        if (!global_at(gmem, (size_t)src_bytes, &partial)) {
+            emu_fail(ILLEGAL_ADDRESS, "cp_async_%d: source [%p, +%d) is %s", bytes, gmem, src_bytes,
+                     partial ? "past the end of its device buffer" : "not in device (global) memory");
+            return;
+        }
+        std::memcpy(c.data, gmem, (size_t)src_bytes);
+    }
+    S.cur->uncommitted.push_back(c);
+}
+
+void emu_cp_async_commit() {
+    Fiber* me = S.cur;
+    me->groups.push_back(std::move(me->uncommitted));
+    me->uncommitted.clear();
+    me->committed = true;
+}
+
+void emu_cp_async_wait(int pending) {
+    Fiber* me = S.cur;
+    if (!me->uncommitted.empty()) {
+        emu_fail(LAUNCH_FAILED, "cp_async_wait<%d> with %zu copies issued but not committed (no group waits for them)",
+                 pending, me->uncommitted.size());
+        return;
+    }
+    if (!me->committed) {
+        emu_fail(LAUNCH_FAILED, "cp_async_wait<%d> with no cp_async_commit before it", pending);
+        return;
+    }
+    while ((int)me->groups.size() > pending) {
+        for (const AsyncCopy& c : me->groups.front()) std::memcpy(c.dst, c.data, (size_t)c.bytes);
+        me->groups.pop_front();
+    }
+}
+
+// cvt.rna.tf32.f32: nearest, ties away from zero; the result's low 13 bits are zero.
+unsigned emu_f32_to_tf32(float x) { return float_word(nvcuda::wmma::__float_to_tf32(x)); }
+
+// cvt.rn.bf16x2.f32 d, hi, lo: nearest, ties to even; NaN becomes the canonical 0x7fff.
+unsigned emu_pack_bf16x2(float lo, float hi) {
+    auto one = [](float f) -> unsigned { return std::isnan(f) ? 0x7fffu : __float2bfloat16(f).bits; };
+    return one(lo) | (one(hi) << 16);
 }
 
 // ---- the driver API -------------------------------------------------------------------
@@ -348,6 +679,7 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     }
     S.kernel = k;
     S.params = params;
+    S.err = 0;
     S.bdim = dim3{bx, by, bz};
     S.gdim = dim3{gx, gy, gz};
     S.slots.assign(((threads + 31) / 32) * 32, 0);
@@ -360,9 +692,18 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                 if (!run_block()) {
                     std::fprintf(stderr, "cuda-emu: kernel %s deadlocked at a barrier in block (%u, %u, %u)\n",
                                  k->name, x, y, z);
+                    S.err = 0;
                     return LAUNCH_FAILED;
                 }
+                if (S.err) {
+                    std::fprintf(stderr, "cuda-emu: kernel %s: %s\n", k->name, S.err_msg.c_str());
+                    int code = S.err;
+                    S.err = 0;
+                    S.cur = nullptr;
+                    return code;
+                }
             }
+    S.cur = nullptr;
     const char* which = nullptr;
     if (!canaries_intact(&which)) {
         std::fprintf(stderr, "cuda-emu: kernel %s wrote past %s\n", k->name, which);
@@ -379,6 +720,7 @@ int cuGetErrorName(int code, const char** s) {
         case NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
         case ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
         case LAUNCH_FAILED: *s = "CUDA_ERROR_LAUNCH_FAILED"; break;
+        case MISALIGNED_ADDRESS: *s = "CUDA_ERROR_MISALIGNED_ADDRESS"; break;
         default: *s = "CUDA_ERROR_NOT_SUPPORTED (in andrea's emulator)";
     }
     return OK;

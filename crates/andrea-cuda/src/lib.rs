@@ -31,5 +31,7 @@ pub use precision::{MatmulPrecision, Precision};
 #[cfg(feature = "cuda")]
 mod device;
 
+#[doc(hidden)]
+pub use device::RawArg;
 #[cfg(feature = "cuda")]
 pub use device::{CudaBackend, CudaBuffer, CudaIds, ModuleLoad};

@@ -26,7 +26,7 @@ macro_rules! modules {
 
 modules! {
     "adamw" "attention" "bias" "elementwise" "embedding" "gelu" "layernorm" "loss" "matmul"
-    "norm" "softmax"
+    "norm" "softmax" "tc_selftest"
 }
 
 mod embedded {

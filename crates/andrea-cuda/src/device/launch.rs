@@ -98,6 +98,48 @@ impl CudaBackend {
     }
 }
 
+/// One argument of [`CudaBackend::launch_raw`].
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+#[allow(missing_debug_implementations)]
+pub enum RawArg<'a> {
+    /// A pointer to element `.1` of a buffer.
+    Buf(&'a super::CudaBuffer, usize),
+    /// An `int`.
+    Int(i32),
+}
+
+impl CudaBackend {
+    /// Tests only: launches any loaded kernel by name with the given arguments (the
+    /// self-test kernels of `kernels/tc_selftest.cu`, which no op uses). The caller
+    /// answers for the argument list matching the kernel's and for every access staying
+    /// inside the buffers.
+    #[doc(hidden)]
+    pub fn launch_raw(
+        &self,
+        kernel: &'static str,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[RawArg<'_>],
+    ) -> Result<()> {
+        let mut a = Args::new();
+        for x in args {
+            a = match *x {
+                RawArg::Buf(b, off) => a.ptr(super::buffer::addr(b, off)),
+                RawArg::Int(v) => a.int(v),
+            };
+        }
+        let l = Launch {
+            kernel,
+            grid,
+            block,
+            smem: 0,
+        };
+        self.launch(&l, a)?;
+        self.sync(&format!("running kernel `{kernel}`"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,8 @@ use cust::CudaFlags;
 
 pub use buffer::{CudaBuffer, CudaIds};
 use driver::{CuFunction, CuModule, CuStream};
+#[doc(hidden)]
+pub use launch::RawArg;
 
 use crate::plan::matmul::SplitK;
 use crate::plan::reduce::SQ_MAX_PARTIALS;
