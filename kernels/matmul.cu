@@ -1,10 +1,12 @@
 // Batched strided matmul with fused epilogue:
 //
 //   C[b] = (accumulate ? C[b] : 0) + A[b]·B[b] + bias      A[b]: [M, K], B[b]: [K, N]
-//   gelu_out[b] = GELU(C[b])   when gelu_mode is 1 (tanhf) or 2 (tanh.approx.f32)
+//   gelu_out[b] = GELU(C[b])         when gelu_mode is 1 (tanhf) or 2 (tanh.approx.f32)
+//   C[b] ⊙= GELU'(gelu_in[b])        when gelu_mode is 3 (tanhf) or 4 (tanh.approx.f32)
 //
+// The epilogue and the argument list (MATMUL_PARAMS) are in matmul_epilogue.cuh.
 // Element (b, i, j) of each operand is at b·bs + i·rs + j·cs: transposes are strides,
-// and a broadcast operand has bs = 0. gelu_out has C's strides (linear_gelu's `out`).
+// and a broadcast operand has bs = 0. gelu_out and gelu_in have C's strides.
 //
 // Two kernels, chosen by plan::matmul from the shape and the backend's precision:
 //
@@ -34,6 +36,7 @@
 #endif
 
 #include "common.cuh"
+#include "matmul_epilogue.cuh"
 
 using namespace nvcuda;
 
@@ -97,29 +100,6 @@ __device__ __forceinline__ void load_tile(typename Cvt<CVT>::T* dst, const float
     }
 }
 
-struct Epilogue {
-    float* c;
-    float* gelu_out;
-    const float* bias;
-    long long rs, cs;
-    int accumulate, gelu_mode;
-
-    __device__ __forceinline__ void store(float v, int i, int j) const {
-        long long off = i * rs + j * cs;
-        if (bias) v += bias[j];
-        if (accumulate) v += c[off];
-        c[off] = v;
-        if (gelu_mode == 1) gelu_out[off] = gelu_f<false>(v);
-        else if (gelu_mode == 2) gelu_out[off] = gelu_f<true>(v);
-    }
-};
-
-#define MATMUL_PARAMS                                                                          \
-    const float *A, const float *B, const float *bias, float *C, float *gelu_out, int M, int N,  \
-        int K, long long a_bs, long long a_rs, long long a_cs, long long b_bs, long long b_rs,  \
-        long long b_cs, long long c_bs, long long c_rs, long long c_cs, int a_mode, int b_mode, \
-        int accumulate, int gelu_mode, int k_slice
-
 // Split-K (k_slice > 0): blockIdx.z is the slice, not the batch entry, and slice s covers
 // K indices [s·k_slice, min(K, (s+1)·k_slice)). The host passes a_bs = k_slice·a_cs,
 // b_bs = k_slice·b_rs and C = the workspace with c_bs = M·N, c_rs = N, c_cs = 1, no bias,
@@ -169,8 +149,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_simt(MATMUL_PARAMS) {
         }
         __syncthreads();
     }
-    Epilogue ep = {C + b * c_bs, gelu_out ? gelu_out + b * c_bs : nullptr, bias, c_rs, c_cs, accumulate,
-                   gelu_mode};
+    Epilogue ep = Epilogue::at(C, gelu_out, gelu_in, bias, c_bs, c_rs, c_cs, accumulate, gelu_mode, b);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -246,8 +225,7 @@ __device__ __forceinline__ void matmul_tc(MATMUL_PARAMS) {
     // The staging areas reuse the A tile (8 warps × 256 floats = 8 KiB <= A_BYTES); the
     // last __syncthreads of the loop has retired every read of it.
     float* stage = reinterpret_cast<float*>(smem) + warp * 256;
-    Epilogue ep = {C + b * c_bs, gelu_out ? gelu_out + b * c_bs : nullptr, bias, c_rs, c_cs, accumulate,
-                   gelu_mode};
+    Epilogue ep = Epilogue::at(C, gelu_out, gelu_in, bias, c_bs, c_rs, c_cs, accumulate, gelu_mode, b);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -263,13 +241,11 @@ __device__ __forceinline__ void matmul_tc(MATMUL_PARAMS) {
 }
 
 extern "C" __global__ void __launch_bounds__(256) matmul_tc_tf32(MATMUL_PARAMS) {
-    matmul_tc<1>(A, B, bias, C, gelu_out, M, N, K, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, c_rs, c_cs,
-                 a_mode, b_mode, accumulate, gelu_mode, k_slice);
+    matmul_tc<1>(MATMUL_ARGS);
 }
 
 extern "C" __global__ void __launch_bounds__(256) matmul_tc_bf16(MATMUL_PARAMS) {
-    matmul_tc<2>(A, B, bias, C, gelu_out, M, N, K, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, c_rs, c_cs,
-                 a_mode, b_mode, accumulate, gelu_mode, k_slice);
+    matmul_tc<2>(MATMUL_ARGS);
 }
 
 // ---- split-K reduce ------------------------------------------------------------------
@@ -298,12 +274,13 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc_bf16(MATMUL_PARAMS) 
 // ~350 ms step at 16 × 1024; the real gain waits on a GPU (gpu_check gemm times both).
 extern "C" __global__ void __launch_bounds__(256)
     matmul_splitk_reduce(const float* ws, int slices, int M, int N, const float* bias, float* C,
-                         float* gelu_out, long long c_rs, long long c_cs, int accumulate, int gelu_mode) {
+                         float* gelu_out, const float* gelu_in, long long c_rs, long long c_cs, int accumulate,
+                         int gelu_mode) {
     long long mn = (long long)M * N;
     long long e = (long long)blockIdx.x * 256 + threadIdx.x;
     if (e >= mn) return;
     float v = ws[e];
     for (int s = 1; s < slices; ++s) v += ws[s * mn + e];
-    Epilogue ep = {C, gelu_out, bias, c_rs, c_cs, accumulate, gelu_mode};
+    Epilogue ep = {C, gelu_out, gelu_in, bias, c_rs, c_cs, accumulate, gelu_mode};
     ep.store(v, (int)(e / N), (int)(e % N));
 }

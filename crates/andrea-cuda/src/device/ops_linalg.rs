@@ -20,8 +20,42 @@ fn operand<M>(m: &andrea_core::Matrix<'_, M>) -> matmul::Operand {
     }
 }
 
+/// The GELU part of a product's epilogue (kernels/matmul_epilogue.cuh), on a tensor
+/// with `c`'s layout.
+#[derive(Clone, Copy)]
+enum Gelu<'a> {
+    None,
+    /// `out = GELU(c)` (linear_gelu).
+    Forward(Tensor<'a, CudaBackend>),
+    /// `c ⊙= GELU'(pre)` (matmul_gelu_backward).
+    #[allow(dead_code)] // the fused op that launches it follows
+    Backward(Tensor<'a, CudaBackend>),
+}
+
+impl Gelu<'_> {
+    /// The epilogue's `gelu_mode`: 0 none, 1/2 forward, 3/4 backward (tanhf / tanh.approx).
+    fn mode(self, approx_tanh: bool) -> i32 {
+        let approx = i32::from(approx_tanh);
+        match self {
+            Gelu::None => 0,
+            Gelu::Forward(_) => 1 + approx,
+            Gelu::Backward(_) => 3 + approx,
+        }
+    }
+
+    /// `(gelu_out, gelu_in)` for batch entry `b0` of a `c` with batch stride `bs`.
+    fn ptrs(self, b0: usize, bs: usize) -> (u64, u64) {
+        match self {
+            Gelu::None => (0, 0),
+            Gelu::Forward(t) => (addr(t.buf, t.offset + b0 * bs), 0),
+            Gelu::Backward(t) => (0, addr(t.buf, t.offset + b0 * bs)),
+        }
+    }
+}
+
 impl CudaBackend {
-    /// `c (+)= a·b (+ bias)`, and `gelu_out = GELU(c)` when given (same layout as `c`).
+    /// `c (+)= a·b (+ bias)` with `gelu`'s epilogue.
+    #[allow(clippy::too_many_arguments)]
     fn matmul_launch(
         &self,
         a: Mat<'_, Self>,
@@ -29,16 +63,12 @@ impl CudaBackend {
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
         accumulate: bool,
-        gelu_out: Option<Tensor<'_, Self>>,
+        gelu: Gelu<'_>,
         precision: MatmulPrecision,
     ) -> Result<()> {
         let (ao, bo, co) = (operand(&a), operand(&b), operand(&c));
         let p = matmul::plan(&ao, &bo, c.batch, precision, self.split_k, self.sms)?;
-        let gelu_mode = match (gelu_out, self.precision.approx_tanh) {
-            (None, _) => 0,
-            (Some(_), false) => 1,
-            (Some(_), true) => 2,
-        };
+        let gelu_mode = gelu.mode(self.precision.approx_tanh);
         if let Some(s) = &p.split {
             return self.matmul_split_launch(
                 &p,
@@ -48,15 +78,13 @@ impl CudaBackend {
                 bias,
                 (c, &co),
                 accumulate,
-                gelu_out,
+                gelu,
                 gelu_mode,
             );
         }
         for (b0, l) in &p.launches {
             let at = |o: &matmul::Operand, buf| addr(buf, o.offset + b0 * o.bs);
-            let gelu_ptr = gelu_out
-                .map(|g| addr(g.buf, g.offset + b0 * co.bs))
-                .unwrap_or(0);
+            let (gelu_out, gelu_in) = gelu.ptrs(*b0, co.bs);
             self.launch(
                 l,
                 Args::new()
@@ -64,7 +92,8 @@ impl CudaBackend {
                     .ptr(at(&bo, b.buf))
                     .ptr(bias.map(|t| addr(t.buf, t.offset)).unwrap_or(0))
                     .ptr(at(&co, c.buf))
-                    .ptr(gelu_ptr)
+                    .ptr(gelu_out)
+                    .ptr(gelu_in)
                     .int(p.m)
                     .int(p.n)
                     .int(p.k)
@@ -100,10 +129,11 @@ impl CudaBackend {
         bias: Option<Tensor<'_, Self>>,
         (c, co): (Mat<'_, Self>, &matmul::Operand),
         accumulate: bool,
-        gelu_out: Option<Tensor<'_, Self>>,
+        gelu: Gelu<'_>,
         gelu_mode: i32,
     ) -> Result<()> {
         let ws = self.scratch(s.workspace)?;
+        let (gelu_out, gelu_in) = gelu.ptrs(0, 0);
         let ks = s.k_slice as usize;
         let (m, n) = (co.rows, co.cols);
         for (_, l) in &p.launches {
@@ -114,6 +144,7 @@ impl CudaBackend {
                     .ptr(addr(b.buf, bo.offset))
                     .ptr(0)
                     .ptr(ws)
+                    .ptr(0)
                     .ptr(0)
                     .int(p.m)
                     .int(p.n)
@@ -147,7 +178,8 @@ impl CudaBackend {
                 .int(p.n)
                 .ptr(bias.map(|t| addr(t.buf, t.offset)).unwrap_or(0))
                 .ptr(addr(c.buf, co.offset))
-                .ptr(gelu_out.map(|g| addr(g.buf, g.offset)).unwrap_or(0))
+                .ptr(gelu_out)
+                .ptr(gelu_in)
                 .long(long(co.rs))
                 .long(long(co.cs))
                 .int(accumulate as i32)
@@ -165,7 +197,7 @@ impl CudaBackend {
         accumulate: bool,
     ) -> Result<()> {
         check::matmul(&a, &b, bias.as_ref(), &c)?;
-        self.matmul_launch(a, b, bias, c, accumulate, None, self.precision.matmul)
+        self.matmul_launch(a, b, bias, c, accumulate, Gelu::None, self.precision.matmul)
     }
 
     /// `out[j] += Σ_c partial[c·stride + j]` (bias.cu's column_finish).
@@ -244,7 +276,7 @@ impl LinalgOps for CudaBackend {
             Some(bias),
             pre.mat(),
             false,
-            Some(out),
+            Gelu::Forward(out),
             self.precision.matmul,
         )
     }

@@ -1,0 +1,77 @@
+// The per-element epilogue shared by every matmul kernel (matmul.cu's SIMT and WMMA
+// kernels, matmul_splitk_reduce, and any newer product kernel taking MATMUL_PARAMS):
+//
+//   v = acc + bias[j] (if bias) + C[i, j] (if accumulate)
+//   gelu_mode 0: C = v
+//   gelu_mode 1, 2: C = v,              gelu_out = GELU(v)          (linear_gelu forward)
+//   gelu_mode 3, 4: C = v · GELU'(gelu_in[i, j])                    (matmul_gelu_backward)
+//
+// Modes 1 and 3 take tanh from tanhf, 2 and 4 from tanh.approx.f32 (common.cuh), as the
+// separate gelu kernels do. gelu_out and gelu_in have C's strides (batch, row, column):
+// gelu_out is linear_gelu's `out`, gelu_in the saved pre-activation `pre` of the MLP's
+// first linear, so mode 3/4 turns the product dY·W_projᵀ into ∂L/∂pre directly and the
+// separate gelu_backward pass (2 reads + 1 write of [B·T, 4·d]) disappears. gelu_in may
+// be C itself: each element is read, then written, by one thread.
+//
+// A split-K product runs its slices with mode 0 and no bias/accumulate into the
+// workspace, and matmul_splitk_reduce applies this epilogue once to the sum.
+#pragma once
+
+#include "common.cuh"
+
+#define EPI_PLAIN 0
+#define EPI_GELU_EXACT 1
+#define EPI_GELU_APPROX 2
+#define EPI_GELU_GRAD_EXACT 3
+#define EPI_GELU_GRAD_APPROX 4
+
+struct Epilogue {
+    float* c;
+    float* gelu_out;
+    const float* gelu_in;
+    const float* bias;
+    long long rs, cs;
+    int accumulate, gelu_mode;
+
+    // The epilogue of batch entry b, whose C (and gelu_out / gelu_in) start c_bs later.
+    static __device__ __forceinline__ Epilogue at(float* C, float* gelu_out, const float* gelu_in,
+                                                  const float* bias, long long c_bs, long long c_rs,
+                                                  long long c_cs, int accumulate, int gelu_mode,
+                                                  long long b) {
+        Epilogue e = {C + b * c_bs,
+                      gelu_out ? gelu_out + b * c_bs : nullptr,
+                      gelu_in ? gelu_in + b * c_bs : nullptr,
+                      bias,
+                      c_rs,
+                      c_cs,
+                      accumulate,
+                      gelu_mode};
+        return e;
+    }
+
+    __device__ __forceinline__ void store(float v, int i, int j) const {
+        long long off = i * rs + j * cs;
+        if (bias) v += bias[j];
+        if (accumulate) v += c[off];
+        if (gelu_mode == EPI_GELU_GRAD_EXACT) v *= gelu_grad_f<false>(gelu_in[off]);
+        else if (gelu_mode == EPI_GELU_GRAD_APPROX) v *= gelu_grad_f<true>(gelu_in[off]);
+        c[off] = v;
+        if (gelu_mode == EPI_GELU_EXACT) gelu_out[off] = gelu_f<false>(v);
+        else if (gelu_mode == EPI_GELU_APPROX) gelu_out[off] = gelu_f<true>(v);
+    }
+};
+
+// The argument list of every product kernel (the host side is ops_linalg.rs's
+// matmul_launch): operands A [M, K] and B [K, N] and C [M, N] with batch/row/column
+// strides, the epilogue's pointers (bias [N] or null; gelu_out, gelu_in with C's strides
+// or null) and modes, the load modes of A and B (matmul.cu's load_tile), and k_slice
+// (0: unsplit; > 0: grid z is the K slice, see matmul.cu).
+#define MATMUL_PARAMS                                                                                 \
+    const float *A, const float *B, const float *bias, float *C, float *gelu_out, const float *gelu_in, \
+        int M, int N, int K, long long a_bs, long long a_rs, long long a_cs, long long b_bs,           \
+        long long b_rs, long long b_cs, long long c_bs, long long c_rs, long long c_cs, int a_mode,    \
+        int b_mode, int accumulate, int gelu_mode, int k_slice
+
+#define MATMUL_ARGS                                                                                   \
+    A, B, bias, C, gelu_out, gelu_in, M, N, K, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, c_rs, c_cs, \
+        a_mode, b_mode, accumulate, gelu_mode, k_slice
