@@ -13,6 +13,25 @@
 // separate gelu_backward pass (2 reads + 1 write of [B·T, 4·d]) disappears. gelu_in may
 // be C itself: each element is read, then written, by one thread.
 //
+// Expected H200 time of the fused GELU backward (estimate, not measured). At ANDREA-120M,
+// 16 × 1024 tokens, the product is dY [16384, 768] · W_projᵀ [768, 3072]: 77.3 GFLOP,
+// ~78 µs at 989 TFLOP/s BF16 dense, ~390 µs at today's kernels' ~20% (issue 13's
+// reading): compute-bound either way. The separate gelu_backward pass it replaces reads
+// pre and dout and writes dx, 3 × 16384·3072·4 B = 604 MB, ~140 µs at ~4.3 TB/s per
+// layer. Fused, the epilogue reads pre once more (201 MB, ~47 µs of traffic, overlapped
+// with the product's math when other blocks are in their main loop) and writes nothing
+// extra: ~94-140 µs and one launch saved per layer, ~1.1-1.7 ms of a ~350 ms step (12
+// layers). gpu_check gemm's `gemm_epilogue` row times both on one GPU.
+//
+// The bias gradient of the first linear (Σ_rows ∂L/∂pre) is not fused here. Without
+// atomics it needs each block's column sums over its 128 rows (a block-wide reduction
+// through shared memory after the staging of the tile, in every kernel variant, and in
+// matmul_splitk_reduce, which has one thread per element and no rows to sum) written as
+// [M/128, N] partials, then a finishing pass: the same two passes bias_backward already
+// makes (column_partials + column_finish, deterministic), which read ∂L/∂pre once,
+// 201 MB, ~47 µs per layer, ~0.6 ms per step. Worth doing with the pipelined kernel of
+// item 1, whose epilogue owns its tile in registers, once a GPU shows the 47 µs.
+//
 // A split-K product runs its slices with mode 0 and no bias/accumulate into the
 // workspace, and matmul_splitk_reduce applies this epilogue once to the sum.
 #pragma once

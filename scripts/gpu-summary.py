@@ -89,6 +89,15 @@ def table(rows):
             out.append(f"{r['name']:<20} {r['precision']:<5} {r['split_k']} slices "
                        f"{fmt(ms, 3):>9} ms vs {fmt(un, 3):>9} ms unsplit  {gain}")
 
+    epi = [r for r in rows if r.get("phase") == "gemm_epilogue" and "median_ms" in r]
+    if epi:
+        out.append("== fused GELU backward: ms fused vs product + separate gelu_backward, same run")
+        for r in epi:
+            ms, un = r["median_ms"], r.get("unfused_median_ms")
+            gain = f"{un / ms:.2f}x" if un else "-"
+            out.append(f"{r['name']:<20} {r['precision']:<5} {fmt(ms, 3):>9} ms vs "
+                       f"{fmt(un, 3):>9} ms unfused  {gain}")
+
     ours, peer = speed("attention-check", "andrea"), speed("peer-attention", "pytorch")
     if ours:
         out.append("== attention, TFLOP/s: andrea vs SDPA (bf16: flash; fp32)")

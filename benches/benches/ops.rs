@@ -94,6 +94,42 @@ fn bench_gemms<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             },
         );
     }
+    // The MLP's dX product through the GELU, `d_fc = (dy·W_projᵀ) ⊙ GELU'(fc_pre)`: the
+    // backend's fused op against the product then the separate gelu_backward pass (the
+    // default composition, what the fused op replaces). FLOPs of the product.
+    let (m, k, n) = (BT, C, 4 * C);
+    let (dy, w, pre) = (
+        upload(be, &randn(m * k, 7)),
+        upload(be, &randn(n * k, 8)),
+        upload(be, &randn(m * n, 9)),
+    );
+    let out = be.alloc(m * n).unwrap();
+    let args = || {
+        (
+            View::new(&dy, 0, [m, k]).mat(),
+            View::new(&w, 0, [n, k]).mat().t(),
+            View::new(&pre, 0, [m, n]),
+            View::new(&out, 0, [m, n]),
+        )
+    };
+    g.throughput(Throughput::Elements((2 * m * k * n) as u64));
+    for fused in [true, false] {
+        let what = if fused { "fused" } else { "then_gelu_backward" };
+        g.bench_function(
+            BenchmarkId::new(label, format!("bwd_dx_fc_proj_gelu_{what}_{m}x{k}x{n}")),
+            |bch| {
+                bch.iter(|| {
+                    let (a, b, p, o) = args();
+                    if fused {
+                        be.matmul_gelu_backward(a, b, p, o).unwrap();
+                    } else {
+                        andrea_core::fused::matmul_gelu_backward(be, a, b, p, o).unwrap();
+                    }
+                    sync(be);
+                })
+            },
+        );
+    }
     g.finish();
 }
 

@@ -290,6 +290,19 @@ impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
             self.inner.linear_gelu(x, w, bias, pre, out)
         })
     }
+    fn matmul_gelu_backward(
+        &self,
+        dy: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        pre: Tensor<'_, Self>,
+        dpre: Tensor<'_, Self>,
+    ) -> Result<()> {
+        self.time(
+            "matmul_gelu_backward",
+            matmul_flops(&dy, &dpre.mat()),
+            || self.inner.matmul_gelu_backward(dy, w, pre, dpre),
+        )
+    }
 }
 
 impl<B: ElementwiseOps> ElementwiseOps for Timed<B> {

@@ -81,7 +81,7 @@ pub(crate) fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
 }
 
 /// `dx = dy · GELU'(x)` on the calling thread (`dy == None`: `dx` holds `dy`).
-fn gelu_backward_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
+pub(crate) fn gelu_backward_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if simd::has_avx512() {
         // SAFETY: the CPU has AVX-512.

@@ -213,6 +213,8 @@ pub(crate) struct Gemm<'a> {
     kernel: GemmKernel,
     /// If set, `out = GELU(c)` block by block after each block's product.
     gelu_out: Option<SendPtr>,
+    /// If set, `c ⊙= GELU'(pre)` block by block after each block's product.
+    gelu_grad_of: Option<SendPtr>,
 }
 
 impl<'a> Gemm<'a> {
@@ -238,6 +240,7 @@ impl<'a> Gemm<'a> {
             d,
             kernel,
             gelu_out: None,
+            gelu_grad_of: None,
         }
     }
 
@@ -248,6 +251,16 @@ impl<'a> Gemm<'a> {
     /// `out` must point at `m·n` floats disjoint from every operand.
     pub(crate) unsafe fn with_gelu_into(mut self, out: SendPtr) -> Self {
         self.gelu_out = Some(out);
+        self
+    }
+
+    /// Also multiplies `c` by `GELU'(pre)` (`pre` in `c`'s contiguous `[m, n]` layout),
+    /// one block at a time right after the block's product, while it is in cache.
+    ///
+    /// # Safety
+    /// `c` must be contiguous and `pre` must point at `m·n` floats disjoint from `c`.
+    pub(crate) unsafe fn with_gelu_grad_of(mut self, pre: SendPtr) -> Self {
+        self.gelu_grad_of = Some(pre);
         self
     }
 
@@ -270,6 +283,7 @@ fn matmul(g: &Gemm<'_>) {
         d,
         kernel,
         gelu_out,
+        gelu_grad_of,
     } = *g;
     if d.batch == 1
         && crate::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride)
@@ -289,9 +303,10 @@ fn matmul(g: &Gemm<'_>) {
             bias,
             accumulate,
             gelu_out,
+            gelu_grad_of,
         };
-        // SAFETY: the operands passed `check::matmul`; `gelu_out` is as `with_gelu_into`
-        // promised.
+        // SAFETY: the operands passed `check::matmul`; `gelu_out` and `gelu_grad_of` are
+        // as `with_gelu_into` and `with_gelu_grad_of` promised.
         unsafe { v.run() };
         return;
     }
@@ -354,6 +369,14 @@ fn matmul(g: &Gemm<'_>) {
                     let src = std::slice::from_raw_parts(pc.get().add(off), n);
                     let dst = std::slice::from_raw_parts_mut(out.get().add(off), n);
                     crate::elementwise::gelu_slice(Some(src), dst);
+                }
+            }
+            if let Some(pre) = gelu_grad_of {
+                for i in 0..m {
+                    let off = (blk.r0 + i) * c.row_stride + blk.c0;
+                    let x = std::slice::from_raw_parts(pre.get().add(off), n);
+                    let dc = std::slice::from_raw_parts_mut(pc.get().add(off), n);
+                    crate::elementwise::gelu_backward_slice(x, None, dc);
                 }
             }
         }
@@ -427,6 +450,25 @@ impl LinalgOps for CpuBackend {
         let out_ptr = SendPtr(unsafe { write(&out) }.as_mut_ptr());
         let g = unsafe {
             Gemm::new(&x, &w, Some(bias), &pre.mat(), false, d, self.kernel).with_gelu_into(out_ptr)
+        };
+        self.run(|| g.run());
+        Ok(())
+    }
+
+    /// One pass: each block of `dpre = dy·w` is multiplied by `GELU'(pre)` while in cache,
+    /// instead of a second pass over `[N, M]` reading `dpre` and `pre` again.
+    fn matmul_gelu_backward(
+        &self,
+        dy: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        pre: Tensor<'_, Self>,
+        dpre: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let d = check::matmul_gelu_backward(&dy, &w, &pre, &dpre)?;
+        // SAFETY: `pre` checked in bounds and disjoint from `dpre`, both contiguous.
+        let pre_ptr = SendPtr(unsafe { read(&pre) }.as_ptr() as *mut f32);
+        let g = unsafe {
+            Gemm::new(&dy, &w, None, &dpre.mat(), false, d, self.kernel).with_gelu_grad_of(pre_ptr)
         };
         self.run(|| g.run());
         Ok(())

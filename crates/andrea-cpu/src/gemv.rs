@@ -55,6 +55,8 @@ pub(crate) struct Gemv<'a> {
     pub accumulate: bool,
     /// If set, also `out = GELU(C)` (contiguous `[m, n]`).
     pub gelu_out: Option<SendPtr>,
+    /// If set, `C ⊙= GELU'(pre)` (contiguous `[m, n]`).
+    pub gelu_grad_of: Option<SendPtr>,
 }
 
 thread_local! {
@@ -176,6 +178,13 @@ impl Gemv<'_> {
                 std::slice::from_raw_parts_mut(out.get().add(i * self.c_rs + j0), c.len())
             };
             crate::elementwise::gelu_slice(Some(c), dst);
+        }
+        if let Some(pre) = self.gelu_grad_of {
+            // SAFETY: `pre` mirrors C's contiguous layout (checked by
+            // matmul_gelu_backward) and is disjoint from `c`.
+            let x =
+                unsafe { std::slice::from_raw_parts(pre.get().add(i * self.c_rs + j0), c.len()) };
+            crate::elementwise::gelu_backward_slice(x, None, c);
         }
     }
 }
@@ -325,6 +334,7 @@ mod tests {
                         bias: bias_on.then_some(&bias[..]),
                         accumulate: acc,
                         gelu_out: gelu_on.then_some(SendPtr(out.as_mut_ptr())),
+                        gelu_grad_of: None,
                     };
                     // SAFETY: every operand is a live Vec of the sizes given.
                     unsafe { g.run() };

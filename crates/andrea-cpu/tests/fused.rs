@@ -246,3 +246,42 @@ fn fused_linear_gelu_equals_matmul_then_gelu() {
         assert_eq!(got[0], got[1], "{m}x{k}x{n}");
     }
 }
+
+/// The MLP's backward through the GELU, fused (one pass, the GELU' of each GEMM block
+/// while it is in cache) against the default (matmul, then gelu_backward in place), with
+/// `w` transposed as the model passes it; 2 rows take the GEMV path, the others the
+/// blocked GEMM.
+#[test]
+fn fused_matmul_gelu_backward_equals_matmul_then_gelu_backward() {
+    let be = CpuBackend::new();
+    for (m, k, n) in [(1, 1, 1), (2, 40, 70), (5, 7, 33), (130, 64, 300)] {
+        let up = |data: &[f32]| {
+            let b = be.alloc(data.len()).unwrap();
+            be.upload(data, View::whole(&b)).unwrap();
+            b
+        };
+        let pre_vals: Vec<f32> = values(m * n, 6).iter().map(|v| 4.0 * v).collect();
+        let (dy, w, pre) = (up(&values(m * k, 4)), up(&values(n * k, 5)), up(&pre_vals));
+        let mut got = Vec::new();
+        for use_fused in [true, false] {
+            let dpre = be.alloc(m * n).unwrap();
+            let args = (
+                View::new(&dy, 0, [m, k]).mat(),
+                View::new(&w, 0, [n, k]).mat().t(),
+                View::new(&pre, 0, [m, n]),
+                View::new(&dpre, 0, [m, n]),
+            );
+            if use_fused {
+                be.matmul_gelu_backward(args.0, args.1, args.2, args.3)
+                    .unwrap();
+            } else {
+                fused::matmul_gelu_backward(&be, args.0, args.1, args.2, args.3).unwrap();
+            }
+            let mut h = vec![0.0; m * n];
+            be.download(View::whole(&dpre), &mut h).unwrap();
+            got.push(h);
+        }
+        // Same GEMM and the same GELU' code: bit-identical.
+        assert_eq!(got[0], got[1], "{m}x{k}x{n}");
+    }
+}

@@ -16,7 +16,9 @@
 //!   magnitudes `Σ|a|·|b|` come from one more FP32 product of `|a|` and `|b|`. Each row
 //!   says how many K slices the product ran in (`split_k`, as `ANDREA_CUDA_SPLIT_K`
 //!   plans it, default auto) and, for a split product, its time unsplit
-//!   (`unsplit_median_ms`).
+//!   (`unsplit_median_ms`). Then, per precision, the MLP's dX product with the GELU
+//!   backward fused into its epilogue against the product + separate `gelu_backward`
+//!   (`phase: gemm_epilogue`, `median_ms` fused, `unfused_median_ms`).
 //! * `attention`: forward and backward at `[B, T, 3C]`, timed per precision; every
 //!   precision against the FP32 path, and the FP32 path against the CPU backend on the
 //!   first sequence. Bounds below, at [`attention_tol`].
@@ -270,8 +272,57 @@ fn gemm(flags: &Flags) -> Res<bool> {
             }
             emit(row);
         }
+        ok &= gelu_backward_epilogue(&mut be, label, bt, c, reps)?;
     }
     Ok(ok)
+}
+
+/// The MLP's dX product through the GELU, `d_fc = (dy·W_projᵀ) ⊙ GELU'(fc_pre)` at
+/// `[tokens, 4C]`, fused (GELU' in the epilogue) against the product + separate
+/// `gelu_backward` it replaces, timed both ways; the two must agree to a few ulp (the
+/// same product, GELU' applied in registers or after a round trip through memory).
+fn gelu_backward_epilogue(
+    be: &mut CudaBackend,
+    label: &str,
+    bt: usize,
+    c: usize,
+    reps: usize,
+) -> Res<bool> {
+    let name = "bwd_dx_fc_proj+gelu";
+    let (m, k, n) = (bt, c, 4 * c);
+    let (dy, w) = (upload(be, &data(91, m * k))?, upload(be, &data(92, n * k))?);
+    let pre_host: Vec<f32> = data(93, m * n).iter().map(|x| 4.0 * x).collect();
+    let pre = upload(be, &pre_host)?;
+    let out = be.alloc(m * n).map_err(device("alloc"))?;
+    let result = |be: &mut CudaBackend, fused: bool| -> Res<(f64, Vec<f32>)> {
+        be.set_fused_gelu_backward(fused);
+        let run = || {
+            be.matmul_gelu_backward(
+                View::new(&dy, 0, [m, k]).mat(),
+                View::new(&w, 0, [n, k]).mat().t(),
+                View::new(&pre, 0, [m, n]),
+                View::new(&out, 0, [m, n]),
+            )
+            .map_err(device(name))
+        };
+        let secs = time(be, reps, run)?;
+        Ok((secs, download(be, View::whole(&out))?))
+    };
+    let (unfused_s, want) = result(be, false)?;
+    let (fused_s, got) = result(be, true)?;
+    let (ratio, at, err) = worst(&got, &want, |i| 1e-6 + 8.0 * U24 * (want[i].abs() as f64));
+    let pass = ratio <= 1.0;
+    let flops = 2.0 * (m * k * n) as f64;
+    emit(serde_json::json!({
+        "phase": "gemm_epilogue", "name": name, "m": m, "k": k, "n": n,
+        "precision": label, "backend": be.name(),
+        "median_ms": fused_s * 1e3, "unfused_median_ms": unfused_s * 1e3,
+        "fused_tflops": flops / fused_s / 1e12,
+        "check": "fused vs product + gelu_backward, 1e-6 + 8·2^-24·|ref|",
+        "worst_err_over_bound": ratio, "worst_abs_err": err,
+        "worst_at": [at / n, at % n], "pass": pass,
+    }));
+    Ok(pass)
 }
 
 // ---- attention ------------------------------------------------------------------------

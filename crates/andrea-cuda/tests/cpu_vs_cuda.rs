@@ -11,6 +11,10 @@
 //!   ISA), so `|Δgelu| <= 0.5·|x|·2⁻¹⁰·⁹⁸⁷ + 1e-6`, and `|Δgelu'| <= 2⁻¹⁰·⁹⁸⁷·(0.5 +
 //!   |x|·|t|·k0·(1 + 3·k1·x²))·|dout| + 2e-6` (t = tanh(u), |t| <= 1); times 2.
 //!
+//! * matmul_gelu_backward `dpre = (dy·w) ⊙ GELU'(pre)`: the matmul bound times
+//!   `max |GELU'| <= 1.13`, plus GELU''s bound with `dout = dy·w` (above for tanh.approx;
+//!   `2·(4e-6 + 2e-5)·|dy·w|` for tanhf, the suite's `tol::gelu_backward`, times 2).
+//!
 //! Without a device every test prints SKIPPED and passes (ANDREA_REQUIRE_DEVICE=1 makes it
 //! fail). The whole model (a training step and a generation step) is compared in
 //! `model_vs_cpu.rs`.
@@ -19,7 +23,7 @@
 mod common;
 
 use andrea_core::{Backend, Matrix, View};
-use andrea_cuda::{MatmulPrecision, Precision};
+use andrea_cuda::{CudaBackend, MatmulPrecision, Precision, SplitK};
 use common::{buf, compare, cpu, cuda, data, read};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -247,4 +251,112 @@ fn linear_gelu_fast_vs_cpu() {
         |i| 1.13 * mm(i) + gelu_bound(got_pre[i]),
     )
     .unwrap();
+}
+
+/// `dpre = (dy·w) ⊙ GELU'(pre)` with `w` the transposed `[n, k]` weight, as the MLP's
+/// backward passes it; `pre` and `dpre` with one float of room after them.
+fn run_matmul_gelu_backward<B: Backend>(
+    be: &B,
+    (dy, w, pre): (&[f32], &[f32], &[f32]),
+    (m, k, n): (usize, usize, usize),
+) -> Vec<f32> {
+    let (db, wb, pb) = (buf(be, dy), buf(be, w), buf(be, pre));
+    let out = buf(be, &vec![f32::NAN; m * n + 1]);
+    be.matmul_gelu_backward(
+        View::new(&db, 0, [m, k]).mat(),
+        View::new(&wb, 0, [n, k]).mat().t(),
+        View::new(&pb, 0, [m, n]),
+        View::new(&out, 0, [m, n]),
+    )
+    .expect("matmul_gelu_backward");
+    let mut got = read(be, &out);
+    got.truncate(m * n);
+    got
+}
+
+/// The fused GELU backward against the CPU in every matmul precision and both GELU
+/// modes (tanhf, tanh.approx), with split-K off and on (3 slices), fused and as product +
+/// separate gelu_backward (`set_fused_gelu_backward(false)`, what it replaces). 130 × 192
+/// × 1000: a half-empty last row and column tile. Returns an error instead of panicking
+/// so the planted fault below can show it fails.
+fn matmul_gelu_backward_case(
+    gpu: &mut CudaBackend,
+    label: &str,
+    splits: &[SplitK],
+    fused_modes: &[bool],
+) -> Result<(), String> {
+    let (m, k, n) = (130usize, 1000usize, 192usize);
+    let s = 1.0 / (k as f32).sqrt();
+    let dy = data(21, m * k, -s, s);
+    let w = data(22, n * k, -s, s);
+    let mut pre = data(23, m * n + 1, -8.0, 8.0);
+    pre[m * n] = 0.0;
+    let want = run_matmul_gelu_backward(&cpu(), (&dy, &w, &pre), (m, k, n));
+    let p = gpu.precision();
+    let u_op = unit_roundoff(p.matmul);
+    let product = |idx: usize| -> (f64, f64) {
+        let (i, j) = (idx / n, idx % n);
+        let terms = (0..k).map(|kk| (dy[i * k + kk] as f64, w[j * k + kk] as f64));
+        terms.fold((0.0, 0.0), |(g, mag), (a, b)| {
+            (g + a * b, mag + (a * b).abs())
+        })
+    };
+    let bound = |idx: usize| {
+        let (g, mag) = product(idx);
+        let mm = 2.0 * ((2.0 * u_op + 2.0 * k as f64 * U24) * mag + 1e-6);
+        let gelu = if p.approx_tanh {
+            gelu_grad_bound(pre[idx], g as f32)
+        } else {
+            2.0 * (4e-6 + 2e-5) * g.abs()
+        };
+        1.13 * mm + gelu
+    };
+    for &split in splits {
+        for &fused in fused_modes {
+            gpu.set_split_k(split);
+            gpu.set_fused_gelu_backward(fused);
+            let got = run_matmul_gelu_backward(&*gpu, (&dy, &w, &pre), (m, k, n));
+            let name = format!("matmul_gelu_backward {label} {split:?} fused {fused}");
+            compare(&name, &got, &want, bound)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn matmul_gelu_backward_vs_cpu() {
+    let tf32_exact = Precision {
+        matmul: MatmulPrecision::Tf32,
+        approx_tanh: false,
+    };
+    for (label, precision) in [
+        ("FP32, tanhf", Precision::FP32),
+        ("TF32, tanh.approx", Precision::FAST),
+        ("TF32, tanhf", tf32_exact),
+        ("BF16, tanh.approx", Precision::BF16),
+    ] {
+        let Some(mut gpu) = cuda("matmul_gelu_backward_vs_cpu", precision) else {
+            return;
+        };
+        let splits = [SplitK::Off, SplitK::Fixed(3)];
+        matmul_gelu_backward_case(&mut gpu, label, &splits, &[true, false]).unwrap();
+    }
+}
+
+/// A planted fault (the epilogue reads GELU' of the next element of `pre`) fails the
+/// same comparison, split and unsplit.
+#[test]
+fn matmul_gelu_backward_planted_fault_is_caught() {
+    let Some(mut gpu) = cuda(
+        "matmul_gelu_backward_planted_fault_is_caught",
+        Precision::FAST,
+    ) else {
+        return;
+    };
+    gpu.plant_gelu_backward_fault(true);
+    for split in [SplitK::Off, SplitK::Fixed(3)] {
+        let err = matmul_gelu_backward_case(&mut gpu, "with a planted fault", &[split], &[true])
+            .expect_err("the misplaced GELU' must fail the comparison");
+        assert!(err.contains("out of tolerance"), "{err}");
+    }
 }

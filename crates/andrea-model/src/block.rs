@@ -193,6 +193,23 @@ impl<'p, M: DeviceMemory> Linear<'p, M> {
         be.matmul_add(x.mat().t(), dy.mat(), None, grad.weight.mat())?;
         Ok(be.bias_backward(dy, grad.bias)?)
     }
+
+    /// [`Linear::backward`] of a linear whose input is `x = GELU(pre)`, carried through
+    /// the GELU in the same product: `dpre = (dy · weightᵀ) ⊙ GELU'(pre)`,
+    /// `grad.weight += xᵀ · dy`, `grad.bias += Σ_rows dy`.
+    pub fn backward_through_gelu<B: Backend<Buffer = M>>(
+        &self,
+        be: &B,
+        x: Tensor<'_, B>,
+        pre: Tensor<'_, B>,
+        dy: Tensor<'_, B>,
+        dpre: Tensor<'_, B>,
+        grad: &Linear<'_, M>,
+    ) -> Result<()> {
+        be.matmul_gelu_backward(dy.mat(), self.weight.mat().t(), pre, dpre)?;
+        be.matmul_add(x.mat().t(), dy.mat(), None, grad.weight.mat())?;
+        Ok(be.bias_backward(dy, grad.bias)?)
+    }
 }
 
 /// The forward pass of one block, from `a.ln_1` (already `LayerNorm(a.x)`) to
@@ -229,9 +246,9 @@ pub(crate) fn backward<B: Backend>(
     scratch: Tensor<'_, B>,
 ) -> Result<()> {
     // r3 = r2 + MLP(ln_2): ∂L/∂r2 = d_res (passes through) plus what ln_2 adds.
+    // fc = GELU(fc_pre): d_fc is ∂L/∂fc_pre, GELU' applied in the product's epilogue.
     p.mlp_proj
-        .backward(be, a.fc, d.d_res, d.d_fc, &g.mlp_proj)?;
-    be.gelu_backward(a.fc_pre, d.d_fc, d.d_fc)?;
+        .backward_through_gelu(be, a.fc, a.fc_pre, d.d_res, d.d_fc, &g.mlp_proj)?;
     p.c_fc.backward(be, a.ln_2.out, d.d_fc, d.d_ln, &g.c_fc)?;
     p.ln_2
         .backward(be, a.residual_2, &a.ln_2, d.d_ln, d.d_res, &g.ln_2)?;

@@ -68,11 +68,15 @@ fn timed_counts_the_ops_of_a_training_step() {
         // residual add) and backward.
         assert_eq!(per_step(&["layernorm", "residual_layernorm"]), 2 * l + 1);
         assert_eq!(per_step(&["layernorm_backward"]), 2 * l + 1);
+        // The GELU backward rides in the MLP's dX product: no separate pass.
+        assert_eq!(per_step(&["matmul_gelu_backward"]), l);
+        assert_eq!(per_step(&["gelu_backward"]), 0);
 
         let products = [
             "matmul",
             "matmul_add",
             "linear_gelu",
+            "matmul_gelu_backward",
             "attention_forward",
             "attention_backward",
         ];

@@ -474,6 +474,22 @@ impl<A: Backend, B: Backend> LinalgOps for Compare<A, B> {
             &[("pre", pre), ("out", out)],
         )
     }
+    fn matmul_gelu_backward(
+        &self,
+        dy: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        pre: Tensor<'_, Self>,
+        dpre: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let ((da, db), (wa, wb), (pa, pb), (ga, gb)) =
+            (dy.split(), w.split(), pre.split(), dpre.split());
+        self.op(
+            "matmul_gelu_backward",
+            || self.a.matmul_gelu_backward(da, wa, pa, ga),
+            || self.b.matmul_gelu_backward(db, wb, pb, gb),
+            &[("dpre", dpre)],
+        )
+    }
 }
 
 impl<A: Backend, B: Backend> ElementwiseOps for Compare<A, B> {

@@ -80,7 +80,7 @@ macro_rules! __suite_functions {
         $crate::$callback! {
             ($($args)*)
             memory copy
-            matmul bias_backward linear_gelu
+            matmul bias_backward linear_gelu matmul_gelu_backward
             add scale gelu gelu_backward
             layernorm layernorm_backward residual_layernorm
             softmax softmax_backward

@@ -152,6 +152,13 @@ pub fn gelu_backward() -> Tol {
     Tol::new(4e-6, 2e-5)
 }
 
+/// `matmul_gelu_backward` with inner size `k`, operands scaled so `|dy·w| <= 1`: the
+/// product's error ([`matmul`]) times `|GELU'| <= 1.13`, plus GELU's own error
+/// ([`gelu_backward`], for `|dout| <= 1`).
+pub fn matmul_gelu_backward(k: usize) -> Tol {
+    gelu_backward().plus(matmul(k), 1.2)
+}
+
 /// `layernorm` output over `c` channels: mean and variance are c-term f32 sums
 /// (error ~ `c·u` relative), then `(x - mean)·rstd·γ + β` with `|x̂| <= ~3`.
 pub fn layernorm_out(c: usize) -> Tol {

@@ -14,6 +14,9 @@ enum Fault {
     None,
     /// GELU with erf instead of the tanh form.
     ErfGelu,
+    /// `matmul_gelu_backward` with the derivative of the erf form (burn's mismatched
+    /// forward/backward pair).
+    ErfGeluGrad,
     /// LayerNorm with the unbiased variance `Σ(x - mean)²/(C - 1)`.
     UnbiasedVariance,
     /// The causal mask lets each query see one key too many.
@@ -130,6 +133,29 @@ impl LinalgOps for Faulty {
     }
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
         self.inner.bias_backward(dout, dbias)
+    }
+    fn matmul_gelu_backward(
+        &self,
+        dy: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        pre: Tensor<'_, Self>,
+        dpre: Tensor<'_, Self>,
+    ) -> Result<()> {
+        if self.fault != Fault::ErfGeluGrad {
+            return self.inner.matmul_gelu_backward(dy, w, pre, dpre);
+        }
+        check::matmul_gelu_backward(&dy, &w, &pre, &dpre)?;
+        self.inner.matmul(dy, w, None, dpre.mat())?;
+        // d/dx x·Φ(x) = Φ(x) + x·φ(x).
+        let g: Vec<f32> = (self.get(pre)?.iter().zip(self.get(dpre)?))
+            .map(|(&x, g)| {
+                let x = x as f64;
+                let phi = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                let cdf = 0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2));
+                (g as f64 * (cdf + x * phi)) as f32
+            })
+            .collect();
+        self.inner.upload(&g, dpre)
     }
 }
 
@@ -363,6 +389,12 @@ const CASES: &[(Fault, &str, SuiteFn, &str)] = &[
         "linear_gelu",
         suite::linear_gelu,
         "linear_gelu: out",
+    ),
+    (
+        Fault::ErfGeluGrad,
+        "matmul_gelu_backward",
+        suite::matmul_gelu_backward,
+        "matmul_gelu_backward: dpre",
     ),
     (
         Fault::UnbiasedVariance,

@@ -1,5 +1,6 @@
 //! Linear algebra: the strided batched matmul (overwriting or accumulating), the bias
-//! gradient, and the fused matmul + GELU of the MLP's first half.
+//! gradient, the fused matmul + GELU of the MLP's first half and the fused matmul +
+//! GELU backward that gives its gradient.
 
 use super::{ElementwiseOps, Mat, MemoryOps, Tensor};
 use crate::error::Result;
@@ -45,6 +46,26 @@ pub trait LinalgOps: MemoryOps {
         Self: ElementwiseOps,
     {
         fused::linear_gelu(self, x, w, bias, pre, out)
+    }
+
+    /// Fused: `dpre = (dy · w) ⊙ GELU'(pre)` for `dy: [N, K]`, `w: [K, M]` (any strides),
+    /// `pre, dpre: [N, M]` contiguous views: the MLP's backward from `dy = ∂L/∂y` of its
+    /// second linear (`w` = that linear's weight transposed) through the GELU to
+    /// `dpre = ∂L/∂pre`, `pre` being what [`LinalgOps::linear_gelu`] kept. GELU' is the
+    /// derivative of the same tanh form as [`ElementwiseOps::gelu_backward`]. `dpre` is
+    /// overwritten (an activation gradient) and disjoint from every input. Default:
+    /// [`fused::matmul_gelu_backward`].
+    fn matmul_gelu_backward(
+        &self,
+        dy: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        pre: Tensor<'_, Self>,
+        dpre: Tensor<'_, Self>,
+    ) -> Result<()>
+    where
+        Self: ElementwiseOps,
+    {
+        fused::matmul_gelu_backward(self, dy, w, pre, dpre)
     }
 }
 
@@ -182,6 +203,20 @@ pub mod check {
         )?;
         Ok(d)
     }
+
+    /// [`super::LinalgOps::matmul_gelu_backward`]: the matmul into `dpre` (errors named
+    /// `matmul`), then `pre` of `dpre`'s shape; `dpre` disjoint from `pre` too.
+    pub fn matmul_gelu_backward<M: DeviceMemory>(
+        dy: &Matrix<'_, M>,
+        w: &Matrix<'_, M>,
+        pre: &View<'_, M>,
+        dpre: &View<'_, M>,
+    ) -> Result<MatmulDims> {
+        const OP: &str = "matmul_gelu_backward";
+        let d = matmul(dy, w, None, &dpre.mat())?;
+        elementwise(OP, &[("pre", pre)], ("dpre", dpre), false)?;
+        Ok(d)
+    }
 }
 
 /// Default implementations of the fused linear-algebra ops, from the fine ops.
@@ -201,5 +236,20 @@ pub mod fused {
     ) -> Result<()> {
         be.matmul(x, w, Some(bias), pre.mat())?;
         be.gelu(pre, out)
+    }
+
+    /// Default [`LinalgOps::matmul_gelu_backward`]: a matmul into `dpre`, then the GELU
+    /// backward in place (`dpre` is both `dout` and `dx`). The reference of the fused
+    /// kernels.
+    pub fn matmul_gelu_backward<B: LinalgOps + ElementwiseOps>(
+        be: &B,
+        dy: Mat<'_, B>,
+        w: Mat<'_, B>,
+        pre: Tensor<'_, B>,
+        dpre: Tensor<'_, B>,
+    ) -> Result<()> {
+        super::check::matmul_gelu_backward(&dy, &w, &pre, &dpre)?;
+        be.matmul(dy, w, None, dpre.mat())?;
+        be.gelu_backward(pre, dpre, dpre)
     }
 }

@@ -4,7 +4,7 @@
 //! | family | trait | ops |
 //! |---|---|---|
 //! | [`memory`] | [`MemoryOps`] | buffers, `upload`/`download`, `synchronize`, `fill`, `copy` |
-//! | [`linalg`] | [`LinalgOps`] | `matmul`, `matmul_add`, `bias_backward`; fused `linear_gelu` |
+//! | [`linalg`] | [`LinalgOps`] | `matmul`, `matmul_add`, `bias_backward`; fused `linear_gelu`, `matmul_gelu_backward` |
 //! | [`elementwise`] | [`ElementwiseOps`] | `add`, `scale`, `gelu`, `gelu_backward` |
 //! | [`layernorm`] | [`LayerNormOps`] | `layernorm`, `layernorm_backward`; fused `residual_layernorm` |
 //! | [`softmax`] | [`SoftmaxOps`] | `softmax`, `softmax_backward` |

@@ -55,7 +55,9 @@ impl Drop for LoadedModule {
 /// for it. Set `ANDREA_CUDA_SYNC=1` to synchronise after every launch, so that a fault
 /// is reported by the kernel that caused it. `ANDREA_CUDA_SPLIT_K=0|auto|N` (default
 /// `auto`) says whether products whose grid cannot fill the GPU split K into slices
-/// summed in a fixed order (`plan::matmul::split_count`). The backend is used from one thread (it
+/// summed in a fixed order (`plan::matmul::split_count`). `ANDREA_CUDA_FUSED_GELU_BACKWARD=0`
+/// (default 1) runs `matmul_gelu_backward` as the product then the separate
+/// `gelu_backward` pass, to compare with the fused epilogue on one GPU. The backend is used from one thread (it
 /// holds driver handles); its buffers are `Send`.
 pub struct CudaBackend {
     precision: Precision,
@@ -67,6 +69,11 @@ pub struct CudaBackend {
     split_k: SplitK,
     /// A planted fault for the split-K tests: the reduce skips the last slice.
     split_k_fault: bool,
+    /// `matmul_gelu_backward` as product + separate `gelu_backward`
+    /// (`ANDREA_CUDA_FUSED_GELU_BACKWARD=0`, [`CudaBackend::set_fused_gelu_backward`]).
+    unfused_gelu_backward: bool,
+    /// A planted fault for the fused GELU backward's tests: GELU' of the next element.
+    gelu_backward_fault: bool,
     sync_each_launch: bool,
     functions: HashMap<&'static str, CuFunction>,
     /// How each kernel module was loaded.
@@ -154,6 +161,9 @@ impl CudaBackend {
             sms,
             split_k,
             split_k_fault: false,
+            unfused_gelu_backward: std::env::var_os("ANDREA_CUDA_FUSED_GELU_BACKWARD")
+                .is_some_and(|v| v == "0"),
+            gelu_backward_fault: false,
             sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
             functions,
             scratch: RefCell::new(None),
@@ -188,6 +198,26 @@ impl CudaBackend {
     /// Sets the split-K policy, e.g. to compare split and unsplit products on one GPU.
     pub fn set_split_k(&mut self, split_k: SplitK) {
         self.split_k = split_k;
+    }
+
+    /// Whether `matmul_gelu_backward` applies GELU' in the product's epilogue (the
+    /// default) or runs the product and then the separate `gelu_backward` pass; the
+    /// default comes from `ANDREA_CUDA_FUSED_GELU_BACKWARD=0|1`.
+    pub fn set_fused_gelu_backward(&mut self, fused: bool) {
+        self.unfused_gelu_backward = !fused;
+    }
+
+    /// Whether `matmul_gelu_backward` is fused (see [`CudaBackend::set_fused_gelu_backward`]).
+    pub fn fused_gelu_backward(&self) -> bool {
+        !self.unfused_gelu_backward
+    }
+
+    /// Tests only: makes the fused GELU backward's epilogue read `pre` one element late
+    /// (an indexing slip), to show that its tests catch it. `pre` needs one float of room
+    /// after it.
+    #[doc(hidden)]
+    pub fn plant_gelu_backward_fault(&mut self, on: bool) {
+        self.gelu_backward_fault = on;
     }
 
     /// Tests only: makes the split-K reduce skip the last slice, to show that the split-K

@@ -1,4 +1,5 @@
-//! matmul, linear_gelu (matmul with the GELU epilogue), bias_backward.
+//! matmul, linear_gelu (matmul with the GELU epilogue), matmul_gelu_backward (matmul
+//! with the GELU' epilogue), bias_backward.
 
 use andrea_core::{check, LinalgOps, Mat, Result, Tensor};
 
@@ -28,7 +29,6 @@ enum Gelu<'a> {
     /// `out = GELU(c)` (linear_gelu).
     Forward(Tensor<'a, CudaBackend>),
     /// `c ⊙= GELU'(pre)` (matmul_gelu_backward).
-    #[allow(dead_code)] // the fused op that launches it follows
     Backward(Tensor<'a, CudaBackend>),
 }
 
@@ -279,5 +279,32 @@ impl LinalgOps for CudaBackend {
             Gelu::Forward(out),
             self.precision.matmul,
         )
+    }
+
+    /// The product with the GELU' epilogue (kernels/matmul_epilogue.cuh, modes 3/4): no
+    /// separate gelu_backward pass. Split-K products apply it once in the reduce. The
+    /// bias gradient of the first linear stays a separate deterministic `bias_backward`
+    /// (kernels/matmul_epilogue.cuh says why it is not fused).
+    fn matmul_gelu_backward(
+        &self,
+        dy: Mat<'_, Self>,
+        w: Mat<'_, Self>,
+        pre: Tensor<'_, Self>,
+        dpre: Tensor<'_, Self>,
+    ) -> Result<()> {
+        check::matmul_gelu_backward(&dy, &w, &pre, &dpre)?;
+        let gelu = match (self.unfused_gelu_backward, self.gelu_backward_fault) {
+            (true, _) => Gelu::None,
+            (false, false) => Gelu::Backward(pre),
+            (false, true) => Gelu::Backward(andrea_core::View {
+                offset: pre.offset + 1,
+                ..pre
+            }),
+        };
+        self.matmul_launch(dy, w, None, dpre.mat(), false, gelu, self.precision.matmul)?;
+        if self.unfused_gelu_backward {
+            andrea_core::ElementwiseOps::gelu_backward(self, pre, dpre, dpre)?;
+        }
+        Ok(())
     }
 }

@@ -112,6 +112,23 @@ pub fn matmul(
     }
 }
 
+/// `dpre = (dy·w) ⊙ GELU'(pre)` for `dy: [N, K]`, `w: [K, M]` (through their layouts),
+/// `pre, dpre: [N, M]` dense: the MLP's gradient from its output through the second
+/// linear (`w` its weight transposed) and the GELU.
+pub fn matmul_gelu_backward(
+    dy: &[f64],
+    ldy: Layout,
+    w: &[f64],
+    lw: Layout,
+    pre: &[f64],
+    dpre: &mut [f64],
+) {
+    let (n, m) = (ldy.rows, lw.cols);
+    let mut g = vec![0.0; n * m];
+    matmul(dy, ldy, w, lw, None, &mut g, Layout::dense(1, n, m), false);
+    super::gelu_backward(dpre, pre, &g);
+}
+
 /// `dbias[j] += Σ_i dout[i, j]` for `dout: [N, M]`, `dbias: [M]`.
 pub fn bias_backward(dbias: &mut [f64], dout: &[f64], n: usize, m: usize) {
     for i in 0..n {
@@ -171,6 +188,31 @@ mod tests {
         let mut dbias = vec![0.0; n];
         bias_backward(&mut dbias, &dc, m, n);
         fd::assert_grad("dbias", &dbias, &fd::grad(&bias, |bias| loss(&a, &b, bias)));
+    }
+
+    /// `y = GELU(pre)·w2`: `∂(Σ dy∘y)/∂pre = (dy·w2ᵀ) ⊙ GELU'(pre)`.
+    #[test]
+    fn matmul_gelu_backward_matches_finite_differences() {
+        let mut r = Rand::new(2);
+        let (n, m, k) = (3, 4, 5);
+        let (lh, lw2, ly) = (
+            Layout::dense(1, n, m),
+            Layout::dense(1, m, k),
+            Layout::dense(1, n, k),
+        );
+        let pre = fd::values(&mut r, n * m, -4.0, 4.0);
+        let w2 = fd::values(&mut r, m * k, -1.0, 1.0);
+        let dy = fd::values(&mut r, n * k, -1.0, 1.0);
+        let loss = |pre: &[f64]| {
+            let mut h = vec![0.0; n * m];
+            crate::reference::gelu(&mut h, pre);
+            let mut y = vec![0.0; n * k];
+            matmul(&h, lh, &w2, lw2, None, &mut y, ly, false);
+            fd::dot(&dy, &y)
+        };
+        let mut dpre = vec![0.0; n * m];
+        matmul_gelu_backward(&dy, ly, &w2, lw2.t(), &pre, &mut dpre);
+        fd::assert_grad("dpre", &dpre, &fd::grad(&pre, loss));
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub use elementwise::{add, gelu, gelu_backward, gelu_scalar, scale};
 pub use embedding::{embedding, embedding_backward};
 pub use layernorm::{layernorm, layernorm_backward};
 pub use loss::softmax_cross_entropy;
-pub use matmul::{bias_backward, copy, matmul, Layout};
+pub use matmul::{bias_backward, copy, matmul, matmul_gelu_backward, Layout};
 pub use optim::{adamw, sum_squares};
 pub use softmax::{softmax, softmax_backward};
 

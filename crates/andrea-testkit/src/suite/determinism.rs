@@ -50,6 +50,22 @@ pub fn determinism<B: Backend>(be: &B, _cfg: &Config) -> Case {
         .or_fail("matmul")?;
         read_all(be, &c)
     })?;
+    twice("matmul_gelu_backward", || {
+        let (dy, w, pre) = (
+            buffer(be, &data(21, m * k))?,
+            buffer(be, &data(22, n * k))?,
+            buffer(be, &data(23, m * n))?,
+        );
+        let dpre = buffer(be, &vec![0.0; m * n])?;
+        be.matmul_gelu_backward(
+            v(&dy, 0, &[m, k]).mat(),
+            v(&w, 0, &[n, k]).mat().t(),
+            v(&pre, 0, &[m, n]),
+            v(&dpre, 0, &[m, n]),
+        )
+        .or_fail("matmul_gelu_backward")?;
+        read_all(be, &dpre)
+    })?;
     twice("bias_backward", || {
         let (d, db) = (buffer(be, &data(5, m * k))?, buffer(be, &data(6, k))?);
         be.bias_backward(v(&d, 0, &[m, k]), v(&db, 0, &[k]))

@@ -1,4 +1,4 @@
-//! matmul, bias_backward, copy and linear_gelu. Operands in [-1, 1]; every matrix is
+//! matmul, bias_backward, copy, linear_gelu and matmul_gelu_backward. Operands in [-1, 1]; every matrix is
 //! stored row-major or transposed (a [`Matrix::t`](andrea_core::Matrix::t) view), with
 //! padded rows and an offset, and batched with gaps between batch entries.
 
@@ -210,9 +210,18 @@ pub fn copy<B: Backend>(be: &B, cfg: &Config) -> Case {
     })
 }
 
-/// `pre = x·w + bias`, `out = GELU(pre)`, with `x` and `w` in any layout.
-pub fn linear_gelu<B: Backend>(be: &B, cfg: &Config) -> Case {
-    let case = (
+/// `[N, K]·[K, M]` sizes, how both operands are stored, the output's offset, a seed.
+#[allow(clippy::type_complexity)]
+fn product_case() -> (
+    BoxedStrategy<usize>,
+    BoxedStrategy<usize>,
+    BoxedStrategy<usize>,
+    impl Strategy<Value = Store>,
+    impl Strategy<Value = Store>,
+    std::ops::Range<usize>,
+    proptest::num::u64::Any,
+) {
+    (
         size(64),
         size(64),
         size(64),
@@ -220,11 +229,15 @@ pub fn linear_gelu<B: Backend>(be: &B, cfg: &Config) -> Case {
         store(),
         0..3usize,
         any::<u64>(),
-    );
+    )
+}
+
+/// `pre = x·w + bias`, `out = GELU(pre)`, with `x` and `w` in any layout.
+pub fn linear_gelu<B: Backend>(be: &B, cfg: &Config) -> Case {
     run(
         cfg,
         "linear_gelu",
-        case,
+        product_case(),
         |(n, k, m, xs, ws, offset, seed)| {
             let mut r = Rand::new(seed);
             let (lx, lw) = (xs.layout(1, n, k), ws.layout(1, k, m));
@@ -271,6 +284,57 @@ pub fn linear_gelu<B: Backend>(be: &B, cfg: &Config) -> Case {
                 "linear_gelu: out",
                 &read_all(be, &out_buf)?,
                 &want_out,
+            )
+        },
+    )
+}
+
+/// `dpre = (dy·w) ⊙ GELU'(pre)`, with `dy` and `w` in any layout (`w` typically the
+/// transposed weight), `dy` and `w` in `[-1, 1]/√k` so `|dy·w| <= 1`, `pre` in `[-8, 8]`.
+pub fn matmul_gelu_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
+    run(
+        cfg,
+        "matmul_gelu_backward",
+        product_case(),
+        |(n, k, m, ds, ws, offset, seed)| {
+            let mut r = Rand::new(seed);
+            let (ld, lw) = (ds.layout(1, n, k), ws.layout(1, k, m));
+            let s = 1.0 / (k as f32).sqrt();
+            let dy = r.vec(ds.buffer_len(&ld), -s, s);
+            let w = r.vec(ws.buffer_len(&lw), -s, s);
+            let pre = r.vec(n * m + 2 * offset, -8.0, 8.0);
+            let dpre = poison(&mut r, n * m + 2 * offset);
+            let (dy_buf, w_buf, pre_buf) = (buffer(be, &dy)?, buffer(be, &w)?, buffer(be, &pre)?);
+            let dpre_buf = buffer(be, &dpre)?;
+            be.matmul_gelu_backward(
+                ld.on(&dy_buf),
+                lw.on(&w_buf),
+                view(&pre_buf, offset, &[n, m]),
+                view(&dpre_buf, offset, &[n, m]),
+            )
+            .or_fail("matmul_gelu_backward")?;
+
+            let mut want = to_f64(&dpre);
+            let span = offset..offset + n * m;
+            reference::matmul_gelu_backward(
+                &to_f64(&dy),
+                ld,
+                &to_f64(&w),
+                lw,
+                &to_f64(&pre[span.clone()]),
+                &mut want[span],
+            );
+            close(
+                tol::matmul_gelu_backward(k),
+                "matmul_gelu_backward: dpre",
+                &read_all(be, &dpre_buf)?,
+                &want,
+            )?;
+            close(
+                Tol::EXACT,
+                "matmul_gelu_backward: pre",
+                &read_all(be, &pre_buf)?,
+                &to_f64(&pre),
             )
         },
     )

@@ -39,7 +39,7 @@ pub use determinism::determinism;
 pub use elementwise::{add, gelu, gelu_backward, scale};
 pub use embedding::{embedding, embedding_backward};
 pub use layernorm::{layernorm, layernorm_backward, residual_layernorm};
-pub use linalg::{bias_backward, copy, linear_gelu, matmul};
+pub use linalg::{bias_backward, copy, linear_gelu, matmul, matmul_gelu_backward};
 pub use loss::softmax_cross_entropy;
 pub use memory::memory;
 pub use optim::{adamw, sum_squares};

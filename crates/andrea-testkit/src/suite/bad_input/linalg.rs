@@ -1,4 +1,5 @@
-//! Bad input for matmul, bias_backward, copy, linear_gelu and the LayerNorm ops.
+//! Bad input for matmul, bias_backward, copy, linear_gelu, matmul_gelu_backward and the
+//! LayerNorm ops.
 
 use andrea_core::{Backend, Matrix, View};
 
@@ -19,7 +20,7 @@ fn mat<M>(buf: &M, offset: usize, rows: usize, cols: usize) -> Matrix<'_, M> {
     }
 }
 
-/// matmul, bias_backward, copy, linear_gelu.
+/// matmul, bias_backward, copy, linear_gelu, matmul_gelu_backward.
 pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
     let mut x = Expect::new("bad_input_linalg");
     let (a, b, c, bias) = (
@@ -171,6 +172,35 @@ pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
             pre,
             View::new(&c, 8, [3, 4]),
         )
+    });
+
+    // dy [2, 3] in a, w [3, 4] in b, pre in c at 0, dpre in c at 8.
+    let ops = &["matmul_gelu_backward", "matmul"];
+    let mgb = |dy: Matrix<'_, B::Buffer>, pre: View<'_, B::Buffer>, dpre: View<'_, B::Buffer>| {
+        be.matmul_gelu_backward(dy, mat(&b, 0, 3, 4), pre, dpre)
+    };
+    x.ok("matmul_gelu_backward", || mgb(mat(&a, 0, 2, 3), pre, out));
+    x.err(ops, "matmul_gelu_backward: inner dimension 2 vs 3", || {
+        mgb(mat(&a, 0, 3, 2), pre, out)
+    });
+    x.err(
+        ops,
+        "matmul_gelu_backward: dpre [2, 5] for dy·w [2, 4]",
+        || mgb(mat(&a, 0, 2, 3), pre, View::new(&c, 8, [2, 5])),
+    );
+    x.err(
+        ops,
+        "matmul_gelu_backward: pre [3, 4] for dpre [2, 4]",
+        || mgb(mat(&a, 0, 2, 3), View::new(&c, 0, [3, 4]), out),
+    );
+    x.err(ops, "matmul_gelu_backward: dpre is pre", || {
+        mgb(mat(&a, 0, 2, 3), pre, pre)
+    });
+    x.err(ops, "matmul_gelu_backward: dpre overlaps dy", || {
+        mgb(mat(&a, 0, 2, 3), pre, View::new(&a, 2, [2, 4]))
+    });
+    x.err(ops, "matmul_gelu_backward: pre past the buffer end", || {
+        mgb(mat(&a, 0, 2, 3), View::new(&c, 36, [2, 4]), out)
     });
     x.finish()
 }
