@@ -544,7 +544,30 @@ unsigned emu_pack_bf16x2(float lo, float hi) {
 
 // ---- the driver API -------------------------------------------------------------------
 
+// What the calling thread asked of the driver, for tests that count the host's waits on
+// the device inside a training step (crates/andrea-cuda/tests/model_vs_cpu.rs): stream and
+// context synchronisations, copies each way, allocations, frees (cuMemFree waits for the
+// device on a real GPU) and launches; and the launch count at the last two
+// synchronisations, so a test can tell where in a step the host waited. Per thread, so
+// tests running in parallel in one binary each see their own.
+enum { C_SYNC, C_DTOH, C_HTOD, C_ALLOC, C_FREE, C_LAUNCH, C_LAUNCH_AT_PREV_SYNC, C_LAUNCH_AT_SYNC, C_COUNT };
+static thread_local unsigned long long driver_counts[C_COUNT];
+
+static void count_sync() {
+    ++driver_counts[C_SYNC];
+    driver_counts[C_LAUNCH_AT_PREV_SYNC] = driver_counts[C_LAUNCH_AT_SYNC];
+    driver_counts[C_LAUNCH_AT_SYNC] = driver_counts[C_LAUNCH];
+}
+
 extern "C" {
+
+// Copies the calling thread's counts, in the enum's order, into out[0..n) (n <= 8);
+// returns how many there are. Not a CUDA entry point: the real driver has no such symbol,
+// so a test looks it up with dlsym and counts only on the emulator.
+int andrea_emu_driver_counts(unsigned long long* out, int n) {
+    for (int i = 0; i < n && i < C_COUNT; ++i) out[i] = driver_counts[i];
+    return C_COUNT;
+}
 
 int cuInit(unsigned) { return OK; }
 int cuDriverGetVersion(int* v) {
@@ -592,15 +615,22 @@ int cuCtxGetCurrent(void** ctx) {
     *ctx = &dummy_ctx;
     return OK;
 }
-int cuCtxSynchronize() { return OK; }
+int cuCtxSynchronize() {
+    count_sync();
+    return OK;
+}
 int cuStreamCreateWithPriority(void** s, unsigned, int) {
     *s = &dummy_stream;
     return OK;
 }
 int cuStreamDestroy_v2(void*) { return OK; }
-int cuStreamSynchronize(void*) { return OK; }
+int cuStreamSynchronize(void*) {
+    count_sync();
+    return OK;
+}
 
 int cuMemAlloc_v2(uint64_t* dptr, size_t size) {
+    ++driver_counts[C_ALLOC];
     if (size == 0) return INVALID_VALUE;
     size_t padded = (size + 255) / 256 * 256;
     size_t body = (padded + page() - 1) / page() * page();
@@ -618,6 +648,7 @@ int cuMemAlloc_v2(uint64_t* dptr, size_t size) {
     return OK;
 }
 int cuMemFree_v2(uint64_t dptr) {
+    ++driver_counts[C_FREE];
     std::lock_guard<std::mutex> g(mem_lock);
     auto it = allocs.find((uintptr_t)dptr);
     if (it == allocs.end()) return INVALID_VALUE;
@@ -635,10 +666,22 @@ int cuMemsetD32_v2(uint64_t d, unsigned v, size_t n) {
     return OK;
 }
 int cuMemsetD32Async(uint64_t d, unsigned v, size_t n, void*) { return cuMemsetD32_v2(d, v, n); }
-int cuMemcpyHtoD_v2(uint64_t d, const void* s, size_t n) { return copy((void*)(uintptr_t)d, s, n); }
-int cuMemcpyHtoDAsync_v2(uint64_t d, const void* s, size_t n, void*) { return copy((void*)(uintptr_t)d, s, n); }
-int cuMemcpyDtoH_v2(void* d, uint64_t s, size_t n) { return copy(d, (const void*)(uintptr_t)s, n); }
-int cuMemcpyDtoHAsync_v2(void* d, uint64_t s, size_t n, void*) { return copy(d, (const void*)(uintptr_t)s, n); }
+int cuMemcpyHtoD_v2(uint64_t d, const void* s, size_t n) {
+    ++driver_counts[C_HTOD];
+    return copy((void*)(uintptr_t)d, s, n);
+}
+int cuMemcpyHtoDAsync_v2(uint64_t d, const void* s, size_t n, void*) {
+    ++driver_counts[C_HTOD];
+    return copy((void*)(uintptr_t)d, s, n);
+}
+int cuMemcpyDtoH_v2(void* d, uint64_t s, size_t n) {
+    ++driver_counts[C_DTOH];
+    return copy(d, (const void*)(uintptr_t)s, n);
+}
+int cuMemcpyDtoHAsync_v2(void* d, uint64_t s, size_t n, void*) {
+    ++driver_counts[C_DTOH];
+    return copy(d, (const void*)(uintptr_t)s, n);
+}
 
 // The kernels are compiled in; the image is only checked to be one the driver takes:
 // a fatbin (its magic number) or PTX text (NUL-terminated, with a `.version`).
@@ -664,6 +707,7 @@ int cuModuleGetFunction(void** f, void*, const char* name) {
 
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned smem, void*, void** params, void**) {
+    ++driver_counts[C_LAUNCH];
     const EmuKernel* k = static_cast<const EmuKernel*>(f);
     unsigned threads = bx * by * bz;
     if (gx == 0 || gy == 0 || gz == 0 || threads == 0 || gy > 65535 || gz > 65535 || gx > 0x7fffffffu ||

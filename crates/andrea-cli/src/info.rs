@@ -38,6 +38,7 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
             "activations": p.activations,
             "kv_cache": p.kv_cache,
             "ids": p.ids,
+            "scratch": p.scratch,
             "total": p.total(),
         })
     };

@@ -272,6 +272,9 @@ impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
             self.inner.matmul_add(a, b, bias, c)
         })
     }
+    fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
+        self.inner.matmul_scratch_len(m, k, n)
+    }
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
         let work = floats(dout.numel() + 2 * dbias.numel());
         self.time("bias_backward", work, || {

@@ -54,6 +54,9 @@
 //! outputs as they are made, with the FP32 tolerances, and names the first op that
 //! differs: where the whole-step test says that something differs, it says where.
 //!
+//! `training_step_waits_for_the_device_once` counts, on the emulator, the driver calls a
+//! whole `Trainer::train_step` makes once warm (see its doc).
+//!
 //! With the link stub (no device) every test prints `SKIPPED` and passes
 //! (`ANDREA_REQUIRE_DEVICE=1` makes it fail).
 #![cfg(feature = "cuda")]
@@ -61,8 +64,8 @@
 mod common;
 
 use andrea_core::{Backend, ModelConfig, OptimizerConfig, IGNORE_INDEX};
-use andrea_cuda::Precision;
-use andrea_model::{Model, Trainer};
+use andrea_cuda::{Precision, SplitK};
+use andrea_model::{MemoryPlan, Model, Trainer};
 use andrea_testkit::compare::Compare;
 use andrea_testkit::Tol;
 use common::{cpu, cuda, data};
@@ -314,4 +317,105 @@ fn generation_fp32_vs_cpu() {
 #[test]
 fn generation_tf32_vs_cpu() {
     generation_vs_cpu("generation_tf32_vs_cpu", Precision::FAST, &TF32_TOLS);
+}
+
+/// The calling thread's driver-call counts from the emulator (`andrea_emu_driver_counts`
+/// in xtask/cuda-emu/emu_runtime.cpp): synchronisations, device-to-host copies,
+/// host-to-device copies, allocations, frees, launches, and the launch count at the
+/// second-to-last and at the last synchronisation. `None` on a real driver, which has no
+/// such symbol.
+fn driver_counts() -> Option<[u64; 8]> {
+    use std::ffi::{c_char, c_int, c_void};
+    extern "C" {
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+    // SAFETY: dlsym with RTLD_DEFAULT (null on glibc) and a NUL-terminated name.
+    let f = unsafe { dlsym(std::ptr::null_mut(), c"andrea_emu_driver_counts".as_ptr()) };
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: the emulator defines it as `int (unsigned long long*, int)`.
+    let f: extern "C" fn(*mut u64, c_int) -> c_int = unsafe { std::mem::transmute(f) };
+    let mut out = [0u64; 8];
+    f(out.as_mut_ptr(), 8);
+    Some(out)
+}
+
+/// A warm `train_step` (one micro-batch, clipping on) waits for the device at one point,
+/// after the whole forward and backward pass and the gradient norm are queued: it reads
+/// the norm (the clipping scale and the NaN check need it before AdamW), and right after
+/// it the loss, from an idle stream: 2 stream synchronisations with no launch between
+/// them, 2 device-to-host copies, and after them only AdamW's launches (one per weight
+/// decay group). Reading the loss straight after the forward pass, as `forward_train`
+/// does, fails it (the backward's launches fall between the two waits). The host-to-device copies are the
+/// tokens, the targets and the embedding backward's sorted positions (3); nothing is
+/// allocated or freed (the scratch, the split-K workspace included, has grown in the
+/// warm-up step). Counted on the emulator; skipped on a real driver, where
+/// `ANDREA_CUDA_SYNC` is the tool.
+#[test]
+fn training_step_waits_for_the_device_once() {
+    let name = "training_step_waits_for_the_device_once";
+    let Some(gpu) = cuda(name, Precision::FAST) else {
+        return;
+    };
+    if driver_counts().is_none() {
+        println!("{name}: SKIPPED (counts need the emulator's driver)");
+        return;
+    }
+    let cfg = config();
+    let tokens = ids(1, BATCH * SEQ, cfg.vocab_size);
+    let targets = ids(2, BATCH * SEQ, cfg.vocab_size);
+    let model = Model::new(gpu, cfg, SEED).expect("model");
+    let opt = OptimizerConfig {
+        grad_clip: Some(1.0),
+        ..optimizer()
+    };
+    let mut tr = Trainer::new(model, opt, BATCH, SEQ).expect("trainer");
+    let batch: &[(&[u32], &[u32])] = &[(&tokens, &targets)];
+    tr.train_step(batch, LR).expect("warm-up step");
+    let before = driver_counts().unwrap();
+    let (loss, _) = tr.train_step(batch, LR).expect("step");
+    let after = driver_counts().unwrap();
+    assert!(loss.is_finite());
+    let d: Vec<u64> = after[..6].iter().zip(&before).map(|(a, b)| a - b).collect();
+    let what = ["syncs", "DtoH", "HtoD", "allocs", "frees"];
+    let want = [2, 2, 3, 0, 0];
+    for i in 0..5 {
+        assert_eq!(
+            d[i], want[i],
+            "{}: {d:?} (syncs, DtoH, HtoD, allocs, frees, launches)",
+            what[i]
+        );
+    }
+    let (launches, at_prev, at_last) = (after[5], after[6], after[7]);
+    assert_eq!(
+        at_last, at_prev,
+        "launches between the two waits: the first came too early"
+    );
+    assert_eq!(
+        launches - at_last,
+        2,
+        "after the wait, only AdamW's two launches"
+    );
+    println!("{name}: one train_step = {} launches, {d:?}", d[5]);
+}
+
+/// The training memory plan counts the split-K workspace, the largest any of the step's
+/// products takes: planned as on an H200 (132 SMs) at ANDREA-120M, 16 × 1024 tokens, the
+/// LM head's weight gradient in 8 slices of `[8512, 768]`, 209 MB; nothing without
+/// split-K. Only sizes are computed: nothing runs.
+#[test]
+fn memory_plan_counts_the_split_k_workspace() {
+    let Some(mut gpu) = cuda("memory_plan_counts_the_split_k_workspace", Precision::BF16) else {
+        return;
+    };
+    let cfg = ModelConfig::new(8449, 1024, 768, 12, 12);
+    gpu.plan_for_multiprocessors(132);
+    let plan = MemoryPlan::new(&gpu, &cfg, 16, 1024);
+    assert_eq!(plan.scratch, 8 * 8512 * 768 * 4, "{plan}");
+    assert!(plan.to_string().contains("product scratch 199.5"), "{plan}");
+    gpu.set_split_k(SplitK::Off);
+    let unsplit = MemoryPlan::new(&gpu, &cfg, 16, 1024);
+    assert_eq!(unsplit.scratch, 0);
+    assert_eq!(plan.total() - unsplit.total(), plan.scratch);
 }

@@ -164,17 +164,9 @@ impl<B: Backend> Model<B> {
         gpt::forward(self, ids, 0, &acts)?;
         let losses = s.losses.flat(pass.acts, n);
         let host = &mut pass.host_losses[..n];
-        let loss = gpt::mean_loss(
-            be,
-            cfg.vocab_size,
-            acts.logits,
-            target_ids,
-            losses,
-            counted,
-            false,
-            host,
-        )?;
-        Ok(loss as f32)
+        let vocab = cfg.vocab_size;
+        gpt::queue_loss(be, vocab, acts.logits, target_ids, losses, counted, false)?;
+        Ok(gpt::read_mean_loss(be, losses, counted, host)? as f32)
     }
 }
 

@@ -170,11 +170,10 @@ pub(crate) fn check_batch(
     Ok((tokens.len() / seq, counted))
 }
 
-/// The mean cross-entropy of `logits: [N, Vp]` against `targets: [N]` over the
-/// `counted` targets that count, in float64 on the host (`host` holds `N` floats).
-/// With `dlogits`, the loss's gradient `(softmax - onehot) / counted` replaces the
-/// logits in the same pass.
-pub(crate) fn mean_loss<B: Backend>(
+/// The cross-entropy of `logits: [N, Vp]` against `targets: [N]`, per row into `losses`
+/// (with `dlogits`, the loss's gradient `(softmax - onehot) / counted` replaces the
+/// logits in the same pass), queued, not waited for: [`read_mean_loss`] reads it.
+pub(crate) fn queue_loss<B: Backend>(
     be: &B,
     vocab: usize,
     logits: Tensor<'_, B>,
@@ -182,14 +181,24 @@ pub(crate) fn mean_loss<B: Backend>(
     losses: Tensor<'_, B>,
     counted: usize,
     dlogits: bool,
-    host: &mut [f32],
-) -> Result<f64> {
+) -> Result<()> {
     if dlogits {
         let scale = 1.0 / counted as f32;
         be.softmax_cross_entropy(logits, targets, vocab, losses, Some(logits), scale)?;
     } else {
         be.softmax_cross_entropy(logits, targets, vocab, losses, None, 1.0)?;
     }
+    Ok(())
+}
+
+/// The mean loss over the `counted` targets that count: downloads `losses` into `host`
+/// (`N` floats; a wait for the device) and sums them in float64.
+pub(crate) fn read_mean_loss<B: Backend>(
+    be: &B,
+    losses: Tensor<'_, B>,
+    counted: usize,
+    host: &mut [f32],
+) -> Result<f64> {
     be.download(losses, host)?;
     let sum: f64 = host.iter().map(|&l| l as f64).sum();
     Ok(sum / counted as f64)

@@ -1,6 +1,7 @@
 //! [`MemoryPlan`]: the device memory of training, evaluation and generation, by role,
 //! from the same code that sizes the buffers (so it is what they allocate).
 
+use andrea_core::config::step_gemms;
 use andrea_core::{Backend, ModelConfig};
 
 use crate::eval::EvalSlots;
@@ -23,9 +24,26 @@ pub struct MemoryPlan {
     pub kv_cache: usize,
     /// Token and target ids.
     pub ids: usize,
+    /// The backend's own scratch for the step's products (the CUDA backend's split-K
+    /// workspace, up to 209 MB for the LM head's weight gradient at 16 × 1024 tokens):
+    /// the largest any product asks for ([`andrea_core::LinalgOps::matmul_scratch_len`]),
+    /// since one buffer is reused. Training only: the forward products do not split at
+    /// these shapes.
+    pub scratch: usize,
 }
 
 const F32: usize = 4;
+
+/// Floats of scratch the largest of a training step's products over `tokens` rows asks
+/// `backend` for.
+fn step_scratch<B: Backend>(backend: &B, config: &ModelConfig, tokens: usize) -> usize {
+    let (c, v) = (config.d_model, config.padded_vocab_size());
+    step_gemms(tokens, c, config.mlp_dim(), v)
+        .iter()
+        .map(|g| backend.matmul_scratch_len(g.m, g.k, g.n))
+        .max()
+        .unwrap_or(0)
+}
 
 fn parameters(config: &ModelConfig) -> usize {
     ParamLayout::new(config).len * F32
@@ -43,6 +61,7 @@ impl MemoryPlan {
             activations: TrainSlots::new(backend, config, batch, seq).len * F32,
             kv_cache: 0,
             ids: 2 * batch * seq * F32,
+            scratch: step_scratch(backend, config, batch * seq) * F32,
         }
     }
 
@@ -64,6 +83,7 @@ impl MemoryPlan {
             activations: slots.len * F32,
             kv_cache: 0,
             ids: 2 * slots.batch * slots.seq * F32,
+            scratch: 0,
         }
     }
 
@@ -90,6 +110,7 @@ impl MemoryPlan {
             activations: slots.len * F32,
             kv_cache: slots.kv_len * F32,
             ids: batch * slots.chunk * F32,
+            scratch: 0,
         }
     }
 
@@ -100,6 +121,7 @@ impl MemoryPlan {
             + self.activations
             + self.kv_cache
             + self.ids
+            + self.scratch
     }
 }
 
@@ -119,6 +141,7 @@ impl std::fmt::Display for MemoryPlan {
             ("AdamW moments", self.optimizer),
             ("activations", self.activations + self.ids),
             ("KV cache", self.kv_cache),
+            ("product scratch", self.scratch),
         ];
         for (name, bytes) in roles {
             if bytes > 0 {

@@ -71,6 +71,9 @@ fn timed_counts_the_ops_of_a_training_step() {
         // The GELU backward rides in the MLP's dX product: no separate pass.
         assert_eq!(per_step(&["matmul_gelu_backward"]), l);
         assert_eq!(per_step(&["gelu_backward"]), 0);
+        // The logits are written once by the LM head's product, replaced in place by
+        // their gradient, and read in place by both of its backward products: no copies.
+        assert_eq!(per_step(&["copy"]), 0);
 
         let products = [
             "matmul",

@@ -457,6 +457,13 @@ impl<A: Backend, B: Backend> LinalgOps for Compare<A, B> {
             &[("dbias", dbias)],
         )
     }
+    fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
+        let (a, b) = (
+            self.a.matmul_scratch_len(m, k, n),
+            self.b.matmul_scratch_len(m, k, n),
+        );
+        a.max(b)
+    }
     fn linear_gelu(
         &self,
         x: Mat<'_, Self>,

@@ -29,6 +29,14 @@ pub trait LinalgOps: MemoryOps {
         c: Mat<'_, Self>,
     ) -> Result<()>;
 
+    /// Floats of backend-owned scratch a `[M, K]·[K, N]` product (batch 1) uses besides
+    /// its operands, e.g. a split-K workspace; the backend allocates it on first use and
+    /// reuses it, so a memory plan counts the largest. Default 0.
+    fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
+        let _ = (m, k, n);
+        0
+    }
+
     /// Column sums `dbias[j] += Σ_i dout[i, j]` of `dout: [N, M]` into `dbias: [M]`.
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()>;
 

@@ -232,6 +232,13 @@ impl CudaBackend {
         self.sms
     }
 
+    /// Tests only: plans products (the split-K decision) as on a GPU of `sms`
+    /// multiprocessors, e.g. an H200's 132 on the emulator's one.
+    #[doc(hidden)]
+    pub fn plan_for_multiprocessors(&mut self, sms: usize) {
+        self.sms = sms.max(1);
+    }
+
     /// The GPU's name, as the driver reports it.
     pub fn device_name(&self) -> &str {
         &self.device_name

@@ -243,6 +243,15 @@ impl LinalgOps for CudaBackend {
         self.op_matmul(a, b, bias, c, true)
     }
 
+    /// The split-K workspace the plan gives this product (0 when it does not split).
+    fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
+        let kernel = matmul::choose(m, n, k, self.precision.matmul);
+        match matmul::split_of(m, n, k, 1, kernel, self.split_k, self.sms) {
+            Ok(Some(s)) => s.workspace,
+            _ => 0,
+        }
+    }
+
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
         const OP: &str = "bias_backward";
         let d = check::bias_backward(&dout, &dbias)?;

@@ -258,6 +258,27 @@ pub struct MatmulPlan {
     pub split: Option<Split>,
 }
 
+/// The split `plan` makes of a `[batch, M, K]·[batch, K, N]` product under `split_k`
+/// (none for a batched product); its `workspace` is what the product takes of the
+/// backend's scratch.
+pub fn split_of(
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    kernel: MatmulKernel,
+    split_k: SplitK,
+    sms: usize,
+) -> Result<Option<Split>> {
+    let want = match split_k {
+        _ if batch != 1 => 1,
+        SplitK::Off => 1,
+        SplitK::Auto => split_count(m, n, k, batch, kernel, sms),
+        SplitK::Fixed(s) => s,
+    };
+    split(m, n, k, kernel, want)
+}
+
 /// Plans `c = a·b` for `a: [batch, M, K]`, `b: [batch, K, N]` on a GPU of `sms`
 /// multiprocessors.
 pub fn plan(
@@ -272,13 +293,7 @@ pub fn plan(
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let kernel = choose(m, n, k, precision);
     let (bm, bn, _) = kernel.tile();
-    let want = match split_k {
-        _ if batch != 1 => 1,
-        SplitK::Off => 1,
-        SplitK::Auto => split_count(m, n, k, batch, kernel, sms),
-        SplitK::Fixed(s) => s,
-    };
-    let split = split(m, n, k, kernel, want)?;
+    let split = split_of(m, n, k, batch, kernel, split_k, sms)?;
     let mut launches = Vec::new();
     if let Some(s) = &split {
         launches.push((

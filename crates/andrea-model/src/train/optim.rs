@@ -46,16 +46,17 @@ impl<B: Backend> Trainer<B> {
                 "step: no gradients accumulated (call backward first)".into(),
             ));
         }
+        check_lr(lr)?;
+        let sum_squares = self.model.backend().sum_squares(View::whole(&self.grads))?;
+        self.step_with(lr, sum_squares)
+    }
+
+    /// [`Trainer::step`] given `Σ g²` of the gradient buffer (read by the caller).
+    fn step_with(&mut self, lr: f32, sum_squares: f64) -> Result<StepStats> {
         let step = self.steps + 1;
-        if !(lr >= 0.0 && lr.is_finite()) {
-            return Err(ModelError::batch(
-                "step",
-                format!("the learning rate must be a non-negative number, got {lr}"),
-            ));
-        }
         let be = self.model.backend();
         let mean = 1.0 / self.micro_batches as f64;
-        let norm = be.sum_squares(View::whole(&self.grads))?.sqrt() * mean;
+        let norm = sum_squares.sqrt() * mean;
         if !norm.is_finite() {
             return Err(ModelError::NonFinite {
                 step,
@@ -107,6 +108,12 @@ impl<B: Backend> Trainer<B> {
     /// Forward, backward and step over `micro_batches` (each `(tokens, targets)` as
     /// [`Trainer::forward`] takes them): one optimizer step on their mean gradient.
     /// Returns the mean loss and the step's statistics.
+    ///
+    /// On a GPU backend the host waits for the device once per micro-batch: with one
+    /// micro-batch, only after the whole forward and backward pass and the gradient norm
+    /// are queued (then it reads the norm and the loss); the AdamW update is left queued.
+    /// The separate `forward_train` / `backward` / `step` calls wait twice (the loss
+    /// after the forward pass, the norm in `step`).
     pub fn train_step(
         &mut self,
         micro_batches: &[(&[u32], &[u32])],
@@ -118,12 +125,38 @@ impl<B: Backend> Trainer<B> {
         if self.micro_batches != 0 {
             self.zero_grad()?;
         }
+        check_lr(lr)?;
+        // The host waits for the device once per micro-batch, and for the last one only
+        // after its backward pass and the gradient norm are queued: the norm's read and
+        // then the loss's (the stream is idle by then) are one drain of the queue, and
+        // AdamW runs while the caller prepares the next step. Earlier micro-batches read
+        // their loss after their backward pass is queued, before the next forward pass
+        // overwrites it. A non-finite loss is still an error before AdamW touches the
+        // parameters (its gradient stays in the buffer; the next train_step zeroes it).
         let mut loss = 0.0;
-        for (tokens, targets) in micro_batches {
-            loss += self.forward_train(tokens, targets)? as f64;
+        let last = micro_batches.len() - 1;
+        let mut sum_squares = 0.0;
+        for (i, (tokens, targets)) in micro_batches.iter().enumerate() {
+            let (batch, counted) = self.queue_forward(tokens, targets, true)?;
             self.backward()?;
+            if i == last {
+                let be = self.model.backend();
+                sum_squares = be.sum_squares(View::whole(&self.grads))?;
+            }
+            loss += self.read_loss(batch, counted)? as f64;
         }
-        let stats = self.step(lr)?;
+        let stats = self.step_with(lr, sum_squares)?;
         Ok(((loss / micro_batches.len() as f64) as f32, stats))
     }
+}
+
+/// The learning rate [`Trainer::step`] takes: a non-negative number.
+fn check_lr(lr: f32) -> Result<()> {
+    if lr >= 0.0 && lr.is_finite() {
+        return Ok(());
+    }
+    Err(ModelError::batch(
+        "step",
+        format!("the learning rate must be a non-negative number, got {lr}"),
+    ))
 }

@@ -30,6 +30,21 @@ impl<B: Backend> Trainer<B> {
     }
 
     fn forward_pass(&mut self, tokens: &[u32], targets: &[u32], dlogits: bool) -> Result<f32> {
+        let (batch, counted) = self.queue_forward(tokens, targets, dlogits)?;
+        self.read_loss(batch, counted)
+    }
+
+    /// The forward pass up to and including the loss kernel, queued on the backend
+    /// (nothing waits for the device); returns the batch and the number of counted
+    /// targets.
+    /// [`Trainer::read_loss`] then reads the loss, and may come after the backward pass
+    /// has been queued too (see [`Trainer::train_step`]).
+    pub(super) fn queue_forward(
+        &mut self,
+        tokens: &[u32],
+        targets: &[u32],
+        dlogits: bool,
+    ) -> Result<(usize, usize)> {
         let cfg = self.model.config();
         let shape = (self.slots.batch, self.slots.seq);
         let (batch, counted) = gpt::check_batch(cfg, "trainer", shape, tokens, targets)?;
@@ -42,23 +57,33 @@ impl<B: Backend> Trainer<B> {
         let acts = self.slots.on(be, &self.acts, batch);
         gpt::forward(&self.model, ids, 0, &acts)?;
         let (logits, losses) = (acts.logits_rows(), acts.losses());
-        let host = &mut self.host_losses[..n];
         let vocab = cfg.vocab_size;
-        let loss = gpt::mean_loss(
-            be, vocab, logits, target_ids, losses, counted, dlogits, host,
-        )?;
+        gpt::queue_loss(be, vocab, logits, target_ids, losses, counted, dlogits)?;
+        self.phase = Phase::Forward {
+            batch,
+            counted,
+            dlogits,
+        };
+        Ok((batch, counted))
+    }
+
+    /// The mean loss of the last queued forward pass of `batch` sequences (its `losses`
+    /// rows, which the backward pass leaves alone). A NaN or infinite loss is an error
+    /// and forgets the forward pass.
+    pub(super) fn read_loss(&mut self, batch: usize, counted: usize) -> Result<f32> {
+        let n = batch * self.slots.seq;
+        let be = self.model.backend();
+        let acts = self.slots.on(be, &self.acts, batch);
+        let host = &mut self.host_losses[..n];
+        let loss = gpt::read_mean_loss(be, acts.losses(), counted, host)?;
         if !loss.is_finite() {
+            self.phase = Phase::Empty;
             return Err(ModelError::NonFinite {
                 step: self.steps + 1,
                 what: "loss",
                 value: loss,
             });
         }
-        self.phase = Phase::Forward {
-            batch,
-            counted,
-            dlogits,
-        };
         Ok(loss as f32)
     }
 
