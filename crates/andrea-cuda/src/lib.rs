@@ -31,6 +31,7 @@ pub use precision::{MatmulPrecision, Precision};
 #[cfg(feature = "cuda")]
 mod device;
 
+#[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub use device::RawArg;
 #[cfg(feature = "cuda")]
