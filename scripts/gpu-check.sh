@@ -288,6 +288,48 @@ EOF
 export -f cpu_vs_gpu
 phase cpu-vs-gpu 45 15 -- cpu_vs_gpu
 
+# ---- NCCL on one rank ---------------------------------------------------------------------------
+# The only multi-rank path one GPU can check: `ANDREA_NCCL=on` runs the gradients through
+# NCCL (ncclCommInitRank on a world of one, ncclAllReduce in place on the backend's
+# stream, no launcher) and must train bit for bit what the plain step trains. NCCL comes
+# from ANDREA_NCCL_LIB, else the loader, else python3's nvidia-nccl-cu13; on the
+# emulator, the stand-in `cargo xtask cuda-emu` builds (target/cuda-emu/nccl).
+nccl_one_rank() {
+    local d=$WORK/demo
+    [ -d "$d/data" ] || skip "no demo data (the cpu-vs-gpu phase makes it)"
+    if [ -z "${ANDREA_NCCL_LIB:-}" ] && [ "$MODE" = emulator ]; then
+        local p
+        for p in ${LD_LIBRARY_PATH//:/ }; do
+            [ -f "$p/../nccl/libnccl.so.2" ] && ANDREA_NCCL_LIB=$p/../nccl/libnccl.so.2
+        done
+    elif [ -z "${ANDREA_NCCL_LIB:-}" ]; then
+        ANDREA_NCCL_LIB=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+    fi
+    [ -n "${ANDREA_NCCL_LIB:-}" ] && export ANDREA_NCCL_LIB
+    local steps=20 shape=(--batch-size 4 --seq-len 64)
+    [ "$MODE" = emulator ] && steps=2 shape=(--batch-size 1 --seq-len 16)
+    local run=(--backend cuda --precision fp32 train --config configs/tiny.toml --data "$d/data"
+        --tokenizer "$d/tokenizer.json" "${shape[@]}" --steps "$steps" --warmup-steps 1 --grad-accum 2)
+    ANDREA_NCCL=off ./andrea "${run[@]}" --out "$WORK/nccl-off" >"$WORK/nccl-off.log" 2>&1 ||
+        { cat "$WORK/nccl-off.log"; return 1; }
+    local t0 t1
+    t0=$(date +%s%N)
+    ANDREA_NCCL=on ./andrea "${run[@]}" --out "$WORK/nccl-on" >"$WORK/nccl-on.log" 2>&1 ||
+        { cat "$WORK/nccl-on.log"; return 1; }
+    t1=$(date +%s%N)
+    cat "$WORK/nccl-on.log"
+    local used same=false
+    used=$(grep -m1 -o 'gradients: NCCL [^(]*([^)]*)' "$WORK/nccl-on.log" | head -1)
+    cmp -s "$WORK/nccl-off/latest/model.safetensors" "$WORK/nccl-on/latest/model.safetensors" &&
+        cmp -s "$WORK/nccl-off/latest/optimizer.safetensors" "$WORK/nccl-on/latest/optimizer.safetensors" &&
+        same=true
+    printf '{"phase":"nccl_one_rank","check":"%s steps through NCCL vs without, bit for bit","nccl":"%s","run_s":%s,"pass":%s}\n' \
+        "$steps" "$(jstr "$used")" "$(( (t1 - t0) / 1000000 ))e-3" "$same"
+    [ "$same" = true ] && [ -n "$used" ]
+}
+export -f nccl_one_rank jstr
+phase nccl-one-rank 90 10 -- nccl_one_rank
+
 # ---- the largest batch that fits, decoding ---------------------------------------------------------
 largest() {
     local fit=none b

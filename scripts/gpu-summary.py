@@ -143,6 +143,9 @@ def table(rows):
             out.append(f"== cpu vs gpu: {r['check']}: {'ok' if r['pass'] else 'DIFFERENT'} "
                        + (f"(rel {r['rel_diff']:.1e})" if "rel_diff" in r else
                           f"({r['same_chars']} of {r['cpu_chars']} chars equal)"))
+        if r.get("phase") == "nccl_one_rank":
+            out.append(f"== NCCL, one rank: {r['check']}: {'ok' if r['pass'] else 'DIFFERENT'} "
+                       f"({r['nccl'] or 'NCCL not used'}; {r['run_s']:.1f}s)")
         if r.get("phase") == "loads" and "all_fatbin" in r:
             out.append(f"== kernels loaded as {'machine code (fatbin)' if r['all_fatbin'] else 'PTX (JIT)'}; "
                        f"backend started in {r['start_s']:.2f}s: {r['backend']}")

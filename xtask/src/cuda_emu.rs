@@ -8,6 +8,11 @@
 //! CUDA_LIBRARY_PATH=$PWD/target/cuda-emu cargo test -p andrea-cuda --features cuda
 //! ```
 //!
+//! It also builds `target/cuda-emu/nccl/libnccl.so.2`, a stand-in NCCL
+//! (`xtask/cuda-emu/nccl_standin.c`) for the CUDA backend's NCCL path on the emulator:
+//! one rank always, W ranks through MPI when `mpicc` is found (`ANDREA_NCCL_LIB` names
+//! it; it is not where a loader would find it by itself).
+//!
 //! The kernel table comes from the `.entry` names of the committed PTX, so a kernel
 //! missing from either side is a build error. x86-64 Linux with g++.
 
@@ -135,9 +140,49 @@ pub fn run_task(root: &Path) -> Result<(), String> {
     )
     .map_err(|e| format!("marker: {e}"))?;
     println!("built {} ({} kernels)", so.display(), names.len());
+    build_nccl_standin(root, &out.join("nccl"), &cc)?;
     println!(
         "use: CUDA_LIBRARY_PATH={} cargo test -p andrea-cuda --features cuda",
         out.display()
+    );
+    Ok(())
+}
+
+/// The stand-in NCCL: with `mpicc` (Open MPI's compiler wrapper) when there is one, so
+/// that it reduces across MPI ranks; else with `cc`, for a world of one.
+fn build_nccl_standin(root: &Path, dir: &Path, cc: &str) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let src = root.join("xtask/cuda-emu/nccl_standin.c");
+    let so = dir.join("libnccl.so.2");
+    let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc".into());
+    let with_mpi = Command::new(&mpicc)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let (compiler, define) = if with_mpi {
+        (mpicc.as_str(), "-DSTANDIN_MPI")
+    } else {
+        (cc, "-DSTANDIN_SOLO")
+    };
+    run(
+        Command::new(compiler)
+            .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror", define])
+            .args(["-Wl,-soname,libnccl.so.2", "-o"])
+            .arg(&so)
+            .arg(&src),
+        "building the stand-in NCCL",
+    )?;
+    println!(
+        "built {} (stand-in NCCL, {}): ANDREA_NCCL_LIB={}",
+        so.display(),
+        if with_mpi {
+            "W ranks through MPI"
+        } else {
+            "one rank: no mpicc"
+        },
+        so.display()
     );
     Ok(())
 }

@@ -8,7 +8,8 @@
 //!   summary.py      the summary table of run.sh's rows (scripts/gpu-summary.py)
 //!   bin/            test binaries: andrea-cuda's (conformance, CPU-vs-CUDA op by op and
 //!                   the whole model) and andrea-cli's `--backend cuda` test
-//!   andrea          the release `andrea` binary with `--features cuda`
+//!   andrea          the release `andrea` binary with `--features cuda,nccl` (NCCL
+//!                   loaded at run time: the 1-rank NCCL row)
 //!   gpu_check       production-shape checks and timings (andrea-cuda/examples/gpu_check.rs)
 //!   bench/ops       the ops bench with its CUDA columns (criterion, bench profile)
 //!   peers/          the PyTorch peer scripts (benches/pytorch)
@@ -166,13 +167,22 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
         tests += 1;
     }
 
-    // Release builds of one target each: (cargo command, package, target flag, target
-    // kind, target name, where it goes in the bundle).
+    // Release builds of one target each: (cargo command, package, features, target flag,
+    // target kind, target name, where it goes in the bundle).
     let singles = [
-        ("build", "andrea-cli", "--bin", "bin", "andrea", "andrea"),
+        (
+            "build",
+            "andrea-cli",
+            "cuda,nccl",
+            "--bin",
+            "bin",
+            "andrea",
+            "andrea",
+        ),
         (
             "build",
             "andrea-cuda",
+            "cuda",
             "--example",
             "example",
             "gpu_check",
@@ -181,14 +191,15 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
         (
             "bench",
             "andrea-benches",
+            "cuda",
             "--bench",
             "bench",
             "ops",
             "bench/ops",
         ),
     ];
-    for (command, package, flag, kind, name, dst) in singles {
-        let mut args = vec![command, "-p", package, "--features", "cuda", flag, name];
+    for (command, package, features, flag, kind, name, dst) in singles {
+        let mut args = vec![command, "-p", package, "--features", features, flag, name];
         args.push(if command == "bench" {
             "--no-run"
         } else {

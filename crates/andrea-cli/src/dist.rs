@@ -17,12 +17,20 @@
 //! * Settings are compared at the start by a hash; an error on one rank ends the job
 //!   (`MPI_Abort`, status 2), since the others would wait for it forever.
 //!
+//! * With `--backend cuda` each rank takes the GPU of its local rank
+//!   ([`crate::backend::start_cuda`]), and in a build with the `nccl` feature the
+//!   gradients are summed by NCCL in place on the device (the NCCL id broadcast over MPI);
+//!   where `libnccl.so.2` does not load, through host memory and MPI, with a notice.
+//!   `ANDREA_NCCL=off` forces host staging; `ANDREA_NCCL=on` makes a missing NCCL an
+//!   error and uses NCCL in a world of one too (without any launcher), which is how a
+//!   single GPU checks the path.
+//!
 //! `ANDREA_ALLREDUCE_BUCKET_FLOATS` sets the bucket size (default
 //! [`andrea_dist::DEFAULT_BUCKET_FLOATS`]).
 
 use andrea::model::rng::Rng;
 use andrea::{Backend, StepStats, Trainer};
-use andrea_dist::{GradientReducer, World, DEFAULT_BUCKET_FLOATS};
+use andrea_dist::{GradientReducer, NcclMode, World, DEFAULT_BUCKET_FLOATS};
 use anyhow::{Context, Result};
 
 use crate::checkpoint::fnv1a64;
@@ -42,6 +50,9 @@ pub fn found_by_every_rank(e: &anyhow::Error) -> bool {
 pub struct Ranks {
     pub world: World,
     reducer: GradientReducer,
+    nccl: NcclMode,
+    /// Whether [`GradientReducer::connect`] has run (at the first step).
+    connected: bool,
 }
 
 impl Ranks {
@@ -55,9 +66,13 @@ impl Ranks {
             })?,
             Err(_) => DEFAULT_BUCKET_FLOATS,
         };
+        let nccl = NcclMode::parse(std::env::var("ANDREA_NCCL").ok().as_deref())
+            .map_err(anyhow::Error::msg)?;
         Ok(Ranks {
             world,
             reducer: GradientReducer::new(bucket),
+            nccl,
+            connected: false,
         })
     }
 
@@ -108,7 +123,17 @@ impl Ranks {
         micro_batches: &[(&[u32], &[u32])],
         lr: f32,
     ) -> Result<(f32, StepStats)> {
-        if self.size() == 1 {
+        if !self.connected {
+            let be = trainer.model().backend();
+            let grads = trainer.gradients();
+            if let Some(line) = self.reducer.connect(&self.world, be, grads, self.nccl)? {
+                if self.is_root() {
+                    eprintln!("note: {line}");
+                }
+            }
+            self.connected = true;
+        }
+        if self.size() == 1 && !self.reducer.on_device() {
             return Ok(trainer.train_step(micro_batches, lr)?);
         }
         trainer.zero_grad()?;
@@ -150,9 +175,9 @@ impl Ranks {
     pub fn summary(&self, seconds: f64) -> Option<String> {
         let s = self.reducer.stats();
         let share = |t: f64| 100.0 * t / seconds.max(1e-9);
-        (self.size() > 1 && s.calls > 0).then(|| {
+        (s.calls > 0).then(|| {
             format!(
-                "all-reduce: {} ranks, {:.1}% of {seconds:.1} s reducing ({:.3} s per step, {:.2} GB/s of \
+                "all-reduce: {} rank(s), {:.1}% of {seconds:.1} s reducing ({:.3} s per step, {:.2} GB/s of \
                  gradient per rank, buckets of {} floats), {:.1}% waiting for the slowest rank",
                 self.size(),
                 share(s.seconds),

@@ -290,13 +290,48 @@ fn ranks_with_different_settings_are_refused() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// `--backend cuda` on 2 ranks (both on GPU 0 here: `ANDREA_LOCAL_RANK=0`; the CPU
-/// emulator has one device): the gradients go through host memory and `MPI_Allreduce`
-/// (the fallback without NCCL), bit for bit what one process gets with `--grad-accum 2`.
+/// The stand-in NCCL that `cargo xtask cuda-emu` builds next to the emulator.
+#[cfg(feature = "cuda")]
+fn nccl_standin() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/cuda-emu/nccl/libnccl.so.2");
+    assert!(
+        p.exists(),
+        "{} is missing: `cargo xtask cuda-emu` builds it",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+/// `andrea --threads 1 <args>` in `dir` without a launcher (a world of one), with `env`.
+#[cfg(feature = "cuda")]
+fn solo(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let out = Command::new(binary())
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .args(["--threads", "1"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "andrea {args:?} with {env:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `--backend cuda` (the emulator; both ranks on GPU 0, `ANDREA_LOCAL_RANK=0`), every run
+/// bit for bit what one process without NCCL gets with `--grad-accum 2`:
+/// * 2 ranks through host memory and `MPI_Allreduce` (`ANDREA_NCCL=off`, the fallback);
+/// * 1 rank, no launcher, through NCCL (`ANDREA_NCCL=on`: the path a single GPU checks),
+///   here the emulator's stand-in NCCL (`ANDREA_NCCL_LIB`);
+/// * 2 ranks through the stand-in NCCL, whose sum goes through MPI (with the `nccl`
+///   feature);
+/// * and a fault planted in the stand-in (1 added to each bucket's first element) is seen.
 #[cfg(feature = "cuda")]
 #[test]
-fn two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation() {
-    let name = "two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation";
+fn two_cuda_ranks_through_host_staging_and_nccl_equal_one_with_twice_the_accumulation() {
+    let name = "two_cuda_ranks_through_host_staging_and_nccl_equal_one_with_twice_the_accumulation";
     let tmp = prepared("50");
     let dir = tmp.path();
     let probe = andrea(dir, &["--backend", "cuda", "info", "--config", "tiny.toml"]);
@@ -309,14 +344,50 @@ fn two_cuda_ranks_through_host_staging_equal_one_with_twice_the_accumulation() {
         let steps = ["--steps", "4", "--checkpoint-every", "4"];
         [&global[..], TRAIN_TINY, &steps, extra].concat()
     }
-    ok(dir, &cuda(&["--grad-accum", "2", "--out", "one"]));
-    mpirun(
+    let off = [("ANDREA_NCCL", "off")];
+    solo(dir, &off, &cuda(&["--grad-accum", "2", "--out", "one"]));
+    let local = ("ANDREA_LOCAL_RANK", "0");
+    mpirun(dir, 2, &[local, off[0]], &cuda(&["--out", "two"]));
+    assert_same_run(dir, "one", "two");
+    if !cfg!(feature = "nccl") {
+        return eprintln!("{name}: NCCL parts SKIPPED (build with --features nccl)");
+    }
+    let lib = nccl_standin();
+    let nccl = [("ANDREA_NCCL", "on"), ("ANDREA_NCCL_LIB", lib.as_str())];
+    let out = solo(
+        dir,
+        &nccl,
+        &cuda(&["--grad-accum", "2", "--out", "one-nccl"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gradients: NCCL 2.99.0"), "{err}");
+    assert_same_run(dir, "one", "one-nccl");
+    let out = mpirun(
         dir,
         2,
-        &[("ANDREA_LOCAL_RANK", "0")],
-        &cuda(&["--out", "two"]),
+        &[local, nccl[0], nccl[1]],
+        &cuda(&["--out", "two-nccl"]),
     );
-    assert_same_run(dir, "one", "two");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gradients: NCCL 2.99.0") && err.contains("2 rank(s)"),
+        "{err}"
+    );
+    assert_same_run(dir, "one", "two-nccl");
+    // The planted fault: the run must differ, or the comparisons above prove nothing.
+    let faulty = [nccl[0], nccl[1], ("ANDREA_NCCL_STANDIN_FAULT", "1")];
+    let one_step = |out: &'static str| -> Vec<&'static str> {
+        let global = ["--backend", "cuda", "--precision", "fp32"];
+        let rest = ["--steps", "1", "--grad-accum", "2", "--out", out];
+        [&global[..], TRAIN_TINY, &rest].concat()
+    };
+    solo(dir, &faulty, &one_step("fault"));
+    solo(dir, &nccl, &one_step("clean"));
+    assert!(
+        bytes(dir.join("fault/latest/model.safetensors"))
+            != bytes(dir.join("clean/latest/model.safetensors")),
+        "a fault planted in NCCL's sum left the weights unchanged: the test could not fail"
+    );
 }
 
 /// Ctrl-C to `mpirun`: Open MPI 4.1 does not forward it; it sends every rank SIGCONT,

@@ -15,9 +15,10 @@
 //!   host memory, pre-scaled by `1/W` and summed with `MPI_Allreduce`, so every rank
 //!   ends with the mean of the ranks' gradients.
 //!
-//! * `nccl` (feature `nccl`): NCCL found and loaded at run time, for the GPU path. It
-//!   loads and checks the library today; the CUDA backend's training step does not use it
-//!   yet (CUDA ranks stage through host memory and MPI).
+//! * `nccl` (feature `nccl`): NCCL found and loaded at run time, for the GPU path:
+//!   [`GradientReducer::connect`] makes an NCCL communicator (the id broadcast over MPI)
+//!   when the backend's buffers are device memory, and the buckets are then summed in
+//!   place on the backend's stream; without NCCL, host staging and MPI as above.
 //!
 //! Why the sum is exact for two ranks: `andrea-model`'s trainer accumulates whole
 //! micro-batch gradients (`g₁ + g₂`), so a single process with two micro-batches and
@@ -34,7 +35,7 @@ mod reduce;
 mod world;
 
 pub use launcher::{launcher_local_rank, launcher_local_size, launcher_world_size, LauncherSize};
-pub use reduce::{GradientReducer, ReduceStats, DEFAULT_BUCKET_FLOATS};
+pub use reduce::{GradientReducer, NcclMode, ReduceStats, DEFAULT_BUCKET_FLOATS};
 pub use world::World;
 
 /// What can go wrong setting up or running the world.
@@ -76,6 +77,22 @@ pub enum DistError {
         rank: usize,
         mine: u64,
     },
+    #[error(
+        "ANDREA_NCCL=on: NCCL reduces device memory, and this backend's gradients are host \
+         memory; use it with --backend cuda, or unset ANDREA_NCCL"
+    )]
+    NcclNeedsDevice,
+    #[error(
+        "ANDREA_NCCL=on: this andrea was built without NCCL; rebuild with `--features nccl` \
+         (or unset ANDREA_NCCL to go through host memory and MPI)"
+    )]
+    NcclNotBuilt,
+    #[cfg(feature = "nccl")]
+    #[error("ANDREA_NCCL=on: {0}")]
+    NcclMissing(nccl::NcclNotFound),
+    #[cfg(feature = "nccl")]
+    #[error("the gradient all-reduce: {0}")]
+    Nccl(#[from] nccl::NcclError),
     #[error("the gradient all-reduce: {0}")]
     Backend(#[from] andrea_core::Error),
 }

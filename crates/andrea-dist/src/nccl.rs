@@ -6,12 +6,19 @@
 //! `nvidia-nccl-cu13` (or `-cu12`) install: the active virtual environment, the user's
 //! site-packages, the system's.
 //!
+//! [`NcclComm`] is a communicator over the ranks of a [`World`]: rank 0 makes the
+//! unique id, MPI broadcasts it, every rank calls `ncclCommInitRank`. A world of one
+//! needs no MPI (its own id), so a single GPU can run NCCL's path.
+//!
 //! What is loaded is checked (`ncclGetVersion`, which needs no GPU); the collective
 //! entry points are resolved with it, so a library without them is refused when loaded,
 //! not in the middle of a run.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::World;
 
 /// The file name NCCL 2's loaders and wheels use.
 pub const NCCL_SONAME: &str = "libnccl.so.2";
@@ -215,6 +222,41 @@ mod tests {
         );
     }
 
+    /// The stand-in NCCL of the CUDA emulator (`cargo xtask cuda-emu`), whose "device"
+    /// memory is host memory: a communicator of one rank sums in place (the identity),
+    /// and a failing call's error carries NCCL's own text for its code.
+    #[test]
+    fn a_world_of_one_reduces_in_place_and_errors_say_what_nccl_says() {
+        let standin = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/cuda-emu/nccl")
+            .join(NCCL_SONAME);
+        if !standin.exists() {
+            return eprintln!(
+                "SKIPPED a_world_of_one_reduces_in_place_and_errors_say_what_nccl_says because \
+                 {} is missing (cargo xtask cuda-emu builds it)",
+                standin.display()
+            );
+        }
+        let nccl = Arc::new(Nccl::load_from(&[standin]).expect("the stand-in loads"));
+        assert_eq!(nccl.version(), (2, 99, 0));
+        let comm = NcclComm::init(nccl.clone(), &World::solo()).expect("one rank");
+        assert_eq!((comm.rank(), comm.size()), (0, 1));
+        let mut x = vec![1.5f32, -2.0, 3.25];
+        // SAFETY: the stand-in reads and writes host memory; `x` outlives the call.
+        unsafe { comm.all_reduce_sum_in_place(x.as_mut_ptr() as u64, x.len(), 0) }.unwrap();
+        assert_eq!(x, [1.5, -2.0, 3.25]);
+        // A communicator whose id was never made by ncclGetUniqueId.
+        let mut raw = std::ptr::null_mut();
+        let bad = NcclUniqueId { internal: [0; 128] };
+        // SAFETY: out-pointer and a by-value id.
+        let rc = unsafe { (nccl.comm_init_rank)(&mut raw, 1, bad, 0) };
+        let e = nccl.check("ncclCommInitRank", rc).unwrap_err().to_string();
+        assert!(
+            e.contains("ncclCommInitRank") && e.contains("invalid argument"),
+            "{e}"
+        );
+    }
+
     /// The real library where one is installed (CI: the `nvidia-nccl-cu13` wheel, named by
     /// `ANDREA_NCCL_LIB`): it loads and reports its version without a GPU.
     #[test]
@@ -233,5 +275,133 @@ mod tests {
                 eprintln!("SKIPPED loads_an_installed_nccl_and_reads_its_version because {e}")
             }
         }
+    }
+}
+
+/// `ncclFloat32` and `ncclSum` (nccl.h's `ncclDataType_t` and `ncclRedOp_t`).
+const NCCL_FLOAT32: c_int = 7;
+const NCCL_SUM: c_int = 0;
+
+/// An NCCL call that failed: the call and NCCL's own words for its result.
+#[derive(Debug, thiserror::Error)]
+#[error("NCCL {call} failed: {text} (ncclResult_t {code}){hint}")]
+pub struct NcclError {
+    pub call: &'static str,
+    pub code: i32,
+    pub text: String,
+    hint: &'static str,
+}
+
+/// A communicator over every rank of a world, on the current CUDA device.
+pub struct NcclComm {
+    nccl: Arc<Nccl>,
+    comm: *mut c_void,
+    rank: usize,
+    size: usize,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one call at a time (it is
+// not shared: `NcclComm` is not `Sync`).
+unsafe impl Send for NcclComm {}
+
+impl NcclComm {
+    /// Every rank of `world` calls this at the same point (a collective): rank 0 makes
+    /// the id, MPI broadcasts it, each rank joins with `ncclCommInitRank` on the CUDA
+    /// device whose context is current on this thread.
+    pub fn init(nccl: Arc<Nccl>, world: &World) -> Result<NcclComm, NcclError> {
+        let mut id = NcclUniqueId { internal: [0; 128] };
+        let mut made = 0;
+        if world.is_root() {
+            // SAFETY: `id` is a valid out-pointer of NCCL's id type.
+            made = unsafe { (nccl.get_unique_id)(&mut id) };
+        }
+        // Every rank learns rank 0's result before it would wait in the init.
+        let mut code = [made as f64];
+        world.sum_f64(&mut code);
+        nccl.check("ncclGetUniqueId", code[0] as i32)?;
+        let mut bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+        world.broadcast_bytes(&mut bytes);
+        for (c, b) in id.internal.iter_mut().zip(&bytes) {
+            *c = *b as c_char;
+        }
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: `comm` is an out-pointer; the id came from rank 0's ncclGetUniqueId.
+        let rc = unsafe {
+            (nccl.comm_init_rank)(&mut comm, world.size() as c_int, id, world.rank() as c_int)
+        };
+        nccl.check("ncclCommInitRank", rc)?;
+        Ok(NcclComm {
+            nccl,
+            comm,
+            rank: world.rank(),
+            size: world.size(),
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn nccl(&self) -> &Nccl {
+        &self.nccl
+    }
+
+    /// `x = Σ_ranks x` over `len` floats at device address `ptr`, in place, queued on
+    /// `stream` (ordered after the work already on it, before the work queued after).
+    ///
+    /// # Safety
+    /// `ptr .. ptr + 4·len` must be device memory of this communicator's device that
+    /// stays allocated until `stream` has run the reduction; `stream` a live stream.
+    pub unsafe fn all_reduce_sum_in_place(
+        &self,
+        ptr: u64,
+        len: usize,
+        stream: usize,
+    ) -> Result<(), NcclError> {
+        let p = ptr as *mut c_void;
+        // SAFETY: the caller's contract; send == recv is NCCL's in-place form.
+        let rc = unsafe {
+            (self.nccl.all_reduce)(
+                p,
+                p,
+                len,
+                NCCL_FLOAT32,
+                NCCL_SUM,
+                self.comm,
+                stream as *mut c_void,
+            )
+        };
+        self.nccl.check("ncclAllReduce", rc)
+    }
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        // SAFETY: made by ncclCommInitRank, destroyed once.
+        unsafe { (self.nccl.comm_destroy)(self.comm) };
+    }
+}
+
+impl Nccl {
+    fn check(&self, call: &'static str, code: i32) -> Result<(), NcclError> {
+        if code == 0 {
+            return Ok(());
+        }
+        // 1 unhandled CUDA error, 2 system error, 3 internal, 6 remote (another rank).
+        let hint = match code {
+            1 => ": a CUDA call inside NCCL failed; NCCL_DEBUG=WARN names it",
+            2 | 6 => ": NCCL_DEBUG=WARN says which rank or connection failed",
+            _ => "",
+        };
+        Err(NcclError {
+            call,
+            code,
+            text: self.error_string(code),
+            hint,
+        })
     }
 }

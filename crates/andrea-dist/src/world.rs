@@ -123,6 +123,16 @@ impl World {
         }
     }
 
+    /// Rank 0's `bytes` on every rank (`MPI_Bcast`; all ranks pass the same length).
+    #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
+    pub fn broadcast_bytes(&self, bytes: &mut [u8]) {
+        #[cfg(feature = "mpi")]
+        if let Some(m) = &self.mpi {
+            use mpi::traits::{Communicator, Root};
+            m.comm.process_at_rank(0).broadcast_into(bytes);
+        }
+    }
+
     /// The smallest and the largest of the ranks' `value`s.
     fn min_max(&self, value: u64) -> (u64, u64) {
         #[cfg(feature = "mpi")]

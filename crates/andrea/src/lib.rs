@@ -88,9 +88,9 @@ pub use andrea_cpu::{self as cpu, CpuBackend};
 #[cfg(feature = "cuda")]
 pub use andrea_cuda::{self as cuda, CudaBackend};
 
-/// Data parallelism over MPI (feature `mpi`): the world of ranks and the bucketed
-/// gradient all-reduce.
-#[cfg(feature = "mpi")]
+/// Data parallelism over MPI (feature `mpi`; `nccl` adds NCCL between CUDA ranks): the
+/// world of ranks and the bucketed gradient all-reduce.
+#[cfg(any(feature = "mpi", feature = "nccl"))]
 pub use andrea_dist as dist;
 
 /// The backend of code that names no backend: the CPU backend, also when `cuda` is on

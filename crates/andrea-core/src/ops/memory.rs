@@ -4,6 +4,17 @@ use super::{Ids, Mat, Tensor};
 use crate::error::Result;
 use crate::tensor::DeviceMemory;
 
+/// Where a view's elements are in device memory, for a library that reads and writes
+/// device memory itself in the backend's stream order (NCCL's all-reduce): the address
+/// of the first element, the element count, and the stream (the driver's `CUstream`,
+/// as an address) the backend queues its ops on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceRegion {
+    pub ptr: u64,
+    pub len: usize,
+    pub stream: usize,
+}
+
 /// A device's memory: the base every other op family builds on.
 pub trait MemoryOps: Sized {
     /// Device memory holding `f32` elements.
@@ -27,6 +38,13 @@ pub trait MemoryOps: Sized {
     /// Waits until every op issued so far has finished.
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+    /// The device address of `t`'s elements and the backend's stream (checked like a
+    /// download), for a device-side collective (NCCL). `None`, the default, for a
+    /// backend whose buffers are host memory: collectives then go through host copies.
+    fn device_region(&self, t: Tensor<'_, Self>) -> Result<Option<DeviceRegion>> {
+        check::download(&t, t.numel())?;
+        Ok(None)
     }
     /// `dst[i] = value`.
     fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()>;

@@ -56,7 +56,7 @@ pub use embedding::EmbeddingOps;
 pub use layernorm::LayerNormOps;
 pub use linalg::LinalgOps;
 pub use loss::{LossOps, IGNORE_INDEX};
-pub use memory::MemoryOps;
+pub use memory::{DeviceRegion, MemoryOps};
 pub use optim::{AdamWStep, OptimOps};
 pub use softmax::SoftmaxOps;
 

@@ -1,6 +1,6 @@
 //! Memory: buffers, host transfers, `fill` and the strided `copy`.
 
-use andrea_core::{check, Ids, Mat, MemoryOps, Result, Tensor};
+use andrea_core::{check, DeviceRegion, Ids, Mat, MemoryOps, Result, Tensor};
 
 use super::buffer::{addr, CudaBuffer, CudaIds};
 use super::launch::Args;
@@ -57,6 +57,18 @@ impl MemoryOps for CudaBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.sync("synchronize")
+    }
+
+    /// The view's address and the backend's stream; the backend's context is made
+    /// current on this thread, as NCCL (which follows the current context) needs.
+    fn device_region(&self, t: Tensor<'_, Self>) -> Result<Option<DeviceRegion>> {
+        check::download(&t, t.numel())?;
+        self.bind()?;
+        Ok(Some(DeviceRegion {
+            ptr: Self::view_ptr(&t),
+            len: t.numel(),
+            stream: self.raw_stream() as usize,
+        }))
     }
 
     fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
