@@ -364,6 +364,10 @@ pub struct InfoArgs {
     /// Tokens per sequence for FLOPs and memory (default: the context length).
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
+    /// Micro-batches per step, as `train --grad-accum`: above 1 training holds a second
+    /// gradient buffer (whole micro-batch gradients are added, see `andrea train`).
+    #[arg(long, default_value_t = 1, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_GRAD_ACCUM }>)]
+    pub grad_accum: usize,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -27,7 +27,12 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
     }
     let b = args.batch_size;
     crate::limits::check_step(&config, b, seq)?;
-    let plan = MemoryPlan::new(backend, &config, b, seq);
+    let mut plan = MemoryPlan::new(backend, &config, b, seq);
+    // The trainer's second gradient buffer (`Trainer::reserve_accumulation`), which
+    // `Trainer::memory` counts the same way.
+    if args.grad_accum > 1 {
+        plan.gradients *= 2;
+    }
     let eval = MemoryPlan::evaluation(backend, &config, b, seq);
     let gen = MemoryPlan::generation(backend, &config, b, seq);
     let json = |p: &MemoryPlan| {
@@ -54,6 +59,7 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
             "n_head": config.n_head,
             "seq_len": seq,
             "batch_size": args.batch_size,
+            "grad_accum": args.grad_accum,
             "training_flops_per_token": flops,
             "memory_bytes": json(&plan),
             "evaluation_memory_bytes": json(&eval),
@@ -73,7 +79,15 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
         );
         println!("parameters: {}", config.param_count());
         println!("training FLOPs per token at seq {seq}: {:.3e}", flops);
-        println!("training memory for batch {b}x{seq}: {plan}");
+        let accum = if args.grad_accum > 1 {
+            format!(
+                " x accum {} (gradients: two buffers, the step's sum and a micro-batch's)",
+                args.grad_accum
+            )
+        } else {
+            String::new()
+        };
+        println!("training memory for batch {b}x{seq}{accum}: {plan}");
         println!("evaluation memory (`andrea eval`) for batch {b}x{seq}: {eval}");
         println!("generation memory (KV cache) for {b} sequences of {seq}: {gen}");
     }

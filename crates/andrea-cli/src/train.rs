@@ -22,7 +22,7 @@ use crate::metrics::{Metric, Metrics, Progress, METRICS_FILE, PLOT_FILE};
 use crate::run_lock::RunLock;
 use crate::settings::{FileConfig, TrainSettings};
 
-/// Exit status after Ctrl-C (the checkpoint was written).
+/// Exit status after Ctrl-C, SIGTERM or SIGUSR1 (the checkpoint was written).
 pub const INTERRUPTED: i32 = 130;
 
 /// What a run starts from.
@@ -374,6 +374,11 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
             );
         });
     }
+    // SIGUSR1 stops the same way (Open MPI's mpirun forwards it to every rank at once,
+    // where it turns Ctrl-C into SIGTERM only after a timeout). The handler only sets
+    // the flag (the run ends with "interrupted at step N").
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, stop.clone())
+        .context("installing the SIGUSR1 handler")?;
 
     let mut metrics = root.then(|| Metrics::open(&out, start)).transpose()?;
     let progress = Progress::new(start, settings.steps, settings.log_every).quiet(!root);

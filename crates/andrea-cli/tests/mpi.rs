@@ -397,6 +397,18 @@ fn two_cuda_ranks_through_host_staging_and_nccl_equal_one_with_twice_the_accumul
 /// checkpoint, and the run resumes from it.
 #[test]
 fn ctrl_c_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint() {
+    signal_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint("INT");
+}
+
+/// SIGUSR1 to `mpirun`: Open MPI forwards it to every rank at once (SIGUSR1 and SIGUSR2
+/// are in `ess_base_forward_signals` by default), and andrea takes it as Ctrl-C: the way
+/// to stop a run on a cluster without waiting for mpirun's SIGTERM timeout.
+#[test]
+fn sigusr1_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint() {
+    signal_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint("USR1");
+}
+
+fn signal_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint(sig: &str) {
     let tmp = prepared("50");
     let dir = tmp.path();
     let args = [TRAIN_TINY, &["--out", "run", "--steps", "1000000"]].concat();
@@ -408,7 +420,7 @@ fn ctrl_c_to_mpirun_stops_every_rank_after_one_step_with_one_checkpoint() {
         .spawn()
         .unwrap_or_else(|e| cannot_start(e));
     wait_for_steps(&dir.join("run"), 3);
-    signal(child.id(), "INT");
+    signal(child.id(), sig);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let last = metrics(&dir.join("run")).last().unwrap()["step"]

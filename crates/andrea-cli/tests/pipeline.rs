@@ -107,6 +107,20 @@ fn tokenizer_prepare_train_eval_generate() {
     let out = ok(dir, &["info", "--checkpoint", "run/latest", "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(info["n_layer"], 2);
+    // --grad-accum above 1: the trainer's second gradient buffer is counted.
+    let args = [
+        "info",
+        "--checkpoint",
+        "run/latest",
+        "--json",
+        "--grad-accum",
+        "4",
+    ];
+    let accum: serde_json::Value = serde_json::from_slice(&ok(dir, &args).stdout).unwrap();
+    let bytes = |v: &serde_json::Value, k: &str| v["memory_bytes"][k].as_u64().unwrap();
+    let grads = bytes(&info, "gradients");
+    assert_eq!(bytes(&accum, "gradients"), 2 * grads);
+    assert_eq!(bytes(&accum, "total"), bytes(&info, "total") + grads);
 }
 
 #[test]

@@ -177,6 +177,18 @@ impl MemoryOps for CpuBackend {
         Ok(())
     }
 
+    fn with_host_elements(
+        &self,
+        t: Tensor<'_, Self>,
+        f: &mut dyn FnMut(&mut [f32]),
+    ) -> Result<bool> {
+        check::download(&t, t.numel())?;
+        // SAFETY: checked in bounds; no op is running on this thread's buffer, and `f`
+        // gets no other view of it.
+        f(unsafe { write(&t) });
+        Ok(true)
+    }
+
     fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
         check::upload_ids(&dst, src.len())?;
         // SAFETY: as in `upload`.

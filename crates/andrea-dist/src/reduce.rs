@@ -25,10 +25,10 @@ pub struct ReduceStats {
 }
 
 /// Averages a gradient buffer across the ranks of a [`World`]: for each bucket (a
-/// contiguous range of at most `bucket` floats of the buffer, in order), download it to
-/// host memory, divide by the world size, `MPI_Allreduce` it with `MPI_SUM`, upload the
-/// result. The host staging works for every backend: the CPU's memory copy is cheap next
-/// to a step, and it is the CUDA backend's fallback without NCCL.
+/// contiguous range of at most `bucket` floats of the buffer, in order), divide it by the
+/// world size and `MPI_Allreduce` it with `MPI_SUM`. Host memory (the CPU backend) is
+/// sent from where it is; device memory is downloaded to host memory and the sum
+/// uploaded, which is the CUDA backend's fallback without NCCL.
 ///
 /// With the `nccl` feature and a backend whose buffers are device memory
 /// ([`andrea_core::MemoryOps::device_region`]), [`GradientReducer::connect`] can switch it
@@ -202,27 +202,42 @@ impl GradientReducer {
         let began = Instant::now();
         let (len, ranks) = (grads.len(), world.size() as f32);
         let staged = self.bucket.min(len);
-        self.send.resize(staged, 0.0);
         self.recv.resize(staged, 0.0);
         let mut start = 0;
         while start < len {
             let n = self.bucket.min(len - start);
             let range = View::new(grads, start, [n]);
-            let (send, recv) = (&mut self.send[..n], &mut self.recv[..n]);
-            backend.download(range, send)?;
-            // Pre-scaled so the sum is the mean; x / W is correctly rounded (and exact
-            // for W = 2).
-            for g in send.iter_mut() {
-                *g /= ranks;
+            let recv = &mut self.recv[..n];
+            // Host memory (the CPU backend): scaled and sent from the buffer itself, the
+            // sum received into one bucket of staging and copied back (MPI forbids a send
+            // buffer that is also the receive buffer, and rsmpi has no MPI_IN_PLACE).
+            let mut in_place = |x: &mut [f32]| {
+                scale(x, ranks);
+                world.sum_f32(x, recv);
+                x.copy_from_slice(recv);
+            };
+            if !backend.with_host_elements(range, &mut in_place)? {
+                // Device memory: staged through host memory both ways.
+                self.send.resize(staged, 0.0);
+                let send = &mut self.send[..n];
+                backend.download(range, send)?;
+                scale(send, ranks);
+                world.sum_f32(send, &mut self.recv[..n]);
+                backend.upload(&self.recv[..n], range)?;
             }
-            world.sum_f32(send, recv);
-            backend.upload(recv, range)?;
             start += n;
         }
         self.stats.calls += 1;
         self.stats.seconds += began.elapsed().as_secs_f64();
         self.stats.bytes += 4 * len as u64;
         Ok(())
+    }
+}
+
+/// Pre-scaled so the sum is the mean; `x / W` is correctly rounded (and exact for W = 2).
+fn scale(x: &mut [f32], ranks: f32) {
+    for g in x.iter_mut() {
+        *g /= ranks;
     }
 }
 

@@ -46,6 +46,19 @@ pub trait MemoryOps: Sized {
         check::download(&t, t.numel())?;
         Ok(None)
     }
+    /// Runs `f` on `t`'s elements in place where the backend's buffers are host memory
+    /// (the CPU backend), so that a host-side collective (MPI) reads and writes them with
+    /// no staging copy; returns whether it ran. `false`, the default, for device memory:
+    /// the caller downloads, works and uploads instead.
+    fn with_host_elements(
+        &self,
+        t: Tensor<'_, Self>,
+        f: &mut dyn FnMut(&mut [f32]),
+    ) -> Result<bool> {
+        let _ = f;
+        check::download(&t, t.numel())?;
+        Ok(false)
+    }
     /// `dst[i] = value`.
     fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()>;
     /// `dst[b,i,j] = src[b,i,j]` for matrices of equal sizes and any strides
