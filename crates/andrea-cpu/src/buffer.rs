@@ -229,3 +229,37 @@ fn host_out_of_memory(len: usize, size: usize) -> andrea_core::Error {
         bytes: len.saturating_mul(size),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use andrea_core::{MemoryOps, View};
+
+    use crate::CpuBackend;
+
+    /// `with_host_elements` hands out exactly the view's elements, and what `f` writes
+    /// is what the buffer holds afterwards (the CPU all-reduce sends from it in place).
+    #[test]
+    fn host_elements_are_the_view_in_place() {
+        let be = CpuBackend::new();
+        let buf = be.alloc(6).unwrap();
+        be.upload(&[0., 1., 2., 3., 4., 5.], View::whole(&buf))
+            .unwrap();
+        let mut seen = Vec::new();
+        let ran = be
+            .with_host_elements(View::new(&buf, 2, [3]), &mut |x| {
+                seen = x.to_vec();
+                x.iter_mut().for_each(|v| *v *= 10.0);
+            })
+            .unwrap();
+        assert!(ran);
+        assert_eq!(seen, [2., 3., 4.]);
+        let mut out = [0.0; 6];
+        be.download(View::whole(&buf), &mut out).unwrap();
+        assert_eq!(out, [0., 1., 20., 30., 40., 5.]);
+        // Out of bounds is the same error as a download's.
+        let e = be
+            .with_host_elements(View::new(&buf, 4, [3]), &mut |_| {})
+            .unwrap_err();
+        assert!(e.to_string().contains("download"), "{e}");
+    }
+}
