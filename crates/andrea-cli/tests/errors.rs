@@ -924,3 +924,32 @@ fn several_ranks_need_an_mpi_build_and_the_train_command() {
         }
     }
 }
+
+/// `ANDREA_NCCL`: a value that is not on/off/auto is named; `on` with the CPU backend
+/// (whose gradients are host memory) is refused, in every build: with the `nccl` feature
+/// NCCL cannot reduce host memory, without it there is no NCCL.
+#[test]
+fn andrea_nccl_is_checked() {
+    let tmp = prepared("20");
+    let dir = tmp.path();
+    let run = |value: &str, out: &str| {
+        let args = [TRAIN_TINY, &["--steps", "1", "--out", out]].concat();
+        let o = std::process::Command::new(binary())
+            .current_dir(dir)
+            .env("ANDREA_NCCL", value)
+            .args(&args)
+            .output()
+            .unwrap();
+        refused(&args, o, "ANDREA_NCCL")
+    };
+    let err = run("yes", "a");
+    assert!(
+        err.contains("ANDREA_NCCL=yes") && err.contains("auto"),
+        "{err}"
+    );
+    let err = run("on", "b");
+    assert!(
+        err.contains("--backend cuda") || err.contains("--features nccl"),
+        "{err}"
+    );
+}
