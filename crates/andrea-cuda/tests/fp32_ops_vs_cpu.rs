@@ -373,3 +373,27 @@ fn adamw_and_norm_vs_cpu() {
         );
     }
 }
+
+/// `device_region`, which NCCL's all-reduce is handed: a view's address is its buffer's
+/// plus 4 bytes per element of offset, on the backend's one stream; a view past the
+/// buffer is an error, and the CPU backend (host memory) has no device region.
+#[test]
+fn device_region_is_the_views_address_on_the_backends_stream() {
+    use andrea_core::MemoryOps;
+    let Some(gpu) = cuda(
+        "device_region_is_the_views_address_on_the_backends_stream",
+        Precision::FAST,
+    ) else {
+        return;
+    };
+    let b = buf(&gpu, &data(1, 100, -1.0, 1.0));
+    let whole = gpu.device_region(View::whole(&b)).unwrap().unwrap();
+    let part = gpu.device_region(View::new(&b, 36, [50])).unwrap().unwrap();
+    assert_eq!(whole.len, 100);
+    assert_eq!((part.ptr, part.len), (whole.ptr + 4 * 36, 50));
+    assert_eq!(part.stream, whole.stream);
+    assert!(gpu.device_region(View::new(&b, 60, [50])).is_err());
+    let host = cpu();
+    let hb = buf(&host, &[1.0, 2.0]);
+    assert_eq!(host.device_region(View::whole(&hb)).unwrap(), None);
+}
