@@ -25,8 +25,8 @@ macro_rules! modules {
 }
 
 modules! {
-    "adamw" "attention" "bias" "elementwise" "embedding" "gelu" "layernorm" "loss" "matmul"
-    "norm" "softmax" "tc_selftest"
+    "adamw" "attention" "attention_mma" "bias" "elementwise" "embedding" "gelu" "layernorm"
+    "loss" "matmul" "norm" "softmax" "tc_selftest"
 }
 
 mod embedded {
