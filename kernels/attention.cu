@@ -6,8 +6,8 @@
 //   for each key tile of 32:  s_j = scale·q·k_j,  m' = max(m, max_j s_j),
 //     l = l·e^(m - m') + Σ_j e^(s_j - m'),  o = o·e^(m - m') + Σ_j e^(s_j - m')·v_j
 //   out = o / l, lse = m + log l  (kept: [B, H, Tq], the only workspace).
-//   Launch attention_forward_r<R>: grid (ceil(Tq / 4R), H, B), block 128 = 4 warps, each
-//   warp owning R query rows of the block's 4R. Dynamic shared memory (plan::attention)
+//   Launch attention_forward_r4 (R = 4): grid (ceil(Tq / 4R), H, B), block 128 = 4 warps,
+//   each warp owning R query rows of the block's 4R (R = 4 fits every D <= 128). Dynamic shared memory (plan::attention)
 //   holds Q (pre-scaled) [4R][D], a K tile [32][D+1] (padded: lane j reads row j) and a
 //   V tile [32][D]. Lane j scores key j of the tile; the output row is spread over the
 //   lanes (d = lane + 32·c, c < 4, so D <= 128), and the probabilities are broadcast by
@@ -130,7 +130,6 @@ __device__ void att_forward(const float* q, const float* k, const float* v, floa
                        o_ss, pos_offset, scale);                                                    \
     }
 ATT_FWD_ENTRY(4)
-ATT_FWD_ENTRY(2)
 
 // Σ_d dO_t·O_t by one warp.
 __device__ __forceinline__ float row_dot(const float* a, const float* b, int D, int lane) {

@@ -25,6 +25,7 @@ pub mod plan;
 pub mod precision;
 pub mod ptx;
 
+pub use plan::attention::AttentionKernels;
 pub use plan::matmul::SplitK;
 pub use precision::{MatmulPrecision, Precision};
 

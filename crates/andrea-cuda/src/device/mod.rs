@@ -33,6 +33,7 @@ use driver::{CuFunction, CuModule, CuStream};
 #[doc(hidden)]
 pub use launch::RawArg;
 
+use crate::plan::attention::AttentionKernels;
 use crate::plan::matmul::SplitK;
 use crate::plan::reduce::SQ_MAX_PARTIALS;
 use crate::precision::Precision;
@@ -57,7 +58,9 @@ impl Drop for LoadedModule {
 /// `auto`) says whether products whose grid cannot fill the GPU split K into slices
 /// summed in a fixed order (`plan::matmul::split_count`). `ANDREA_CUDA_FUSED_GELU_BACKWARD=0`
 /// (default 1) runs `matmul_gelu_backward` as the product then the separate
-/// `gelu_backward` pass, to compare with the fused epilogue on one GPU. The backend is used from one thread (it
+/// `gelu_backward` pass, to compare with the fused epilogue on one GPU.
+/// `ANDREA_CUDA_ATTENTION=auto|simt|mma` (default `auto`: tensor cores unless the precision
+/// is FP32) picks the attention kernels ([`AttentionKernels`]). The backend is used from one thread (it
 /// holds driver handles); its buffers are `Send`.
 pub struct CudaBackend {
     precision: Precision,
@@ -74,6 +77,8 @@ pub struct CudaBackend {
     unfused_gelu_backward: bool,
     /// A planted fault for the fused GELU backward's tests: GELU' of the next element.
     gelu_backward_fault: bool,
+    /// `ANDREA_CUDA_ATTENTION` (default `auto`), or [`CudaBackend::set_attention_kernels`].
+    attention_kernels: AttentionKernels,
     sync_each_launch: bool,
     functions: HashMap<&'static str, CuFunction>,
     /// How each kernel module was loaded.
@@ -147,6 +152,10 @@ impl CudaBackend {
             Ok(v) => SplitK::parse(&v)?,
             Err(_) => SplitK::Auto,
         };
+        let attention_kernels = match std::env::var("ANDREA_CUDA_ATTENTION") {
+            Ok(v) => AttentionKernels::parse(&v)?,
+            Err(_) => AttentionKernels::Auto,
+        };
         let context = Context::new(device)
             .map_err(|e| driver::from_cust(e, "creating the CUDA context", &device_name, None))?;
         // cust 0.3 always makes a blocking stream (ordered with the legacy default stream),
@@ -164,6 +173,7 @@ impl CudaBackend {
             unfused_gelu_backward: std::env::var_os("ANDREA_CUDA_FUSED_GELU_BACKWARD")
                 .is_some_and(|v| v == "0"),
             gelu_backward_fault: false,
+            attention_kernels,
             sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
             functions,
             scratch: RefCell::new(None),
@@ -218,6 +228,18 @@ impl CudaBackend {
     #[doc(hidden)]
     pub fn plant_gelu_backward_fault(&mut self, on: bool) {
         self.gelu_backward_fault = on;
+    }
+
+    /// Which attention kernels run ([`AttentionKernels`]); the default comes from
+    /// `ANDREA_CUDA_ATTENTION=auto|simt|mma`.
+    pub fn attention_kernels(&self) -> AttentionKernels {
+        self.attention_kernels
+    }
+
+    /// Forces the SIMT or the tensor-core attention kernels (or `Auto`: by the
+    /// precision), e.g. to compare both on one GPU.
+    pub fn set_attention_kernels(&mut self, kernels: AttentionKernels) {
+        self.attention_kernels = kernels;
     }
 
     /// Tests only: makes the split-K reduce skip the last slice, to show that the split-K

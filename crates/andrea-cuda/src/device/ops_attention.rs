@@ -1,12 +1,31 @@
 //! Fused causal attention: forward (online softmax, keeps only the row log-sum-exps)
-//! and backward (recomputes the probabilities; no scratch).
+//! and backward (recomputes the probabilities), on the SIMT kernels (kernels/attention.cu)
+//! or the tensor-core ones (kernels/attention_mma.cu), as
+//! [`crate::plan::attention::AttentionKernels`] and the precision decide.
 
 use andrea_core::{check, AttentionOps, AttentionShape, HeadsOf, Result, Tensor};
 
 use super::buffer::{addr, ptr};
 use super::launch::Args;
 use super::CudaBackend;
+use crate::plan::attention::MmaOperands;
 use crate::plan::{attention, int, long};
+
+impl CudaBackend {
+    /// The tensor-core operands attention runs with, or `None` for the SIMT kernels.
+    fn attention_mma(&self) -> Option<MmaOperands> {
+        self.attention_kernels().operands(self.precision().matmul)
+    }
+}
+
+/// Whether every view's rows start 16-byte aligned (the kernels' 16-byte cp.async).
+fn vectorized(views: &[&HeadsOf<'_, CudaBackend>]) -> i32 {
+    let v: Vec<usize> = views
+        .iter()
+        .flat_map(|h| [h.offset, h.batch_stride, h.seq_stride, h.head_dim])
+        .collect();
+    attention::mma_vectorized(&v) as i32
+}
 
 /// Base address and `(batch, seq)` strides of a heads view.
 fn heads(h: &HeadsOf<'_, CudaBackend>) -> (u64, i64, i64) {
@@ -23,8 +42,10 @@ impl AttentionOps for CudaBackend {
         s.lse_len()
     }
 
-    fn attention_backward_scratch_len(&self, _: AttentionShape) -> usize {
-        0
+    /// One float per query row (`D_t = dO_t·O_t` of the tensor-core backward; the same
+    /// for the SIMT kernels, so that switching kernels never changes buffer sizes).
+    fn attention_backward_scratch_len(&self, s: AttentionShape) -> usize {
+        s.lse_len()
     }
 
     fn attention_forward(
@@ -40,7 +61,14 @@ impl AttentionOps for CudaBackend {
         let d = check::attention_forward(&q, &k, &v, &out, &workspace, pos_offset, |s| {
             self.attention_workspace_len(s)
         })?;
-        let l = attention::forward(&d)?;
+        let mma = match self.attention_mma() {
+            Some(ops) => attention::mma_forward(&d, ops)?,
+            None => None,
+        };
+        let l = match mma {
+            Some(l) => l,
+            None => attention::forward(&d)?,
+        };
         let mut args = Args::new();
         for h in [&q, &k, &v, &out] {
             args = args.ptr(heads(h).0);
@@ -56,11 +84,13 @@ impl AttentionOps for CudaBackend {
             args = args.long(bs).long(ss);
         }
         let scale = 1.0 / (d.head_dim as f32).sqrt();
-        self.launch(
-            &l,
-            args.int(int(OP, "position offset", pos_offset)?)
-                .float(scale),
-        )
+        args = args
+            .int(int(OP, "position offset", pos_offset)?)
+            .float(scale);
+        if mma.is_some() {
+            args = args.int(vectorized(&[&q, &k, &v]));
+        }
+        self.launch(&l, args)
     }
 
     fn attention_backward(
@@ -89,10 +119,51 @@ impl AttentionOps for CudaBackend {
             &workspace,
             &scratch,
             |s| self.attention_workspace_len(s),
-            |_| 0,
+            |s| self.attention_backward_scratch_len(s),
         )?;
-        let (dq_l, dkdv_l) = attention::backward(&d)?;
         let scale = 1.0 / (d.head_dim as f32).sqrt();
+        if let Some(ops) = self.attention_mma() {
+            if let Some([dot, dkdv, dqk]) = attention::mma_backward(&d, ops)? {
+                let hd = int(OP, "head_dim", d.head_dim)?;
+                let (h, t) = (int(OP, "heads", d.heads)?, int(OP, "positions", d.q_len)?);
+                let vec = vectorized(&[&q, &k, &v, &dout]);
+                let (_, o_bs, o_ss) = heads(&out);
+                let (_, do_bs, do_ss) = heads(&dout);
+                let a = Args::new()
+                    .ptr(heads(&out).0)
+                    .ptr(heads(&dout).0)
+                    .ptr(ptr(&scratch))
+                    .int(h)
+                    .int(t)
+                    .int(hd)
+                    .long(o_bs)
+                    .long(o_ss)
+                    .long(do_bs)
+                    .long(do_ss);
+                self.launch(&dot, a)?;
+                // (q, k, v, dout, lse, dt, outputs.., H, T, strides of q, k, v, dout,
+                // outputs.., scale, vec).
+                let inputs = [&q, &k, &v, &dout];
+                for (l, outs) in [(dkdv, vec![&dk, &dv]), (dqk, vec![&dq])] {
+                    let mut a = Args::new();
+                    for x in inputs {
+                        a = a.ptr(heads(x).0);
+                    }
+                    a = a.ptr(ptr(&workspace)).ptr(ptr(&scratch));
+                    for x in &outs {
+                        a = a.ptr(heads(x).0);
+                    }
+                    a = a.int(h).int(t);
+                    for x in inputs.into_iter().chain(outs) {
+                        let (_, bs, ss) = heads(x);
+                        a = a.long(bs).long(ss);
+                    }
+                    self.launch(&l, a.float(scale).int(vec))?;
+                }
+                return Ok(());
+            }
+        }
+        let (dq_l, dkdv_l) = attention::backward(&d)?;
         let sizes = |a: Args| -> Result<Args> {
             Ok(a.int(int(OP, "heads", d.heads)?)
                 .int(int(OP, "positions", d.q_len)?)
