@@ -207,6 +207,24 @@ __device__ __forceinline__ void amma_stage_vec(float* dst, const float* src, int
     }
 }
 
+// Stages the block's 64 rows r0.. of a heads view through shared memory (zeros past n)
+// and returns this warp's 16 of them as A fragments, f[kk] for columns kk·K.. (the block
+// waits for its copies: everything staged before is landed too).
+template <int P, int D>
+__device__ __forceinline__ void amma_resident(unsigned (&f)[D / Amma<P>::K][4], const float* src,
+                                              long long ss, int r0, int n, int vec) {
+    constexpr int MK = Amma<P>::K, LD = D + 8;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    amma_stage<D>(amma_smem, LD, src, ss, r0, AMMA_ROWS, n, vec);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < D / MK; ++kk)
+        amma_a_rows<P>(f[kk], amma_smem, LD, warp * 16, kk * MK, lane >> 2, lane & 3);
+    __syncthreads();
+}
+
 // Row max / sum over the 4 lanes (t = 0..3) that share a row of an accumulator tile.
 __device__ __forceinline__ float amma_quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(ANDREA_FULL_MASK, v, 1));
@@ -215,6 +233,53 @@ __device__ __forceinline__ float amma_quad_max(float v) {
 __device__ __forceinline__ float amma_quad_sum(float v) {
     v += __shfl_xor_sync(ANDREA_FULL_MASK, v, 1);
     return v + __shfl_xor_sync(ANDREA_FULL_MASK, v, 2);
+}
+
+// s = A1·B1ᵀ and u = A2·B2ᵀ over D (A: this warp's resident fragments; B1, B2: TILE
+// rows of D in shared memory, leading dimension ld): two 16 x TILE score tiles.
+template <int P, int D, int TILE>
+__device__ __forceinline__ void amma_scores2(float (&s)[TILE / 8][4], float (&u)[TILE / 8][4],
+                                             const unsigned (&a1)[D / Amma<P>::K][4],
+                                             const unsigned (&a2)[D / Amma<P>::K][4],
+                                             const float* b1, const float* b2, int ld, int g,
+                                             int t) {
+    constexpr int MK = Amma<P>::K;
+#pragma unroll
+    for (int n = 0; n < TILE / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[n][e] = 0.0f;
+            u[n][e] = 0.0f;
+        }
+#pragma unroll
+    for (int kk = 0; kk < D / MK; ++kk)
+#pragma unroll
+        for (int n = 0; n < TILE / 8; ++n) {
+            unsigned f1[2], f2[2];
+            amma_b_trans<P>(f1, b1, ld, n * 8, kk * MK, g, t);
+            amma_b_trans<P>(f2, b2, ld, n * 8, kk * MK, g, t);
+            Amma<P>::mma(s[n], a1[kk], f1);
+            Amma<P>::mma(u[n], a2[kk], f2);
+        }
+}
+
+// acc += X·Y: X the 16 x TILE accumulator tiles x (reused as A), Y TILE rows of D in
+// shared memory (leading dimension ld).
+template <int P, int D, int TILE>
+__device__ __forceinline__ void amma_acc_product(float (&acc)[D / 8][4], const float (&x)[TILE / 8][4],
+                                                 const float* y, int ld, int g, int t) {
+    constexpr int MK = Amma<P>::K;
+#pragma unroll
+    for (int kk = 0; kk < TILE / MK; ++kk) {
+        unsigned a[4];
+        amma_a_acc<P>(a, x + kk * (MK / 8));
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            unsigned f[2];
+            amma_b_rows<P>(f, y, ld, n * 8, kk * MK, g, t);
+            Amma<P>::mma(acc[n], a, f);
+        }
+    }
 }
 
 // ---- forward ----------------------------------------------------------------------------
@@ -234,14 +299,8 @@ __device__ void amma_forward(const float* q, const float* k, const float* v, flo
     const float* vb = v + b * v_bs + h * D;
 
     // Q through shared memory into this warp's fragments (16 rows x D).
-    amma_stage<D>(amma_smem, LK, qb, q_ss, q0, AMMA_ROWS, Tq, vec);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
     unsigned qa[D / MK][4];
-#pragma unroll
-    for (int kk = 0; kk < D / MK; ++kk) amma_a_rows<P>(qa[kk], amma_smem, LK, warp * 16, kk * MK, g, t);
-    __syncthreads();
+    amma_resident<P, D>(qa, qb, q_ss, q0, Tq, vec);
 
     int q_last = min(q0 + AMMA_ROWS, Tq) - 1;
     int kend = min(pos_offset + q_last + 1, Tk);
@@ -326,17 +385,7 @@ __device__ void amma_forward(const float* q, const float* k, const float* v, flo
             for (int n = 0; n < D / 8; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) o[n][e] *= corr[e >> 1];
-#pragma unroll
-            for (int kk = 0; kk < TILE / MK; ++kk) {
-                unsigned pa[4];
-                amma_a_acc<P>(pa, s + kk * (MK / 8));
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n) {
-                    unsigned vf[2];
-                    amma_b_rows<P>(vf, Vs, LV, n * 8, kk * MK, g, t);
-                    Amma<P>::mma(o[n], pa, vf);
-                }
-            }
+            amma_acc_product<P, D, TILE>(o, s, Vs, LV, g, t);
         }
         __syncthreads();
     }
@@ -412,20 +461,8 @@ __device__ void amma_backward_dkdv(const float* q, const float* k, const float* 
 
     // K, then V, through shared memory into this warp's fragments.
     unsigned ka[D / MK][4], va[D / MK][4];
-    amma_stage<D>(amma_smem, LD, kb, k_ss, k0, AMMA_ROWS, T, vec);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < D / MK; ++kk) amma_a_rows<P>(ka[kk], amma_smem, LD, warp * 16, kk * MK, g, t);
-    __syncthreads();
-    amma_stage<D>(amma_smem, LD, vb, v_ss, k0, AMMA_ROWS, T, vec);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < D / MK; ++kk) amma_a_rows<P>(va[kk], amma_smem, LD, warp * 16, kk * MK, g, t);
-    __syncthreads();
+    amma_resident<P, D>(ka, kb, k_ss, k0, T, vec);
+    amma_resident<P, D>(va, vb, v_ss, k0, T, vec);
 
     float dka[D / 8][4], dva[D / 8][4];
 #pragma unroll
@@ -466,23 +503,7 @@ __device__ void amma_backward_dkdv(const float* q, const float* k, const float* 
         // Skip when every query of the tile precedes every key of the warp.
         if (w0 < T && t0 + TILE - 1 >= w0) {
             float s[TILE / 8][4], dp[TILE / 8][4];
-#pragma unroll
-            for (int n = 0; n < TILE / 8; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[n][e] = 0.0f;
-                    dp[n][e] = 0.0f;
-                }
-#pragma unroll
-            for (int kk = 0; kk < D / MK; ++kk)
-#pragma unroll
-                for (int n = 0; n < TILE / 8; ++n) {
-                    unsigned qf[2], of[2];
-                    amma_b_trans<P>(qf, Qs, LD, n * 8, kk * MK, g, t);
-                    amma_b_trans<P>(of, dOs, LD, n * 8, kk * MK, g, t);
-                    Amma<P>::mma(s[n], ka[kk], qf);
-                    Amma<P>::mma(dp[n], va[kk], of);
-                }
+            amma_scores2<P, D, TILE>(s, dp, ka, va, Qs, dOs, LD, g, t);
             // s becomes Pᵀ, dp becomes dSᵀ (rows: keys, columns: queries).
 #pragma unroll
             for (int n = 0; n < TILE / 8; ++n)
@@ -494,20 +515,8 @@ __device__ void amma_backward_dkdv(const float* q, const float* k, const float* 
                     s[n][e] = p;
                     dp[n][e] = p * (dp[n][e] - Ds[c]);
                 }
-#pragma unroll
-            for (int kk = 0; kk < TILE / MK; ++kk) {
-                unsigned pa[4], sa[4];
-                amma_a_acc<P>(pa, s + kk * (MK / 8));
-                amma_a_acc<P>(sa, dp + kk * (MK / 8));
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n) {
-                    unsigned of[2], qf[2];
-                    amma_b_rows<P>(of, dOs, LD, n * 8, kk * MK, g, t);
-                    amma_b_rows<P>(qf, Qs, LD, n * 8, kk * MK, g, t);
-                    Amma<P>::mma(dva[n], pa, of);
-                    Amma<P>::mma(dka[n], sa, qf);
-                }
-            }
+            amma_acc_product<P, D, TILE>(dva, s, dOs, LD, g, t);
+            amma_acc_product<P, D, TILE>(dka, dp, Qs, LD, g, t);
         }
         __syncthreads();
     }
@@ -546,20 +555,8 @@ __device__ void amma_backward_dq(const float* q, const float* k, const float* v,
     const float* db = dt + ((long long)b * H + h) * T;
 
     unsigned qa[D / MK][4], oa[D / MK][4];
-    amma_stage<D>(amma_smem, LD, qb, q_ss, q0, AMMA_ROWS, T, vec);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < D / MK; ++kk) amma_a_rows<P>(qa[kk], amma_smem, LD, warp * 16, kk * MK, g, t);
-    __syncthreads();
-    amma_stage<D>(amma_smem, LD, dob, do_ss, q0, AMMA_ROWS, T, vec);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < D / MK; ++kk) amma_a_rows<P>(oa[kk], amma_smem, LD, warp * 16, kk * MK, g, t);
-    __syncthreads();
+    amma_resident<P, D>(qa, qb, q_ss, q0, T, vec);
+    amma_resident<P, D>(oa, dob, do_ss, q0, T, vec);
 
     int w0 = q0 + warp * 16;
     int rows[2] = {w0 + g, w0 + g + 8};
@@ -600,23 +597,7 @@ __device__ void amma_backward_dq(const float* q, const float* k, const float* v,
         const float* Vs = Ks + TILE * LD;
         if (w0 < T && j0 <= w_last) {
             float s[TILE / 8][4], dp[TILE / 8][4];
-#pragma unroll
-            for (int n = 0; n < TILE / 8; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[n][e] = 0.0f;
-                    dp[n][e] = 0.0f;
-                }
-#pragma unroll
-            for (int kk = 0; kk < D / MK; ++kk)
-#pragma unroll
-                for (int n = 0; n < TILE / 8; ++n) {
-                    unsigned kf[2], vf[2];
-                    amma_b_trans<P>(kf, Ks, LD, n * 8, kk * MK, g, t);
-                    amma_b_trans<P>(vf, Vs, LD, n * 8, kk * MK, g, t);
-                    Amma<P>::mma(s[n], qa[kk], kf);
-                    Amma<P>::mma(dp[n], oa[kk], vf);
-                }
+            amma_scores2<P, D, TILE>(s, dp, qa, oa, Ks, Vs, LD, g, t);
 #pragma unroll
             for (int n = 0; n < TILE / 8; ++n)
 #pragma unroll
@@ -626,17 +607,7 @@ __device__ void amma_backward_dq(const float* q, const float* k, const float* v,
                     float p = ok ? exp2f(s[n][e] * sl2 - L[i]) : 0.0f;
                     dp[n][e] = p * (dp[n][e] - Dt[i]);
                 }
-#pragma unroll
-            for (int kk = 0; kk < TILE / MK; ++kk) {
-                unsigned sa[4];
-                amma_a_acc<P>(sa, dp + kk * (MK / 8));
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n) {
-                    unsigned kf[2];
-                    amma_b_rows<P>(kf, Ks, LD, n * 8, kk * MK, g, t);
-                    Amma<P>::mma(acc[n], sa, kf);
-                }
-            }
+            amma_acc_product<P, D, TILE>(acc, dp, Ks, LD, g, t);
         }
         __syncthreads();
     }

@@ -24,7 +24,7 @@ mod common;
 
 use andrea_core::{Backend, Matrix, View};
 use andrea_cuda::{CudaBackend, MatmulPrecision, Precision, SplitK};
-use common::{buf, compare, cpu, cuda, data, read};
+use common::{attention_pass, buf, compare, cpu, cuda, data, read};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -359,4 +359,334 @@ fn matmul_gelu_backward_planted_fault_is_caught() {
             .expect_err("the misplaced GELU' must fail the comparison");
         assert!(err.contains("out of tolerance"), "{err}");
     }
+}
+
+// ---- attention on tensor cores ----------------------------------------------------------
+//
+// The tensor-core attention kernels (kernels/attention_mma.cu) against the float64
+// reference, with a bound derived from the operand format (u = 2⁻¹¹ TF32, 2⁻⁸ BF16),
+// first order in u, per query t and key j (P, dP = dO_t·v_j, D_t = dO_t·out_t and dS =
+// P·(dP - D_t) from the reference):
+//
+// * scores: each product q_d·k_d is off by <= 2u relative, so scale·S is off by
+//   Es_t = 2u·scale·max_j Σ_d |q_td·k_jd|; the softmax turns that into |ΔP_tj| <= 2·Es_t·P_tj.
+// * out_t = Σ_j P_tj·v_j with P and v rounded again (u each):
+//   |Δout_td| <= (2·Es_t + 2u)·Σ_j P_tj·|v_jd|.
+// * backward: P is recomputed from the saved lse (itself off by Es_t): |ΔP| <= eP =
+//   2.2·Es_t·P; dP is off by Edp = 2u·Σ_d |dO_td·v_jd|, D_t by eD = Σ_d |dO_td|·|Δout_td|,
+//   so |ΔdS| <= edS = eP·|dP - D_t| + P·(Edp + eD); dS and the second operand are rounded
+//   once more (2u): |ΔdV_jd| <= Σ_t (eP + 2u·P)·|dO_td|,
+//   |ΔdK_jd| <= scale·Σ_t (edS + 2u·|dS|)·|q_td|, |ΔdQ_td| <= scale·Σ_j (edS + 2u·|dS|)·|k_jd|.
+//
+// Each bound is doubled for the second-order terms, plus the FP32 tolerance of the suite
+// (`tol::attention_out` / `attention_grad`) for the FP32 sums. Shapes: head sizes 32, 64
+// and 128, T not a multiple of any tile, pos_offset > 0 (a KV cache), views at an offset
+// that is not 16-byte aligned (the 4-byte cp.async path), strided q/k/v (split from one
+// [B, T, 3C] buffer) in the backward. Small: the emulator runs these.
+
+use andrea_core::{AttentionShape, Heads};
+use andrea_cuda::AttentionKernels;
+use andrea_testkit::{reference, tol};
+
+struct AttCase {
+    b: usize,
+    tq: usize,
+    h: usize,
+    d: usize,
+    pos: usize,
+}
+
+/// `(batch, query positions, heads, head size, pos_offset)`.
+fn att(b: usize, tq: usize, h: usize, d: usize, pos: usize) -> AttCase {
+    AttCase { b, tq, h, d, pos }
+}
+
+impl AttCase {
+    fn tk(&self) -> usize {
+        self.pos + self.tq
+    }
+}
+
+fn f64s(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// Reference probabilities of query `i` (batch `bi`, head `hi`) over keys `0..=pos + i`.
+fn att_probs(c: &AttCase, q: &[f64], k: &[f64], bi: usize, hi: usize, i: usize) -> Vec<f64> {
+    let (h, d, scale) = (c.h, c.d, 1.0 / (c.d as f64).sqrt());
+    let qi = ((bi * c.tq + i) * h + hi) * d;
+    let s: Vec<f64> = (0..=c.pos + i)
+        .map(|j| {
+            let kj = ((bi * c.tk() + j) * h + hi) * d;
+            scale * (0..d).map(|e| q[qi + e] * k[kj + e]).sum::<f64>()
+        })
+        .collect();
+    let m = s.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+    let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+    s.iter().map(|x| (x - m).exp() / z).collect()
+}
+
+/// `Es_t` of every query row, in (bi, i, hi) order.
+fn att_score_err(c: &AttCase, q: &[f64], k: &[f64], u: f64) -> Vec<f64> {
+    let (h, d, scale) = (c.h, c.d, 1.0 / (c.d as f64).sqrt());
+    let mut e = vec![0.0; c.b * c.tq * h];
+    for bi in 0..c.b {
+        for i in 0..c.tq {
+            for hi in 0..h {
+                let qi = ((bi * c.tq + i) * h + hi) * d;
+                let mag = (0..=c.pos + i)
+                    .map(|j| {
+                        let kj = ((bi * c.tk() + j) * h + hi) * d;
+                        (0..d).map(|x| (q[qi + x] * k[kj + x]).abs()).sum::<f64>()
+                    })
+                    .fold(0.0, f64::max);
+                e[(bi * c.tq + i) * h + hi] = 2.0 * u * scale * mag;
+            }
+        }
+    }
+    e
+}
+
+/// The bound on |Δout| of every element ([B, Tq, H, D]).
+fn att_out_bound(c: &AttCase, q: &[f64], k: &[f64], v: &[f64], u: f64) -> Vec<f64> {
+    let (h, d) = (c.h, c.d);
+    let es = att_score_err(c, q, k, u);
+    let mut bound = vec![0.0; c.b * c.tq * h * d];
+    for bi in 0..c.b {
+        for hi in 0..h {
+            for i in 0..c.tq {
+                let p = att_probs(c, q, k, bi, hi, i);
+                let row = (bi * c.tq + i) * h + hi;
+                for e in 0..d {
+                    let pv: f64 = (0..p.len())
+                        .map(|j| p[j] * v[((bi * c.tk() + j) * h + hi) * d + e].abs())
+                        .sum();
+                    bound[row * d + e] = (2.0 * es[row] + 2.0 * u) * pv;
+                }
+            }
+        }
+    }
+    bound
+}
+
+/// Runs the forward on `be` with q [B, Tq, H, D] and k, v [B, Tk, H, D], each view at
+/// element `offset` of its buffer; returns out and the lse workspace.
+fn att_forward_on<B: Backend>(
+    be: &B,
+    c: &AttCase,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    offset: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let cc = c.h * c.d;
+    let pad = |x: &[f32]| [vec![0.5; offset], x.to_vec()].concat();
+    let (qb, kb, vb) = (buf(be, &pad(q)), buf(be, &pad(k)), buf(be, &pad(v)));
+    let ob = buf(be, &vec![0.0; offset + c.b * c.tq * cc]);
+    let shape = AttentionShape {
+        batch: c.b,
+        heads: c.h,
+        q_len: c.tq,
+        k_len: c.tk(),
+    };
+    let ws = buf(be, &vec![0.0; be.attention_workspace_len(shape)]);
+    fn hv<M: andrea_core::DeviceMemory>(
+        b: &M,
+        offset: usize,
+        dims: [usize; 3],
+        heads: usize,
+    ) -> Heads<'_, M> {
+        Heads::from_tensor(View::new(b, offset, dims), heads).unwrap()
+    }
+    let (dq_, dk_) = ([c.b, c.tq, cc], [c.b, c.tk(), cc]);
+    be.attention_forward(
+        hv(&qb, offset, dq_, c.h),
+        hv(&kb, offset, dk_, c.h),
+        hv(&vb, offset, dk_, c.h),
+        hv(&ob, offset, dq_, c.h),
+        View::whole(&ws),
+        c.pos,
+    )
+    .expect("attention_forward");
+    (read(be, &ob)[offset..].to_vec(), read(be, &ws))
+}
+
+fn att_forward_check(
+    name: &str,
+    gpu: &andrea_cuda::CudaBackend,
+    c: &AttCase,
+    u: f64,
+    offset: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let nq = c.b * c.tq * c.h * c.d;
+    let nk = c.b * c.tk() * c.h * c.d;
+    let (q, k, v) = (
+        data(seed, nq, -1.0, 1.0),
+        data(seed + 1, nk, -1.0, 1.0),
+        data(seed + 2, nk, -1.0, 1.0),
+    );
+    let (qd, kd, vd) = (f64s(&q), f64s(&k), f64s(&v));
+    let mut want = vec![0.0; nq];
+    reference::attention_forward(
+        &mut want,
+        &qd,
+        &kd,
+        &vd,
+        (c.b, c.tq, c.tk(), c.h, c.d),
+        c.pos,
+    );
+    let bound = att_out_bound(c, &qd, &kd, &vd, u);
+    let (got, _) = att_forward_on(gpu, c, &q, &k, &v, offset);
+    let want32: Vec<f32> = want.iter().map(|&x| x as f32).collect();
+    let t32 = tol::attention_out(c.tk(), c.d);
+    compare(name, &got, &want32, |i| 2.0 * bound[i] + t32.bound(want[i]))
+}
+
+fn att_backward_check(
+    name: &str,
+    gpu: &andrea_cuda::CudaBackend,
+    c: &AttCase,
+    u: f64,
+    seed: u64,
+) -> Result<Vec<f32>, String> {
+    let (b, t, h, d) = (c.b, c.tq, c.h, c.d);
+    let cc = h * d;
+    let qkv = data(seed, b * t * 3 * cc, -1.0, 1.0);
+    let dout = data(seed + 1, b * t * cc, -1.0, 1.0);
+    // Dense [B, T, H, D] copies of q, k, v for the reference.
+    let part = |s: usize| -> Vec<f64> {
+        (0..b * t)
+            .flat_map(|r| qkv[r * 3 * cc + s * cc..r * 3 * cc + (s + 1) * cc].to_vec())
+            .map(|x| x as f64)
+            .collect()
+    };
+    let (q, k, v, g) = (part(0), part(1), part(2), f64s(&dout));
+    let n = b * t * cc;
+    let (mut dq, mut dk, mut dv) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    reference::attention_backward(&mut dq, &mut dk, &mut dv, &g, &q, &k, &v, (b, t, h, d));
+    let mut out = vec![0.0; n];
+    reference::attention_forward(&mut out, &q, &k, &v, (b, t, t, h, d), 0);
+
+    let es = att_score_err(c, &q, &k, u);
+    let oerr = att_out_bound(c, &q, &k, &v, u);
+    let scale = 1.0 / (d as f64).sqrt();
+    let (mut bq, mut bk, mut bv) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    let at = |bi: usize, ti: usize, hi: usize| ((bi * t + ti) * h + hi) * d;
+    for bi in 0..b {
+        for hi in 0..h {
+            for i in 0..t {
+                let p = att_probs(c, &q, &k, bi, hi, i);
+                let oi = at(bi, i, hi);
+                let row = (bi * t + i) * h + hi;
+                let dt: f64 = (0..d).map(|e| g[oi + e] * out[oi + e]).sum();
+                let ed: f64 = (0..d).map(|e| g[oi + e].abs() * 2.0 * oerr[oi + e]).sum();
+                for (j, &pj) in p.iter().enumerate() {
+                    let kj = at(bi, j, hi);
+                    let dp: f64 = (0..d).map(|e| g[oi + e] * v[kj + e]).sum();
+                    let edp: f64 =
+                        2.0 * u * (0..d).map(|e| (g[oi + e] * v[kj + e]).abs()).sum::<f64>();
+                    let ep = 2.2 * es[row] * pj;
+                    let ds = pj * (dp - dt);
+                    let eds = ep * (dp - dt).abs() + pj * (edp + ed) + 2.0 * u * ds.abs();
+                    for e in 0..d {
+                        bv[kj + e] += (ep + 2.0 * u * pj) * g[oi + e].abs();
+                        bk[kj + e] += scale * eds * q[oi + e].abs();
+                        bq[oi + e] += scale * eds * k[kj + e].abs();
+                    }
+                }
+            }
+        }
+    }
+    let got = attention_pass(gpu, &qkv, &dout, b, t, h, d).swap_remove(1);
+    // d(qkv) rows are [dq | dk | dv] per position.
+    let mut want = vec![0.0f64; b * t * 3 * cc];
+    let mut bound = vec![0.0f64; b * t * 3 * cc];
+    for r in 0..b * t {
+        for (s, (w, bb)) in [(&dq, &bq), (&dk, &bk), (&dv, &bv)].into_iter().enumerate() {
+            for x in 0..cc {
+                want[r * 3 * cc + s * cc + x] = w[r * cc + x];
+                bound[r * 3 * cc + s * cc + x] = bb[r * cc + x];
+            }
+        }
+    }
+    let want32: Vec<f32> = want.iter().map(|&x| x as f32).collect();
+    let t32 = tol::attention_grad(t, d);
+    compare(name, &got, &want32, |i| 2.0 * bound[i] + t32.bound(want[i]))?;
+    Ok(got)
+}
+
+fn attention_mma_vs_reference(name: &str, precision: Precision) {
+    let Some(gpu) = cuda(name, precision) else {
+        return;
+    };
+    assert_eq!(gpu.attention_kernels(), AttentionKernels::Auto);
+    let u = unit_roundoff(precision.matmul);
+    let fwd = [
+        // (case, view offset): D = 64 past two key tiles; D = 128 with a KV cache
+        // (pos_offset 29, Tk = 66); D = 32 at an unaligned offset, two batch entries.
+        (att(1, 70, 2, 64, 0), 0),
+        (att(1, 37, 1, 128, 29), 0),
+        (att(2, 45, 1, 32, 3), 2),
+    ];
+    for (i, (c, off)) in fwd.iter().enumerate() {
+        att_forward_check(
+            &format!("{name} forward {i}"),
+            &gpu,
+            c,
+            u,
+            *off,
+            40 + i as u64,
+        )
+        .unwrap();
+    }
+    let bwd = [
+        att(1, 70, 2, 64, 0),
+        att(1, 37, 1, 128, 0),
+        att(2, 45, 1, 32, 0),
+    ];
+    for (i, c) in bwd.iter().enumerate() {
+        let first =
+            att_backward_check(&format!("{name} backward {i}"), &gpu, c, u, 50 + i as u64).unwrap();
+        if i == 0 {
+            // Deterministic: a second run is bit-identical.
+            let again =
+                att_backward_check(&format!("{name} backward again"), &gpu, c, u, 50).unwrap();
+            assert!(
+                first
+                    .iter()
+                    .zip(&again)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name}: runs differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn attention_mma_tf32_vs_reference() {
+    attention_mma_vs_reference("attention_mma_tf32_vs_reference", Precision::FAST);
+}
+
+#[test]
+fn attention_mma_bf16_vs_reference() {
+    attention_mma_vs_reference("attention_mma_bf16_vs_reference", Precision::BF16);
+}
+
+/// A causal mask shifted by one key (query t also sees key t + 1) fails the forward
+/// check, and the SIMT kernels forced under BF16 pass it (they are FP32).
+#[test]
+fn attention_mma_planted_mask_fault_is_caught() {
+    let name = "attention_mma_planted_mask_fault_is_caught";
+    let Some(mut gpu) = cuda(name, Precision::BF16) else {
+        return;
+    };
+    let u = unit_roundoff(MatmulPrecision::Bf16);
+    let c = att(1, 40, 1, 64, 0);
+    att_forward_check(name, &gpu, &c, u, 0, 7).unwrap();
+    gpu.plant_attention_fault(true);
+    let e = att_forward_check(name, &gpu, &c, u, 0, 7).unwrap_err();
+    assert!(e.contains("out of tolerance"), "{e}");
+    gpu.set_attention_kernels(AttentionKernels::Simt);
+    att_forward_check(name, &gpu, &c, u, 0, 7).unwrap();
 }

@@ -2,16 +2,17 @@
 //! (LayerNorm, softmax, cross-entropy, embedding, attention, AdamW, the sum of squares),
 //! run in the default fast mode. Each tolerance is twice the conformance suite's
 //! tolerance for that op (each backend may be off from the float64 reference by one
-//! suite tolerance). Attention and its backward use the fused kernels at shapes past
+//! suite tolerance). Attention and its backward use the fused SIMT kernels (forced: the
+//! fast mode would pick the tensor-core ones, tested in `cpu_vs_cuda.rs`) at shapes past
 //! one key tile, with odd head sizes.
 #![cfg(feature = "cuda")]
 
 mod common;
 
-use andrea_core::{AdamWStep, AttentionShape, Backend, Heads, View};
+use andrea_core::{AdamWStep, Backend, View};
 use andrea_cuda::Precision;
 use andrea_testkit::{tol, Tol};
-use common::{buf, compare, cpu, cuda, data, ids, read};
+use common::{attention_pass, buf, compare, cpu, cuda, data, ids, read};
 
 fn twice(t: Tol) -> Tol {
     Tol::new(2.0 * t.abs, 2.0 * t.rel)
@@ -260,56 +261,12 @@ fn embedding_vs_cpu() {
     }
 }
 
-fn attention_pass<B: Backend>(
-    be: &B,
-    qkv: &[f32],
-    dout: &[f32],
-    b: usize,
-    t: usize,
-    h: usize,
-    d: usize,
-) -> Vec<Vec<f32>> {
-    let c = h * d;
-    let (x, dx) = (buf(be, qkv), buf(be, &vec![0.0; b * t * 3 * c]));
-    let (o, g) = (buf(be, &vec![0.0; b * t * c]), buf(be, dout));
-    let shape = AttentionShape {
-        batch: b,
-        heads: h,
-        q_len: t,
-        k_len: t,
-    };
-    let ws = buf(be, &vec![0.0; be.attention_workspace_len(shape).max(1)]);
-    let sc = buf(
-        be,
-        &vec![0.0; be.attention_backward_scratch_len(shape).max(1)],
-    );
-    let [q, k, v] = Heads::split_qkv(View::new(&x, 0, [b, t, 3 * c]), h).unwrap();
-    let [dq, dk, dv] = Heads::split_qkv(View::new(&dx, 0, [b, t, 3 * c]), h).unwrap();
-    let oh = Heads::from_tensor(View::new(&o, 0, [b, t, c]), h).unwrap();
-    let gh = Heads::from_tensor(View::new(&g, 0, [b, t, c]), h).unwrap();
-    be.attention_forward(q, k, v, oh, View::whole(&ws), 0)
-        .expect("attention_forward");
-    be.attention_backward(
-        q,
-        k,
-        v,
-        oh,
-        gh,
-        dq,
-        dk,
-        dv,
-        View::whole(&ws),
-        View::whole(&sc),
-    )
-    .expect("attention_backward");
-    vec![read(be, &o), read(be, &dx)]
-}
-
 #[test]
 fn attention_vs_cpu() {
-    let Some(gpu) = cuda("attention_vs_cpu", Precision::FAST) else {
+    let Some(mut gpu) = cuda("attention_vs_cpu", Precision::FAST) else {
         return;
     };
+    gpu.set_attention_kernels(andrea_cuda::AttentionKernels::Simt);
     for (b, t, h, d) in [
         (1usize, 1usize, 1usize, 1usize),
         (2, 37, 3, 21),

@@ -1,7 +1,8 @@
 //! The whole model on `CudaBackend` against `CpuBackend`: one training step (the loss,
 //! the logits, every parameter's gradient, every parameter after the AdamW step) and a
 //! generation step (KV-cache prefill of a prompt, then decoding one token at a time), from
-//! the same seed, in FP32 and in the tensor-core precision (TF32, hardware tanh).
+//! the same seed, in FP32 and in the tensor-core precisions (TF32 or BF16, hardware tanh;
+//! attention on the tensor-core kernels, head size 32).
 //!
 //! The model: vocabulary 500 (padded to 512), context 64, d_model 128, 2 blocks of 4
 //! heads, batch 2 × 64 tokens. Small enough for the CPU emulator (a few seconds), large
@@ -22,6 +23,8 @@
 //!   errors of random sign grow like `√K·u`, which leaves room for the backward pass
 //!   feeding each layer's error into the next. `abs = 3e-5·scale`, `rel = 3e-5`; the loss
 //!   (a mean over 128 tokens, summed in f64 on the host) to `1e-6` relative.
+//! * BF16 (8-bit significands, `u_op = 2⁻⁸`, 8× TF32's): the same reasoning, 8× the
+//!   TF32 tolerances: `abs = 4e-2·scale`, `rel = 4e-2`, the loss to `1.6e-3`.
 //! * TF32 (operands rounded to 10-bit mantissas, `u_op = 2⁻¹¹`): each tensor-core product
 //!   has relative error up to `2·u_op ≈ 1e-3` of `Σ|a|·|b|`, on top of FP32 sums, and
 //!   `tanh.approx.f32` adds 2⁻¹¹ relative in every GELU; the backward pass goes through
@@ -109,6 +112,12 @@ const TF32_TOLS: Tols = Tols {
     loss_rel: 2e-4,
     abs_of_scale: 5e-3,
     rel: 5e-3,
+};
+
+const BF16_TOLS: Tols = Tols {
+    loss_rel: 1.6e-3,
+    abs_of_scale: 4e-2,
+    rel: 4e-2,
 };
 
 impl Tols {
@@ -237,6 +246,11 @@ fn training_step_fp32_vs_cpu() {
 #[test]
 fn training_step_tf32_vs_cpu() {
     training_step_vs_cpu("training_step_tf32_vs_cpu", Precision::FAST, &TF32_TOLS);
+}
+
+#[test]
+fn training_step_bf16_vs_cpu() {
+    training_step_vs_cpu("training_step_bf16_vs_cpu", Precision::BF16, &BF16_TOLS);
 }
 
 /// The forward and backward pass of `train_step` in lockstep on both backends: no op's
@@ -418,4 +432,9 @@ fn memory_plan_counts_the_split_k_workspace() {
     let unsplit = MemoryPlan::new(&gpu, &cfg, 16, 1024);
     assert_eq!(unsplit.scratch, 0);
     assert_eq!(plan.total() - unsplit.total(), plan.scratch);
+}
+
+#[test]
+fn generation_bf16_vs_cpu() {
+    generation_vs_cpu("generation_bf16_vs_cpu", Precision::BF16, &BF16_TOLS);
 }

@@ -79,6 +79,9 @@ pub struct CudaBackend {
     gelu_backward_fault: bool,
     /// `ANDREA_CUDA_ATTENTION` (default `auto`), or [`CudaBackend::set_attention_kernels`].
     attention_kernels: AttentionKernels,
+    /// A planted fault for the attention tests: the tensor-core forward's causal mask
+    /// lets each query see one key too many.
+    attention_fault: bool,
     sync_each_launch: bool,
     functions: HashMap<&'static str, CuFunction>,
     /// How each kernel module was loaded.
@@ -174,6 +177,7 @@ impl CudaBackend {
                 .is_some_and(|v| v == "0"),
             gelu_backward_fault: false,
             attention_kernels,
+            attention_fault: false,
             sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
             functions,
             scratch: RefCell::new(None),
@@ -240,6 +244,13 @@ impl CudaBackend {
     /// precision), e.g. to compare both on one GPU.
     pub fn set_attention_kernels(&mut self, kernels: AttentionKernels) {
         self.attention_kernels = kernels;
+    }
+
+    /// Tests only: shifts the tensor-core forward's causal mask by one key (query t sees
+    /// key t + 1), to show that the attention tests catch it.
+    #[doc(hidden)]
+    pub fn plant_attention_fault(&mut self, on: bool) {
+        self.attention_fault = on;
     }
 
     /// Tests only: makes the split-K reduce skip the last slice, to show that the split-K

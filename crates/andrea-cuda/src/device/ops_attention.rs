@@ -84,8 +84,9 @@ impl AttentionOps for CudaBackend {
             args = args.long(bs).long(ss);
         }
         let scale = 1.0 / (d.head_dim as f32).sqrt();
+        let fault = (mma.is_some() && self.attention_fault) as usize;
         args = args
-            .int(int(OP, "position offset", pos_offset)?)
+            .int(int(OP, "position offset", pos_offset + fault)?)
             .float(scale);
         if mma.is_some() {
             args = args.int(vectorized(&[&q, &k, &v]));

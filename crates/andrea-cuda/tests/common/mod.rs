@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use andrea_core::{Backend, View};
+use andrea_core::{AttentionShape, Backend, Heads, View};
 use andrea_cpu::CpuBackend;
 use andrea_cuda::{CudaBackend, Precision};
 
@@ -77,4 +77,51 @@ pub fn compare(
         )),
         _ => Ok(()),
     }
+}
+
+/// Attention forward then backward on `be` through one `[B, T, 3C]` qkv buffer (the
+/// strided q, k, v views the model uses): `[out, d(qkv)]`.
+pub fn attention_pass<B: Backend>(
+    be: &B,
+    qkv: &[f32],
+    dout: &[f32],
+    b: usize,
+    t: usize,
+    h: usize,
+    d: usize,
+) -> Vec<Vec<f32>> {
+    let c = h * d;
+    let (x, dx) = (buf(be, qkv), buf(be, &vec![0.0; b * t * 3 * c]));
+    let (o, g) = (buf(be, &vec![0.0; b * t * c]), buf(be, dout));
+    let shape = AttentionShape {
+        batch: b,
+        heads: h,
+        q_len: t,
+        k_len: t,
+    };
+    let ws = buf(be, &vec![0.0; be.attention_workspace_len(shape).max(1)]);
+    let sc = buf(
+        be,
+        &vec![0.0; be.attention_backward_scratch_len(shape).max(1)],
+    );
+    let [q, k, v] = Heads::split_qkv(View::new(&x, 0, [b, t, 3 * c]), h).unwrap();
+    let [dq, dk, dv] = Heads::split_qkv(View::new(&dx, 0, [b, t, 3 * c]), h).unwrap();
+    let oh = Heads::from_tensor(View::new(&o, 0, [b, t, c]), h).unwrap();
+    let gh = Heads::from_tensor(View::new(&g, 0, [b, t, c]), h).unwrap();
+    be.attention_forward(q, k, v, oh, View::whole(&ws), 0)
+        .expect("attention_forward");
+    be.attention_backward(
+        q,
+        k,
+        v,
+        oh,
+        gh,
+        dq,
+        dk,
+        dv,
+        View::whole(&ws),
+        View::whole(&sc),
+    )
+    .expect("attention_backward");
+    vec![read(be, &o), read(be, &dx)]
 }
