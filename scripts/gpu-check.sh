@@ -35,9 +35,11 @@
 #                     ~1.1 TFLOP per sweep, 12 sweeps per precision at 20-200 TFLOP/s,
 #                     plus uploads and a host comparison of ~330M floats per precision;
 #                     the split-K dW products again unsplit (3 x 0.17 TFLOP x 11 reps)
-#   attention-check   45 s   (est. 15)  T = 1024, 12 heads of 64, batch 16: 51 GFLOP
-#                     forward, 2.5x backward at ~8 TFLOP/s, 7 reps x 3 precisions, and
-#                     the CPU reference on one sequence (~8 GFLOP on 16 cores)
+#   attention-check   60 s   (est. 20)  T = 1024, 12 heads of 64, batch 16: 51 GFLOP
+#                     forward, 2.5x backward at ~8 TFLOP/s (SIMT) or ~100-200 (tensor
+#                     cores, estimated), 7 reps x 5 runs (FP32; TF32 and BF16 on the
+#                     tensor-core kernels and again on the SIMT ones), and the CPU
+#                     reference on one sequence (~8 GFLOP on 16 cores)
 #   train-check       75 s   (est. 25)  ANDREA-120M, 16 x 1024, 2 steps x FP32/TF32/BF16
 #                     + 1 repeated step: 9.9 TFLOP a step at an estimated 15-30 TFLOP/s,
 #                     0.35-0.7 s each, plus 4 model initialisations of 92M parameters
@@ -45,7 +47,8 @@
 #                     TF32, BF16, FP32 (2 warm-up + 5 timed steps at 0.35-1 s)
 #   bench-profile     45 s   (est. 15)  the TF32 step of bench-train on Timed: the per-op table
 #   peer-gemm         40 s   (est. 12)  torch.matmul (cuBLAS), same 11 shapes, 3 precisions
-#   peer-attention    30 s   (est. 8)   scaled_dot_product_attention, bf16 (flash) and fp32
+#   peer-attention    30 s   (est. 10)  scaled_dot_product_attention, bf16 (flash), fp32
+#                     with TF32 allowed, and fp32
 #   peer-train-*      50 s each (est. 20 each) GPT2LMHeadModel as ANDREA-120M, 16 x 1024,
 #                     AdamW, bf16 autocast and TF32, eager
 #   cpu-vs-gpu        45 s   (est. 15)  a tiny model trained by `andrea demo` on the CPU,
@@ -54,7 +57,8 @@
 #   bench-decode      25 s   (est. 10)  120M, batch 1, KV cache
 #   peer-train-compile 90 s  (est. 70)  torch.compile'd bf16 step (time-boxed: a timeout is
 #                     a note, not a failure)
-#   ops-bench         60 s   (est. 60)  criterion: the ops bench's CUDA columns
+#   ops-bench         90 s   (est. 85)  criterion: the ops bench's CUDA columns (with the
+#                     attention_gpu group: 8 functions at 16 x 1024, ~3 s each)
 # Exit status: 0 when every phase that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -230,7 +234,7 @@ done
 
 # ---- (c), (d) production shapes -----------------------------------------------------------
 phase gemm-check 75 20 -- ./gpu_check gemm "${GEMM_ARGS[@]}"
-phase attention-check 45 15 -- ./gpu_check attention "${ATT_ARGS[@]}"
+phase attention-check 60 20 -- ./gpu_check attention "${ATT_ARGS[@]}"
 phase train-check 75 20 -- ./gpu_check train "${TRAIN_ARGS[@]}"
 
 # ---- andrea's training speed -----------------------------------------------------------------
@@ -252,7 +256,7 @@ peer() {
 }
 export -f peer
 phase peer-gemm 40 10 -- peer gemm "${GEMM_ARGS[@]}"
-phase peer-attention 30 8 -- peer attention "${ATT_ARGS[@]}"
+phase peer-attention 30 10 -- peer attention "${ATT_ARGS[@]}"
 for m in bf16 tf32; do
     phase "peer-train-$m" 50 15 -- peer train --config "$CFG_BIG" "${PEER_SHAPE[@]}" --mode "$m"
 done
@@ -354,7 +358,7 @@ phase peer-train-compile 90 40 --soft -- peer train --config "$CFG_BIG" "${PEER_
 if [ "$MODE" = emulator ]; then
     phase ops-bench 10 1 -- skip "emulator: criterion timings need a GPU"
 else
-    phase ops-bench 60 30 --soft -- bench/ops --bench cuda-
+    phase ops-bench 90 30 --soft -- bench/ops --bench cuda-
 fi
 
 save

@@ -12,7 +12,9 @@
 //! With `--features cuda` (build against the link stub where there is no CUDA:
 //! `cargo xtask cuda-stub`, `CUDA_LIBRARY_PATH=$PWD/target/cuda-stub`), the CUDA backend
 //! adds columns: `cuda-tf32` (the training precision, every op), and `cuda-fp32` and
-//! `cuda-bf16` for the GEMMs. Each iteration ends with `synchronize`, so GPU times are of
+//! `cuda-bf16` for the GEMMs, and the group `attention_gpu` (B 16, T 1024, 12 heads of
+//! 64) with `cuda-{tf32,bf16}-{mma,simt}`: the tensor-core attention kernels and the SIMT
+//! ones, per precision. Each iteration ends with `synchronize`, so GPU times are of
 //! finished work. Without a device the columns are skipped with a printed message; on a
 //! GPU machine, `-- cuda-` runs only them (the bench binary in `cargo xtask gpu-bundle`).
 
@@ -426,31 +428,45 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     });
     g.finish();
 
-    let mut g = c.benchmark_group("attention");
+    bench_attention(c, be, label, "attention", [B, T, H, C / H]);
+    black_box(());
+}
+
+/// Attention forward and backward at `[b, t, h, d]` in group `group`.
+fn bench_attention<Bk: Backend>(
+    c: &mut Criterion,
+    be: &Bk,
+    label: &str,
+    group: &str,
+    [b, t, h, d]: [usize; 4],
+) {
+    let sync = |be: &Bk| be.synchronize().unwrap();
+    let cc = h * d;
+    let mut g = c.benchmark_group(group);
     group_settings(&mut g);
-    let qkv = upload(be, &randn(BT * 3 * C, 13));
-    let att = be.alloc(BT * C).unwrap();
+    let qkv = upload(be, &randn(b * t * 3 * cc, 13));
+    let att = be.alloc(b * t * cc).unwrap();
     let shape = andrea_core::AttentionShape {
-        batch: B,
-        heads: H,
-        q_len: T,
-        k_len: T,
+        batch: b,
+        heads: h,
+        q_len: t,
+        k_len: t,
     };
     let ws = be.alloc(be.attention_workspace_len(shape).max(1)).unwrap();
     let scratch = be
         .alloc(be.attention_backward_scratch_len(shape).max(1))
         .unwrap();
-    let dqkv = be.alloc(BT * 3 * C).unwrap();
-    let datt = upload(be, &randn(BT * C, 14));
-    let [q, k, v] = Heads::split_qkv(View::new(&qkv, 0, [B, T, 3 * C]), H).unwrap();
-    let [dq, dk, dv] = Heads::split_qkv(View::new(&dqkv, 0, [B, T, 3 * C]), H).unwrap();
-    let o = Heads::from_tensor(View::new(&att, 0, [B, T, C]), H).unwrap();
-    let dout = Heads::from_tensor(View::new(&datt, 0, [B, T, C]), H).unwrap();
+    let dqkv = be.alloc(b * t * 3 * cc).unwrap();
+    let datt = upload(be, &randn(b * t * cc, 14));
+    let [q, k, v] = Heads::split_qkv(View::new(&qkv, 0, [b, t, 3 * cc]), h).unwrap();
+    let [dq, dk, dv] = Heads::split_qkv(View::new(&dqkv, 0, [b, t, 3 * cc]), h).unwrap();
+    let o = Heads::from_tensor(View::new(&att, 0, [b, t, cc]), h).unwrap();
+    let dout = Heads::from_tensor(View::new(&datt, 0, [b, t, cc]), h).unwrap();
     // Causal attention FLOPs: QKᵀ and PV, full T×T (what the kernels compute).
-    let flops = (4 * B * H * T * T * (C / H)) as u64;
+    let flops = (4 * b * h * t * t * d) as u64;
     g.throughput(Throughput::Elements(flops));
     g.bench_function(
-        BenchmarkId::new(label, format!("forward_{B}x{T}x{H}x{}", C / H)),
+        BenchmarkId::new(label, format!("forward_{b}x{t}x{h}x{d}")),
         |bch| {
             bch.iter(|| {
                 be.attention_forward(q, k, v, o, View::whole(&ws), 0)
@@ -463,7 +479,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
         .unwrap();
     g.throughput(Throughput::Elements(2 * flops + flops / 2));
     g.bench_function(
-        BenchmarkId::new(label, format!("backward_{B}x{T}x{H}x{}", C / H)),
+        BenchmarkId::new(label, format!("backward_{b}x{t}x{h}x{d}")),
         |bch| {
             bch.iter(|| {
                 be.attention_backward(
@@ -484,7 +500,6 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
         },
     );
     g.finish();
-    black_box(());
 }
 
 /// Peer GEMM: the `gemm` crate on the same shapes, all threads.
@@ -631,7 +646,7 @@ fn benches(c: &mut Criterion) {
 /// The CUDA columns, or one line saying why there are none.
 #[cfg(feature = "cuda")]
 fn bench_cuda(c: &mut Criterion) {
-    use andrea_cuda::{CudaBackend, Precision};
+    use andrea_cuda::{AttentionKernels, CudaBackend, Precision};
     // The GPU bundle's run.sh sets ANDREA_REQUIRE_DEVICE: there a skip is a failure.
     let start = |p| {
         andrea_testkit::device::start_or_skip("the CUDA columns of the ops bench", || {
@@ -649,6 +664,23 @@ fn bench_cuda(c: &mut Criterion) {
     ] {
         if let Some(be) = start(p) {
             bench_gemms(c, &be, label);
+        }
+    }
+    // Attention at the GPU shape of issue 12 (B 16, T 1024, 12 heads of 64): the
+    // tensor-core kernels and the SIMT ones they replace, per precision.
+    for (label, p) in [
+        ("cuda-tf32", Precision::FAST),
+        ("cuda-bf16", Precision::BF16),
+    ] {
+        if let Some(mut be) = start(p) {
+            for (kernels, tag) in [
+                (AttentionKernels::Mma, "mma"),
+                (AttentionKernels::Simt, "simt"),
+            ] {
+                be.set_attention_kernels(kernels);
+                let shape = [16, 1024, 12, 64];
+                bench_attention(c, &be, &format!("{label}-{tag}"), "attention_gpu", shape);
+            }
         }
     }
 }

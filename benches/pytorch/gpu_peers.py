@@ -113,7 +113,11 @@ def run_gemm(a):
 def run_attention(a):
     b, t, h, d = a.batch, a.seq, a.heads, a.head_dim
     flops = 4 * b * h * t * t * d  # full T×T, as gpu_check counts the kernels' work
-    for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    # bf16: FlashAttention-2 / cuDNN kernels; fp32: FP32 throughout; tf32: FP32 tensors
+    # with TF32 matmuls allowed (what the math and memory-efficient backends may use).
+    for precision, dtype in (("bf16", torch.bfloat16), ("tf32", torch.float32),
+                             ("fp32", torch.float32)):
+        set_tf32(precision == "tf32")
         q, k, v = (torch.randn(b, h, t, d, device=DEV, dtype=dtype, requires_grad=True)
                    for _ in range(3))
         dout = torch.randn(b, h, t, d, device=DEV, dtype=dtype)
@@ -136,6 +140,7 @@ def run_attention(a):
         emit(phase="attention", name=f"backward_{name}", precision=precision,
              median_ms=bwd * 1e3, tflop_per_s=2.5 * flops / bwd / 1e12,
              forward_backward_ms=fb * 1e3)
+    set_tf32(False)
 
 
 def run_train(a):

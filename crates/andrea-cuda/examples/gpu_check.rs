@@ -21,7 +21,10 @@
 //!   (`phase: gemm_epilogue`, `median_ms` fused, `unfused_median_ms`).
 //! * `attention`: forward and backward at `[B, T, 3C]`, timed per precision; every
 //!   precision against the FP32 path, and the FP32 path against the CPU backend on the
-//!   first sequence. Bounds below, at [`attention_tol`].
+//!   first sequence. Bounds below, at [`attention_tol`]. Each row names its kernels
+//!   (`kernel`: `mma`, the tensor-core kernels TF32 and BF16 select, or `simt`); TF32 and
+//!   BF16 are timed a second time on the SIMT kernels (`ANDREA_CUDA_ATTENTION=simt`), so
+//!   one run compares old and new.
 //! * `train`: training steps of a model from the same seed on the same synthetic batch in
 //!   FP32, TF32 and BF16: loss and gradient norm per step side by side, and the first
 //!   TF32 step repeated on a fresh model, which must give the same bits (the backend is
@@ -39,8 +42,9 @@ use std::time::Instant;
 use andrea_core::config::{step_gemms, StepGemm};
 use andrea_core::prelude::*;
 use andrea_cpu::CpuBackend;
+use andrea_cuda::plan::attention as att_plan;
 use andrea_cuda::plan::matmul as split_plan;
-use andrea_cuda::{CudaBackend, MatmulPrecision, Precision, SplitK};
+use andrea_cuda::{AttentionKernels, CudaBackend, MatmulPrecision, Precision, SplitK};
 use andrea_model::{Config, Model, Trainer};
 use andrea_testkit::tol::{self, Tol};
 
@@ -457,16 +461,56 @@ fn attention(flags: &Flags) -> Res<bool> {
     let mut ok = true;
     let mut fp32: Option<AttentionRun> = None;
     for (label, precision) in PRECISIONS {
-        let be = backend(precision)?;
+        let mut be = backend(precision)?;
+        let dims = andrea_core::check::AttentionDims {
+            batch: b,
+            heads: h,
+            head_dim: d,
+            q_len: t,
+            k_len: t,
+        };
+        let kernels = |be: &CudaBackend| -> Res<(&'static str, String)> {
+            let ops = be.attention_kernels().operands(be.precision().matmul);
+            let fwd = match ops {
+                Some(o) => att_plan::mma_forward(&dims, o).map_err(device("plan"))?,
+                None => None,
+            };
+            let bwd = match ops {
+                Some(o) => att_plan::mma_backward(&dims, o).map_err(device("plan"))?,
+                None => None,
+            };
+            let tag = if fwd.is_some() { "mma" } else { "simt" };
+            let names = match (fwd, bwd) {
+                (Some(f), Some([_, dkdv, dq])) => {
+                    format!("{} {} {}", f.kernel, dkdv.kernel, dq.kernel)
+                }
+                (Some(f), None) => format!("{} (backward simt)", f.kernel),
+                _ => "simt".into(),
+            };
+            Ok((tag, names))
+        };
+        let rows = |r: &AttentionRun, tag: &str, names: &str| {
+            emit(serde_json::json!({
+                "phase": "attention", "name": format!("forward_{b}x{t}x{h}x{d}"), "precision": label,
+                "kernel": tag, "kernels": names,
+                "median_ms": r.forward_s * 1e3, "tflop_per_s": flops / r.forward_s / 1e12,
+            }));
+            emit(serde_json::json!({
+                "phase": "attention", "name": format!("backward_{b}x{t}x{h}x{d}"), "precision": label,
+                "kernel": tag, "kernels": names,
+                "median_ms": r.backward_s * 1e3, "tflop_per_s": 2.5 * flops / r.backward_s / 1e12,
+            }));
+        };
+        let (tag, names) = kernels(&be)?;
         let r = attention_pass(&be, [b, t, h, d], &qkv, &dout, reps)?;
-        emit(serde_json::json!({
-            "phase": "attention", "name": format!("forward_{b}x{t}x{h}x{d}"), "precision": label,
-            "median_ms": r.forward_s * 1e3, "tflop_per_s": flops / r.forward_s / 1e12,
-        }));
-        emit(serde_json::json!({
-            "phase": "attention", "name": format!("backward_{b}x{t}x{h}x{d}"), "precision": label,
-            "median_ms": r.backward_s * 1e3, "tflop_per_s": 2.5 * flops / r.backward_s / 1e12,
-        }));
+        rows(&r, tag, &names);
+        if tag == "mma" {
+            // The old kernels on the same GPU, for the comparison.
+            be.set_attention_kernels(AttentionKernels::Simt);
+            let old = attention_pass(&be, [b, t, h, d], &qkv, &dout, reps)?;
+            rows(&old, "simt", "simt");
+            be.set_attention_kernels(AttentionKernels::Auto);
+        }
         match &fp32 {
             None => {
                 // The FP32 path against the CPU backend on the first sequence.
