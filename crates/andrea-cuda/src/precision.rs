@@ -6,12 +6,16 @@
 //! * [`Precision::FP32`]: every product on FP32 FMA units (`matmul_simt`), GELU with
 //!   `tanhf`. Results agree with the float64 references to f32 rounding; this is what the
 //!   conformance suite runs.
-//! * [`Precision::FAST`] (the default): large products on tensor cores with TF32
-//!   operands and FP32 accumulation, GELU with the hardware `tanh.approx.f32`. What
+//! * [`Precision::FAST`] (the default): large products and attention on tensor cores with
+//!   TF32 operands and FP32 accumulation, GELU with the hardware `tanh.approx.f32`. What
 //!   training uses; `tests/cpu_vs_cuda.rs` states its tolerances against the CPU backend.
 //!
 //! [`MatmulPrecision::Bf16`] rounds operands to bfloat16 (8-bit significand) instead:
-//! twice the tensor-core rate of TF32 on Ampere and Hopper, and four times the error.
+//! twice the tensor-core rate of TF32 on Ampere and Hopper, and eight times the error.
+//!
+//! Attention follows the same operand precision (kernels/attention_mma.cu for TF32 and
+//! BF16, kernels/attention.cu for FP32) unless `ANDREA_CUDA_ATTENTION=simt|mma` or
+//! `CudaBackend::set_attention_kernels` forces one: [`crate::plan::attention`].
 
 /// Operand precision of the large matrix products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
