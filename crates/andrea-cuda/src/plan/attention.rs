@@ -212,17 +212,17 @@ pub const KEY_TILE: usize = 32;
 /// The largest head size: the kernels spread an output row over 32 lanes × 4 registers.
 pub const MAX_HEAD_DIM: usize = 128;
 
-/// Dynamic shared memory of attention_forward_r<R>: Q [4R][D], K [32][D+1], V [32][D].
+/// Dynamic shared memory of `attention_forward_r<R>`: Q `[4R][D]`, K `[32][D+1]`, V `[32][D]`.
 pub fn forward_smem(rows_per_warp: usize, d: usize) -> usize {
     4 * (WARPS * rows_per_warp * d + KEY_TILE * (d + 1) + KEY_TILE * d)
 }
 
-/// Dynamic shared memory of attention_backward_dq_r<R>: Q, dO [4R][D], K, V [32][D+1].
+/// Dynamic shared memory of `attention_backward_dq_r<R>`: Q, dO `[4R][D]`, K, V `[32][D+1]`.
 pub fn dq_smem(rows_per_warp: usize, d: usize) -> usize {
     4 * (2 * WARPS * rows_per_warp * d + 2 * KEY_TILE * (d + 1))
 }
 
-/// Dynamic shared memory of attention_backward_dkdv: K, V [32][D+1], q_t, dO_t [D].
+/// Dynamic shared memory of `attention_backward_dkdv`: K, V `[32][D+1]`, q_t, dO_t `[D]`.
 pub fn dkdv_smem(d: usize) -> usize {
     4 * (2 * KEY_TILE * (d + 1) + 2 * d)
 }
