@@ -45,16 +45,30 @@
 // at (2t)·LD + g) of a warp hit distinct banks; dq's K and dkdv's Q, dO tiles are read
 // both ways and have a 2-way conflict on the column loads.
 //
-// Expected H200 times (estimates; no GPU has run these yet), B = 16, H = 12, T = 1024,
-// D = 64, causal (half the T² pairs): forward 2·2·B·H·T²·D/2 = 12.9 GFLOP on tensor
-// cores; BF16 mma.sync reaches about 60% of the 989 TFLOP/s dense peak in FA2-class
-// kernels (no wgmma here), so ~22 µs of math, but the exp2 per score (201 M scores /
-// (132 SMs · 16 MUFU ops/clk · 1.98 GHz) ≈ 48 µs) and the FP32 staging binds: ~60-80 µs
-// BF16, ~90-110 µs TF32 (half the mma rate). Backward: 5 products (2.5x the forward's
-// FLOPs, 32 GFLOP) plus the recomputed exp2: ~180-250 µs BF16, ~300-400 µs TF32; the
-// dot pass reads O and dO once (2·50 MB / 4.3 TB/s ≈ 25 µs). PyTorch's SDPA
-// (FlashAttention-2 / cuDNN, BF16 activations) does the pair in roughly 250-300 µs;
-// reading FP32 activations costs these kernels twice its bytes.
+// Expected H200 times: ESTIMATES, no GPU has run these kernels yet. B = 16, H = 12,
+// T = 1024, D = 64, causal: 100.7 M (query, key) pairs (B·H·T²/2; the diagonal tiles
+// add ~3%). H200 figures used: 132 SMs at 1.98 GHz; mma.sync (not wgmma) sustains about
+// 50-60% of the 989 TFLOP/s dense BF16 peak in FA2-class kernels, ~500 BF16 / ~250 TF32;
+// shared memory 128 B/clk/SM = 33 TB/s in all; MUFU ex2 16/clk/SM = 4.2 T/s; L2 ~10 TB/s;
+// HBM 4.3 TB/s.
+//   forward (TILE 32): 2 products x 2·D FLOP a pair = 25.8 GFLOP -> 52 µs BF16, 103 µs
+//     TF32 on the tensor cores. Fragments are built from FP32 shared memory by 8-byte
+//     pair loads and 4-byte column loads (no ldmatrix: it reads b16 data), 32 B a pair
+//     = 3.2 GB -> 97 µs; one ex2 a pair -> 24 µs; K and V re-read per 64-query block
+//     from L2: 0.8 GB -> ~80 µs. Binds: shared-memory fragment traffic (BF16) or the
+//     tensor cores (TF32): ~100-150 µs BF16, ~130-180 µs TF32.
+//   attention_mma_bwd_dot: reads O and dO once (2 x 50 MB) -> ~25 µs, HBM-bound.
+//   dkdv (TILE 32 BF16, 16 TF32): 4 products = 51.6 GFLOP -> 103 µs BF16 / 206 µs TF32;
+//     64 B of fragment loads a pair (Q, dO as pairs and as columns) = 6.4 GB -> 194 µs;
+//     binds: shared memory (BF16), tensor cores + shared memory (TF32).
+//   dq (TILE 32 BF16, 16 TF32): 3 products = 38.7 GFLOP -> 77 / 155 µs; 48 B a pair =
+//     4.8 GB -> 145 µs; one more ex2 a pair -> 24 µs.
+//   backward in all: ~350-450 µs BF16, ~500-650 µs TF32.
+// SDPA (FlashAttention-2 / cuDNN, BF16 tensors) at ~330 TFLOP/s forward and ~250
+// backward (causal-adjusted) would take ~80 + ~260 µs: fwd+bwd at ~55-75% of its speed in
+// BF16 (target: >= 50%). The gap is the FP32 staging (twice SDPA's bytes, no ldmatrix);
+// BF16 activations in memory would close most of it. The SIMT kernels they replace take
+// ~5 ms forward, ~11 ms backward here (8-10 TFLOP/s, issue 12).
 #include "common.cuh"
 
 #ifdef ANDREA_CUDA_EMU
