@@ -12,6 +12,12 @@
 //! them, and the driver loads that machine code instead of JIT-compiling the PTX. Without
 //! it the list is empty and the PTX is loaded as before.
 //!
+//! And for andrea-cuda itself `$OUT_DIR/ptx/<module>.ptx`, what [`ptx`](src/ptx.rs)
+//! embeds: the committed PTX, except for a module that has a fatbin, whose text is cut to
+//! its header and `.entry` lines (the names and the ISA version are all that is read of
+//! it; the fatbin carries the same PTX for JIT). Every binary embeds every module, so this
+//! keeps the GPU bundle inside the lease's 64 MiB.
+//!
 //! andrea-cli (the `andrea` binary) and andrea-benches use this same file as their build
 //! script (`build = ...` in their manifests): a library's `rustc-link-arg` reaches only
 //! its own binaries, not those of the crates that depend on it.
@@ -47,6 +53,7 @@ fn fatbins() {
         return;
     };
     let mut entries = Vec::new();
+    let mut with_fatbin = Vec::new();
     if let Some(dir) = std::env::var_os("ANDREA_CUDA_FATBIN_DIR") {
         println!("cargo:rerun-if-changed={}", Path::new(&dir).display());
         let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -63,6 +70,7 @@ fn fatbins() {
                 .unwrap_or_default()
                 .to_string_lossy()
                 .into_owned();
+            with_fatbin.push(name.clone());
             let path = std::fs::canonicalize(&f).unwrap_or(f);
             entries.push(format!(
                 "    ({name:?}, include_bytes!({:?})),\n",
@@ -76,4 +84,57 @@ fn fatbins() {
         entries.concat()
     );
     let _ = std::fs::write(Path::new(&out).join("fatbins.rs"), text);
+    if std::env::var("CARGO_PKG_NAME").as_deref() == Ok("andrea-cuda") {
+        ptx_sources(Path::new(&out), &with_fatbin);
+    }
+}
+
+/// `$OUT_DIR/ptx/<module>.ptx` for every committed `ptx/<module>.ptx`: the whole text, or
+/// for a module in `with_fatbin` only its header (`.version`, `.target`, `.address_size`)
+/// and its `.entry` lines.
+fn ptx_sources(out: &Path, with_fatbin: &[String]) {
+    let src = Path::new("ptx");
+    println!("cargo:rerun-if-changed=ptx");
+    let dst = out.join("ptx");
+    std::fs::create_dir_all(&dst).unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
+    let files = std::fs::read_dir(src).unwrap_or_else(|e| panic!("ptx/: {e}"));
+    for f in files.flatten().map(|e| e.path()) {
+        if f.extension().is_none_or(|x| x != "ptx") {
+            continue;
+        }
+        println!("cargo:rerun-if-changed={}", f.display());
+        let name = f
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let text = if with_fatbin.contains(&name) {
+            let keep = |l: &&str| {
+                let l = l.trim_start();
+                [
+                    ".version ",
+                    ".target ",
+                    ".address_size ",
+                    ".visible .entry ",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
+            };
+            let mut t =
+                String::from("// header and entries only: the embedded fatbin has the code\n");
+            for l in text.lines().filter(keep) {
+                t.push_str(l);
+                t.push('\n');
+            }
+            t
+        } else {
+            text
+        };
+        let path = dst.join(format!("{name}.ptx"));
+        // Unchanged files keep their time stamps (no needless rebuilds of the crate).
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
 }

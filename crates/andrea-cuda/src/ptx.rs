@@ -6,12 +6,15 @@
 //! (`cargo xtask gpu-bundle` does it), [`fatbin`] returns each module's fatbin (SASS for
 //! sm_80 and sm_90 plus the same compute_80 PTX, assembled from the committed PTX by
 //! `cargo xtask build-kernels`), which the backend loads in place of the PTX text, so an
-//! sm_80 or sm_90 GPU runs the kernels without JIT compilation.
+//! sm_80 or sm_90 GPU runs the kernels without JIT compilation. Such a build embeds only
+//! the header and `.entry` lines of each module's PTX text ([`PtxModule::source`]; the
+//! fatbin carries the whole PTX): build.rs copies `ptx/` into `$OUT_DIR` so.
 
 /// One compiled `kernels/<name>.cu`.
 #[derive(Debug, Clone, Copy)]
 pub struct PtxModule {
     pub name: &'static str,
+    /// The PTX text; in a build with fatbins, only its header and `.entry` lines.
     pub source: &'static str,
 }
 
@@ -19,7 +22,7 @@ macro_rules! modules {
     ($($name:literal)*) => {
         /// Every module, loaded once when the backend starts.
         pub const MODULES: &[PtxModule] = &[
-            $(PtxModule { name: $name, source: include_str!(concat!("../ptx/", $name, ".ptx")) },)*
+            $(PtxModule { name: $name, source: include_str!(concat!(env!("OUT_DIR"), "/ptx/", $name, ".ptx")) },)*
         ];
     };
 }
