@@ -58,12 +58,16 @@ def table(rows):
         out.append(f"FAILED {r.get('run_phase', '?')}: {r.get('name', '')} {r.get('precision', '')} "
                    f"{what} (worst/bound {fmt(r.get('worst_err_over_bound'), 2)})"[:160])
 
-    def speed(phase_prefix, impl):
+    def speed(phase_prefix, impl, kernel_impl="mma"):
         d = {}
         for r in rows:
             if not r.get("run_phase", "").startswith(phase_prefix) or "tflop_per_s" not in r:
                 continue
             if (r.get("implementation") == "pytorch") != (impl == "pytorch"):
+                continue
+            # Rows without kernel_impl (older runs) and the FP32 (simt) rows count as the
+            # default, mma; wmma rows only when asked for.
+            if impl != "pytorch" and (r.get("kernel_impl") == "wmma") != (kernel_impl == "wmma"):
                 continue
             d[(r["name"], r["precision"])] = r["tflop_per_s"]
         return d
@@ -80,7 +84,17 @@ def table(rows):
                 cells.append(f"{fmt(a)} ({fmt(b)}) [{pct(a, b)}]")
             out.append(f"{n:<20} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}")
 
-    split = [r for r in rows if r.get("run_phase") == "gemm-check" and (r.get("split_k") or 1) > 1]
+    old = speed("gemm-check", "andrea", "wmma")
+    if old:
+        out.append("== GEMMs, TFLOP/s, same run: mma (matmul_mma.cu) vs wmma (matmul.cu) [mma % of cuBLAS]")
+        out.append(f"{'product':<20} {'tf32 mma / wmma':>22} {'bf16 mma / wmma':>22}")
+        for n in dict.fromkeys(n for n, _ in old):
+            cells = [f"{fmt(ours.get((n, p)))} / {fmt(old.get((n, p)))} [{pct(ours.get((n, p)), peer.get((n, p)))}]"
+                     for p in ("tf32", "bf16")]
+            out.append(f"{n:<20} {cells[0]:>22} {cells[1]:>22}")
+
+    split = [r for r in rows if r.get("run_phase") == "gemm-check" and (r.get("split_k") or 1) > 1
+             and r.get("kernel_impl", "mma") != "wmma"]
     if split:
         out.append("== split-K (ANDREA_CUDA_SPLIT_K=auto): ms split vs unsplit, same run")
         for r in split:

@@ -14,8 +14,10 @@
 //! adds columns: `cuda-tf32` (the training precision, every op), and `cuda-fp32` and
 //! `cuda-bf16` for the GEMMs, and the group `attention_gpu` (B 16, T 1024, 12 heads of
 //! 64) with `cuda-{tf32,bf16}-{mma,simt}`: the tensor-core attention kernels and the SIMT
-//! ones, per precision. Each iteration ends with `synchronize`, so GPU times are of
-//! finished work. Without a device the columns are skipped with a printed message; on a
+//! ones, per precision; `cuda-tf32-wmma` and `cuda-bf16-wmma` time the GEMMs on the older
+//! WMMA kernels next to the default mma.sync ones (`ANDREA_CUDA_MATMUL`). Each iteration
+//! ends with `synchronize`, so GPU times are of finished work. Without a device the
+//! columns are skipped with a printed message; on a
 //! GPU machine, `-- cuda-` runs only them (the bench binary in `cargo xtask gpu-bundle`).
 
 use std::hint::black_box;
@@ -681,6 +683,16 @@ fn bench_cuda(c: &mut Criterion) {
                 let shape = [16, 1024, 12, 64];
                 bench_attention(c, &be, &format!("{label}-{tag}"), "attention_gpu", shape);
             }
+        }
+    }
+    // The WMMA kernels (kernels/matmul.cu) next to the default mma ones, same run.
+    for (label, p) in [
+        ("cuda-tf32-wmma", Precision::FAST),
+        ("cuda-bf16-wmma", Precision::BF16),
+    ] {
+        if let Some(mut be) = start(p) {
+            be.set_matmul_impl(andrea_cuda::MatmulImpl::Wmma);
+            bench_gemms(c, &be, label);
         }
     }
 }

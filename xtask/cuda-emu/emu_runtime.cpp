@@ -705,6 +705,16 @@ int cuModuleGetFunction(void** f, void*, const char* name) {
     return NOT_FOUND;
 }
 
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8): the opt-in past 48 KiB, up to
+// an sm_80/sm_90 block's 227 KiB (H100/H200; A100 allows 163 KiB: the plan stays under).
+static std::map<const void*, int> max_dynamic_smem;
+int cuFuncSetAttribute(void* f, int attrib, int value) {
+    if (attrib != 8) return 801;  // CUDA_ERROR_NOT_SUPPORTED
+    if (value < 0 || value > 227 * 1024) return INVALID_VALUE;
+    max_dynamic_smem[f] = value;
+    return OK;
+}
+
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned smem, void*, void** params, void**) {
     ++driver_counts[C_LAUNCH];
@@ -714,7 +724,13 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
         bz > 64)
         return INVALID_VALUE;
     if (threads > (unsigned)MAX_THREADS) return INVALID_VALUE;
-    if (smem > 48 * 1024) return INVALID_VALUE;  // no kernel here opts in to more
+    auto opt = max_dynamic_smem.find(f);
+    unsigned limit = opt == max_dynamic_smem.end() ? 48 * 1024 : (unsigned)std::max(opt->second, 48 * 1024);
+    if (smem > limit) {
+        std::fprintf(stderr, "cuda-emu: kernel %s: %u B of dynamic shared memory, over its limit of %u\n", k->name,
+                     smem, limit);
+        return INVALID_VALUE;
+    }
     if (!S.stacks) {
         void* m = mmap(nullptr, STACK * MAX_THREADS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);

@@ -19,6 +19,8 @@
 //!   (`unsplit_median_ms`). Then, per precision, the MLP's dX product with the GELU
 //!   backward fused into its epilogue against the product + separate `gelu_backward`
 //!   (`phase: gemm_epilogue`, `median_ms` fused, `unfused_median_ms`).
+//!   TF32 and BF16 run twice, once per tensor-core kernel family
+//!   (`kernel_impl`: `mma`, the default, and `wmma`), each row naming its `kernel`.
 //! * `attention`: forward and backward at `[B, T, 3C]`, timed per precision; every
 //!   precision against the FP32 path, and the FP32 path against the CPU backend on the
 //!   first sequence. Bounds below, at [`attention_tol`]. Each row names its kernels
@@ -44,7 +46,7 @@ use andrea_core::prelude::*;
 use andrea_cpu::CpuBackend;
 use andrea_cuda::plan::attention as att_plan;
 use andrea_cuda::plan::matmul as split_plan;
-use andrea_cuda::{AttentionKernels, CudaBackend, MatmulPrecision, Precision, SplitK};
+use andrea_cuda::{AttentionKernels, CudaBackend, MatmulImpl, MatmulPrecision, Precision, SplitK};
 use andrea_model::{Config, Model, Trainer};
 use andrea_testkit::tol::{self, Tol};
 
@@ -183,8 +185,19 @@ fn gemm(flags: &Flags) -> Res<bool> {
     // FP32 results and magnitudes, kept on the host for the fast precisions.
     let mut reference: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
     let mut ok = true;
-    for (label, precision) in PRECISIONS {
+    // FP32 first (the reference), then each fast precision with each kernel family.
+    let runs = PRECISIONS.iter().flat_map(|&(label, precision)| {
+        let imps: &[(&str, MatmulImpl)] = if precision == Precision::FP32 {
+            &[("simt", MatmulImpl::Mma)]
+        } else {
+            &[("mma", MatmulImpl::Mma), ("wmma", MatmulImpl::Wmma)]
+        };
+        imps.iter()
+            .map(move |&(il, imp)| (label, precision, il, imp))
+    });
+    for (label, precision, imp_label, imp) in runs {
         let mut be = backend(precision)?;
+        be.set_matmul_impl(imp);
         for (idx, g) in shapes.iter().enumerate() {
             let StepGemm {
                 name,
@@ -212,7 +225,8 @@ fn gemm(flags: &Flags) -> Res<bool> {
             let flops = 2.0 * (m * k * n) as f64;
             // Split-K as the backend plans it (ANDREA_CUDA_SPLIT_K, default auto); a split
             // product is timed unsplit too, so one run compares both.
-            let kernel = split_plan::choose(m, n, k, precision.matmul);
+            let kernel =
+                split_plan::choose(m, n, k, 1, precision.matmul, imp, be.multiprocessors());
             let slices = match be.split_k() {
                 SplitK::Off => 1,
                 SplitK::Auto => split_plan::split_count(m, n, k, 1, kernel, be.multiprocessors()),
@@ -243,6 +257,7 @@ fn gemm(flags: &Flags) -> Res<bool> {
                 "precision": label, "backend": be.name(),
                 "median_ms": secs * 1e3, "tflop_per_s": flops / secs / 1e12,
                 "split_k": slices, "unsplit_median_ms": unsplit_ms,
+                "kernel": kernel.name(), "kernel_impl": imp_label,
             });
             if precision == Precision::FP32 {
                 let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
@@ -276,7 +291,10 @@ fn gemm(flags: &Flags) -> Res<bool> {
             }
             emit(row);
         }
-        ok &= gelu_backward_epilogue(&mut be, label, bt, c, reps)?;
+        // The fused-epilogue rows once per precision, on the default kernels.
+        if imp_label != "wmma" {
+            ok &= gelu_backward_epilogue(&mut be, label, bt, c, reps)?;
+        }
     }
     Ok(ok)
 }

@@ -29,7 +29,7 @@ macro_rules! modules {
 
 modules! {
     "adamw" "attention" "attention_mma" "bias" "elementwise" "embedding" "gelu" "layernorm"
-    "loss" "matmul" "norm" "softmax" "tc_selftest"
+    "loss" "matmul" "matmul_mma" "norm" "softmax" "tc_selftest"
 }
 
 mod embedded {
@@ -181,11 +181,7 @@ mod names {
             launches.extend([plan::attention::forward(&dims).unwrap(), dq, dkdv]);
         }
         let mut names: Vec<&str> = launches.iter().map(|l| l.kernel).collect();
-        for k in [
-            plan::matmul::MatmulKernel::Simt,
-            plan::matmul::MatmulKernel::TensorTf32,
-            plan::matmul::MatmulKernel::TensorBf16,
-        ] {
+        for k in plan::matmul::MatmulKernel::all() {
             names.push(k.name());
         }
         names.push(

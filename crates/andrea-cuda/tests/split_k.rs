@@ -12,69 +12,12 @@
 
 mod common;
 
-use andrea_core::{LinalgOps, Matrix, View};
 use andrea_cuda::plan::matmul::{self as mm, MatmulKernel};
-use andrea_cuda::{CudaBackend, Precision, SplitK};
-use common::{buf, compare, cuda, data, read};
+use andrea_cuda::{MatmulImpl, MmaTile, Precision, SplitK};
+use common::matmul::{inputs, run, Case, Inputs};
+use common::{compare, cuda};
 
 const U24: f64 = 1.0 / 16_777_216.0;
-
-#[derive(Debug, Clone, Copy)]
-struct Case {
-    m: usize,
-    n: usize,
-    k: usize,
-    transpose_a: bool,
-    transpose_b: bool,
-    bias: bool,
-    accumulate: bool,
-}
-
-struct Inputs {
-    a: Vec<f32>,
-    b: Vec<f32>,
-    bias: Vec<f32>,
-    c0: Vec<f32>,
-}
-
-fn inputs(c: &Case, seed: u64) -> Inputs {
-    Inputs {
-        a: data(seed, c.m * c.k, -1.0, 1.0),
-        b: data(seed + 1, c.k * c.n, -1.0, 1.0),
-        bias: data(seed + 2, c.n, -1.0, 1.0),
-        c0: data(seed + 3, c.m * c.n, -1.0, 1.0),
-    }
-}
-
-/// `c (+)= a·b (+ bias)`; `a` stored `[K, M]` when transposed (as xᵀ in dW = xᵀ·dy),
-/// `b` stored `[N, K]`.
-fn run(be: &CudaBackend, c: &Case, x: &Inputs) -> Vec<f32> {
-    let (ab, bb, biasb, cb) = (
-        buf(be, &x.a),
-        buf(be, &x.b),
-        buf(be, &x.bias),
-        buf(be, &x.c0),
-    );
-    let am: Matrix<'_, _> = if c.transpose_a {
-        View::new(&ab, 0, [c.k, c.m]).mat().t()
-    } else {
-        View::new(&ab, 0, [c.m, c.k]).mat()
-    };
-    let bm: Matrix<'_, _> = if c.transpose_b {
-        View::new(&bb, 0, [c.n, c.k]).mat().t()
-    } else {
-        View::new(&bb, 0, [c.k, c.n]).mat()
-    };
-    let bias_v = c.bias.then(|| View::new(&biasb, 0, [c.n]));
-    let out = View::new(&cb, 0, [c.m, c.n]).mat();
-    if c.accumulate {
-        be.matmul_add(am, bm, bias_v, out)
-    } else {
-        be.matmul(am, bm, bias_v, out)
-    }
-    .expect("matmul");
-    read(be, &cb)
-}
 
 fn bound<'a>(c: &Case, x: &'a Inputs) -> impl Fn(usize) -> f64 + 'a {
     let c = *c;
@@ -108,10 +51,12 @@ fn split_vs_unsplit(
     n: usize,
     k: usize,
     kernel: MatmulKernel,
+    imp: MatmulImpl,
 ) {
     let Some(mut gpu) = cuda(name, precision) else {
         return;
     };
+    gpu.set_matmul_impl(imp);
     for slices in 2..=8usize {
         let c = Case {
             m,
@@ -124,7 +69,10 @@ fn split_vs_unsplit(
         };
         let s = mm::split(m, n, k, kernel, slices).unwrap().unwrap();
         assert_eq!(s.slices, slices, "{name}: K = {k} gives every slice count");
-        assert_eq!(mm::choose(m, n, k, precision.matmul), kernel);
+        assert_eq!(
+            mm::choose(m, n, k, 1, precision.matmul, imp, gpu.multiprocessors()),
+            kernel
+        );
         let x = inputs(&c, 100 + slices as u64);
         gpu.set_split_k(SplitK::Off);
         let unsplit = run(&gpu, &c, &x);
@@ -158,6 +106,7 @@ fn split_k_fp32() {
         96,
         500,
         MatmulKernel::Simt,
+        MatmulImpl::Wmma,
     );
 }
 
@@ -170,6 +119,7 @@ fn split_k_tf32() {
         192,
         1000,
         MatmulKernel::TensorTf32,
+        MatmulImpl::Wmma,
     );
 }
 
@@ -182,6 +132,34 @@ fn split_k_bf16() {
         192,
         1000,
         MatmulKernel::TensorBf16,
+        MatmulImpl::Wmma,
+    );
+}
+
+// The mma kernels, each split count with the 64x64 and 128x64 tiles.
+#[test]
+fn split_k_mma_tf32() {
+    split_vs_unsplit(
+        "split_k_mma_tf32",
+        Precision::FAST,
+        130,
+        192,
+        1000,
+        MatmulKernel::MmaTf32(MmaTile::T64x64),
+        MatmulImpl::MmaFixed(MmaTile::T64x64),
+    );
+}
+
+#[test]
+fn split_k_mma_bf16() {
+    split_vs_unsplit(
+        "split_k_mma_bf16",
+        Precision::BF16,
+        130,
+        192,
+        1000,
+        MatmulKernel::MmaBf16(MmaTile::T128x64),
+        MatmulImpl::MmaFixed(MmaTile::T128x64),
     );
 }
 

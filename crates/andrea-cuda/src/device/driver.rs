@@ -32,6 +32,7 @@ extern "C" {
         module: CuModule,
         name: *const c_char,
     ) -> i32;
+    pub(crate) fn cuFuncSetAttribute(f: CuFunction, attrib: c_int, value: c_int) -> i32;
     pub(crate) fn cuLaunchKernel(
         f: CuFunction,
         gx: c_uint,

@@ -34,7 +34,7 @@ use driver::{CuFunction, CuModule, CuStream};
 pub use launch::RawArg;
 
 use crate::plan::attention::AttentionKernels;
-use crate::plan::matmul::SplitK;
+use crate::plan::matmul::{MatmulImpl, MatmulKernel, SplitK};
 use crate::plan::reduce::SQ_MAX_PARTIALS;
 use crate::precision::Precision;
 use crate::ptx;
@@ -82,6 +82,10 @@ pub struct CudaBackend {
     /// A planted fault for the attention tests: the tensor-core forward's causal mask
     /// lets each query see one key too many.
     attention_fault: bool,
+    /// `ANDREA_CUDA_MATMUL` (default `mma`), or [`CudaBackend::set_matmul_impl`].
+    matmul_impl: MatmulImpl,
+    /// A planted fault for the mma kernels' tests (0: none).
+    mma_fault: u8,
     sync_each_launch: bool,
     functions: HashMap<&'static str, CuFunction>,
     /// How each kernel module was loaded.
@@ -159,6 +163,10 @@ impl CudaBackend {
             Ok(v) => AttentionKernels::parse(&v)?,
             Err(_) => AttentionKernels::Auto,
         };
+        let matmul_impl = match std::env::var("ANDREA_CUDA_MATMUL") {
+            Ok(v) => MatmulImpl::parse(&v)?,
+            Err(_) => MatmulImpl::Mma,
+        };
         let context = Context::new(device)
             .map_err(|e| driver::from_cust(e, "creating the CUDA context", &device_name, None))?;
         // cust 0.3 always makes a blocking stream (ordered with the legacy default stream),
@@ -166,6 +174,7 @@ impl CudaBackend {
         let stream = Stream::new(StreamFlags::DEFAULT, None)
             .map_err(|e| driver::from_cust(e, "creating the CUDA stream", &device_name, None))?;
         let (modules, functions, loads) = load_modules(version)?;
+        opt_in_shared_memory(&functions)?;
         let sq = |n| alloc_zeroed::<f64>(n, &device_name);
         Ok(CudaBackend {
             precision,
@@ -178,6 +187,8 @@ impl CudaBackend {
             gelu_backward_fault: false,
             attention_kernels,
             attention_fault: false,
+            matmul_impl,
+            mma_fault: 0,
             sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
             functions,
             scratch: RefCell::new(None),
@@ -258,6 +269,25 @@ impl CudaBackend {
     #[doc(hidden)]
     pub fn plant_split_k_fault(&mut self, on: bool) {
         self.split_k_fault = on;
+    }
+
+    /// Which tensor-core matmul kernels TF32 and BF16 products use; the default comes
+    /// from `ANDREA_CUDA_MATMUL=wmma|mma|mma128x128|mma128x64|mma64x64` (default `mma`).
+    pub fn matmul_impl(&self) -> MatmulImpl {
+        self.matmul_impl
+    }
+
+    /// Sets the tensor-core matmul kernels, e.g. to compare WMMA and mma on one GPU.
+    pub fn set_matmul_impl(&mut self, imp: MatmulImpl) {
+        self.matmul_impl = imp;
+    }
+
+    /// Tests only: plants a fault in the mma kernels (1: the fragment reads ignore the
+    /// shared-memory swizzle; 2: the pipeline reads a stage before its copies land; 0:
+    /// none), to show that the mma tests catch it.
+    #[doc(hidden)]
+    pub fn plant_mma_fault(&mut self, fault: u8) {
+        self.mma_fault = fault;
     }
 
     /// Multiprocessors on the GPU.
@@ -442,6 +472,31 @@ const JIT_LOG_BYTES: usize = 16 * 1024;
 fn log_text(buf: &[u8]) -> String {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).trim().to_string()
+}
+
+/// Lets the kernels that need more than 48 KiB of dynamic shared memory (the mma
+/// matmuls, plan::matmul::mma_smem) have it (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+fn opt_in_shared_memory(functions: &HashMap<&'static str, CuFunction>) -> Result<()> {
+    const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+    for kernel in MatmulKernel::all() {
+        let bytes = kernel.smem();
+        if bytes <= 48 * 1024 {
+            continue;
+        }
+        if let Some(&f) = functions.get(kernel.name()) {
+            // SAFETY: `f` is a kernel of a loaded module.
+            let code = unsafe {
+                driver::cuFuncSetAttribute(f, MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as c_int)
+            };
+            driver::check(code, || {
+                format!(
+                    "allowing kernel `{}` {bytes} B of dynamic shared memory",
+                    kernel.name()
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Loads every kernel module and looks up its kernels: the embedded fatbin where this

@@ -54,6 +54,16 @@ impl Gelu<'_> {
 }
 
 impl CudaBackend {
+    /// The kernels' `a_mode` argument: the load mode, and for the mma kernels a planted
+    /// fault in bits 4.. (tests only, see [`CudaBackend::plant_mma_fault`]).
+    fn a_mode_arg(&self, p: &matmul::MatmulPlan) -> i32 {
+        let fault = match p.kernel {
+            matmul::MatmulKernel::MmaTf32(_) | matmul::MatmulKernel::MmaBf16(_) => self.mma_fault,
+            _ => 0,
+        };
+        p.a_mode as i32 | (fault as i32) << 4
+    }
+
     /// `c (+)= a·b (+ bias)` with `gelu`'s epilogue.
     #[allow(clippy::too_many_arguments)]
     fn matmul_launch(
@@ -67,7 +77,15 @@ impl CudaBackend {
         precision: MatmulPrecision,
     ) -> Result<()> {
         let (ao, bo, co) = (operand(&a), operand(&b), operand(&c));
-        let p = matmul::plan(&ao, &bo, c.batch, precision, self.split_k, self.sms)?;
+        let p = matmul::plan(
+            &ao,
+            &bo,
+            c.batch,
+            precision,
+            self.matmul_impl,
+            self.split_k,
+            self.sms,
+        )?;
         let gelu_mode = gelu.mode(self.precision.approx_tanh);
         if let Some(s) = &p.split {
             return self.matmul_split_launch(
@@ -106,7 +124,7 @@ impl CudaBackend {
                     .long(long(co.bs))
                     .long(long(co.rs))
                     .long(long(co.cs))
-                    .int(p.a_mode as i32)
+                    .int(self.a_mode_arg(&p))
                     .int(p.b_mode as i32)
                     .int(accumulate as i32)
                     .int(gelu_mode)
@@ -158,7 +176,7 @@ impl CudaBackend {
                     .long(long(m * n))
                     .long(long(n))
                     .long(1)
-                    .int(p.a_mode as i32)
+                    .int(self.a_mode_arg(p))
                     .int(p.b_mode as i32)
                     .int(0)
                     .int(0)
@@ -245,7 +263,15 @@ impl LinalgOps for CudaBackend {
 
     /// The split-K workspace the plan gives this product (0 when it does not split).
     fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
-        let kernel = matmul::choose(m, n, k, self.precision.matmul);
+        let kernel = matmul::choose(
+            m,
+            n,
+            k,
+            1,
+            self.precision.matmul,
+            self.matmul_impl,
+            self.sms,
+        );
         match matmul::split_of(m, n, k, 1, kernel, self.split_k, self.sms) {
             Ok(Some(s)) => s.workspace,
             _ => 0,

@@ -6,20 +6,120 @@ use super::{grid, int, Launch};
 use crate::precision::MatmulPrecision;
 use andrea_core::Result;
 
+/// The tile of a `matmul_mma_*` kernel (kernels/matmul_mma.cu).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaTile {
+    T128x128,
+    T128x64,
+    T64x64,
+}
+
+impl MmaTile {
+    pub const ALL: [MmaTile; 3] = [MmaTile::T128x128, MmaTile::T128x64, MmaTile::T64x64];
+
+    /// Output tile `(rows, columns)` of one block.
+    pub fn dims(self) -> (usize, usize) {
+        match self {
+            MmaTile::T128x128 => (128, 128),
+            MmaTile::T128x64 => (128, 64),
+            MmaTile::T64x64 => (64, 64),
+        }
+    }
+
+    /// Threads per block: 8 warps as 2 × 4 for 128x128, 4 warps as 2 × 2 otherwise.
+    pub fn threads(self) -> u32 {
+        match self {
+            MmaTile::T128x128 => 256,
+            _ => 128,
+        }
+    }
+
+    /// Blocks resident per SM (the kernels' `__launch_bounds__` minimum, which ptxas
+    /// meets: `cargo xtask build-kernels`): by shared memory, 96 / 72 / 48 KiB each
+    /// against 228 KB per SM on sm_90 (164 KB on sm_80 allows 1 / 2 / 3).
+    pub fn blocks_per_sm(self) -> usize {
+        match self {
+            MmaTile::T128x128 => 2,
+            MmaTile::T128x64 => 3,
+            MmaTile::T64x64 => 4,
+        }
+    }
+
+    /// Relative throughput per SM: the kernels are bound by shared-memory reads, which
+    /// per FLOP scale with `(wm + wn) / (wm·wn)` of the warp tile: 64 × 32 for 128x128
+    /// and 128x64, 32 × 32 (4/3 the bytes per FLOP) for 64x64.
+    pub fn efficiency(self) -> f64 {
+        match self {
+            MmaTile::T64x64 => 0.75,
+            _ => 1.0,
+        }
+    }
+
+    /// The suffix of the kernel names and of `ANDREA_CUDA_MATMUL=mma<tile>`.
+    pub fn label(self) -> &'static str {
+        match self {
+            MmaTile::T128x128 => "128x128",
+            MmaTile::T128x64 => "128x64",
+            MmaTile::T64x64 => "64x64",
+        }
+    }
+}
+
+/// Which tensor-core kernels products use in a TF32 or BF16 precision
+/// (`ANDREA_CUDA_MATMUL`): the WMMA kernels of kernels/matmul.cu, or the mma.sync
+/// kernels of kernels/matmul_mma.cu with the tile the plan picks ([`mma_tile`]) or a
+/// fixed one (to compare tiles on one GPU, and for tests). FP32 products use
+/// matmul_simt either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulImpl {
+    Wmma,
+    Mma,
+    MmaFixed(MmaTile),
+}
+
+impl MatmulImpl {
+    /// `wmma`, `mma` (the default) or `mma128x128` / `mma128x64` / `mma64x64`.
+    pub fn parse(s: &str) -> Result<MatmulImpl> {
+        match s.trim() {
+            "wmma" => Ok(MatmulImpl::Wmma),
+            "mma" | "" => Ok(MatmulImpl::Mma),
+            t => MmaTile::ALL
+                .into_iter()
+                .find(|x| t.strip_prefix("mma") == Some(x.label()))
+                .map(MatmulImpl::MmaFixed)
+                .ok_or_else(|| {
+                    andrea_core::Error::invalid(
+                        "ANDREA_CUDA_MATMUL",
+                        format!("`{s}`: expected wmma, mma, mma128x128, mma128x64 or mma64x64"),
+                    )
+                }),
+        }
+    }
+}
+
 /// The kernel family of one product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatmulKernel {
     Simt,
     TensorTf32,
     TensorBf16,
+    MmaTf32(MmaTile),
+    MmaBf16(MmaTile),
 }
 
 impl MatmulKernel {
     pub fn name(self) -> &'static str {
+        use MmaTile::*;
         match self {
             MatmulKernel::Simt => "matmul_simt",
             MatmulKernel::TensorTf32 => "matmul_tc_tf32",
             MatmulKernel::TensorBf16 => "matmul_tc_bf16",
+            MatmulKernel::MmaTf32(T128x128) => "matmul_mma_tf32_128x128",
+            MatmulKernel::MmaTf32(T128x64) => "matmul_mma_tf32_128x64",
+            MatmulKernel::MmaTf32(T64x64) => "matmul_mma_tf32_64x64",
+            MatmulKernel::MmaBf16(T128x128) => "matmul_mma_bf16_128x128",
+            MatmulKernel::MmaBf16(T128x64) => "matmul_mma_bf16_128x64",
+            MatmulKernel::MmaBf16(T64x64) => "matmul_mma_bf16_64x64",
         }
     }
 
@@ -27,26 +127,106 @@ impl MatmulKernel {
     pub fn tile(self) -> (usize, usize, usize) {
         match self {
             MatmulKernel::Simt => (64, 64, 16),
-            _ => (128, 128, 32),
+            MatmulKernel::TensorTf32 | MatmulKernel::TensorBf16 => (128, 128, 32),
+            MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) => {
+                let (bm, bn) = t.dims();
+                (bm, bn, MMA_BK)
+            }
         }
     }
+
+    /// Threads per block.
+    pub fn threads(self) -> u32 {
+        match self {
+            MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) => t.threads(),
+            _ => 256,
+        }
+    }
+
+    /// Dynamic shared memory per block, bytes.
+    pub fn smem(self) -> u32 {
+        match self {
+            MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) => mma_smem(t),
+            _ => 0,
+        }
+    }
+
+    /// Every kernel [`choose`] can return.
+    pub fn all() -> Vec<MatmulKernel> {
+        let mut v = vec![
+            MatmulKernel::Simt,
+            MatmulKernel::TensorTf32,
+            MatmulKernel::TensorBf16,
+        ];
+        for t in MmaTile::ALL {
+            v.push(MatmulKernel::MmaTf32(t));
+            v.push(MatmulKernel::MmaBf16(t));
+        }
+        v
+    }
+}
+
+/// The K step of the mma kernels.
+pub const MMA_BK: usize = 32;
+/// Their cp.async pipeline depth.
+pub const MMA_STAGES: usize = 3;
+
+/// Dynamic shared memory of a `matmul_mma_*` kernel: `MMA_STAGES` FP32 tiles of A and B.
+pub fn mma_smem(t: MmaTile) -> u32 {
+    let (bm, bn) = t.dims();
+    (MMA_STAGES * (bm + bn) * MMA_BK * 4) as u32
+}
+
+/// The mma tile of least estimated time for `batch` products of `[M, ·]·[·, N]` on
+/// `sms` multiprocessors: `waves · blocks_per_sm · bm · bn / efficiency` (the time of a
+/// wave is that of one SM running its resident blocks, all bound by shared-memory
+/// bandwidth), the larger tile on a tie.
+pub fn mma_tile(m: usize, n: usize, batch: usize, sms: usize) -> MmaTile {
+    let cost = |t: MmaTile| {
+        let (bm, bn) = t.dims();
+        let blocks = m.div_ceil(bm) * n.div_ceil(bn) * batch.max(1);
+        let waves = blocks.div_ceil(sms.max(1) * t.blocks_per_sm());
+        (waves * t.blocks_per_sm() * bm * bn) as f64 / t.efficiency()
+    };
+    let mut best = MmaTile::T128x128;
+    for t in MmaTile::ALL {
+        if cost(t) < cost(best) {
+            best = t;
+        }
+    }
+    best
 }
 
 /// Products below this many multiply-adds stay on the FP32 kernel even in a tensor-core
 /// precision: a 128×128 tile would be mostly padding, and the gain is nil.
 pub const TENSOR_CORE_MIN_MACS: usize = 1 << 22;
 
-/// The kernel for an `[M, K]·[K, N]` product (per batch entry) in `precision`.
-pub fn choose(m: usize, n: usize, k: usize, precision: MatmulPrecision) -> MatmulKernel {
+/// The kernel for `batch` `[M, K]·[K, N]` products in `precision` with the tensor-core
+/// kernels `imp`, on `sms` multiprocessors.
+pub fn choose(
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    precision: MatmulPrecision,
+    imp: MatmulImpl,
+    sms: usize,
+) -> MatmulKernel {
     let big = m >= 64
         && n >= 64
         && k >= 32
         && m.saturating_mul(n).saturating_mul(k) >= TENSOR_CORE_MIN_MACS;
-    match precision {
-        MatmulPrecision::Fp32 => MatmulKernel::Simt,
+    let tile = || match imp {
+        MatmulImpl::MmaFixed(t) => t,
+        _ => mma_tile(m, n, batch, sms),
+    };
+    match (precision, imp) {
+        (MatmulPrecision::Fp32, _) => MatmulKernel::Simt,
         _ if !big => MatmulKernel::Simt,
-        MatmulPrecision::Tf32 => MatmulKernel::TensorTf32,
-        MatmulPrecision::Bf16 => MatmulKernel::TensorBf16,
+        (MatmulPrecision::Tf32, MatmulImpl::Wmma) => MatmulKernel::TensorTf32,
+        (MatmulPrecision::Bf16, MatmulImpl::Wmma) => MatmulKernel::TensorBf16,
+        (MatmulPrecision::Tf32, _) => MatmulKernel::MmaTf32(tile()),
+        (MatmulPrecision::Bf16, _) => MatmulKernel::MmaBf16(tile()),
     }
 }
 
@@ -138,12 +318,13 @@ pub const MIN_K_SLICE: usize = 1024;
 pub const MAX_WORKSPACE: usize = 64 << 20;
 
 /// Blocks of `kernel` resident on one SM at a time, from its registers (ptxas, sm_90,
-/// 65 536 per SM): the tensor-core kernels use 210-254 × 256 threads, so one block;
-/// matmul_simt 64 × 256, so four.
+/// 65 536 per SM): the WMMA kernels use 210-254 × 256 threads, so one block;
+/// matmul_simt 64 × 256, so four; the mma kernels [`MmaTile::blocks_per_sm`].
 pub fn blocks_per_sm(kernel: MatmulKernel) -> usize {
     match kernel {
         MatmulKernel::Simt => 4,
-        _ => 1,
+        MatmulKernel::TensorTf32 | MatmulKernel::TensorBf16 => 1,
+        MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) => t.blocks_per_sm(),
     }
 }
 
@@ -286,12 +467,13 @@ pub fn plan(
     b: &Operand,
     batch: usize,
     precision: MatmulPrecision,
+    imp: MatmulImpl,
     split_k: SplitK,
     sms: usize,
 ) -> Result<MatmulPlan> {
     const OP: &str = "matmul";
     let (m, k, n) = (a.rows, a.cols, b.cols);
-    let kernel = choose(m, n, k, precision);
+    let kernel = choose(m, n, k, batch, precision, imp, sms);
     let (bm, bn, _) = kernel.tile();
     let split = split_of(m, n, k, batch, kernel, split_k, sms)?;
     let mut launches = Vec::new();
@@ -301,8 +483,8 @@ pub fn plan(
             Launch {
                 kernel: kernel.name(),
                 grid: grid(OP, n.div_ceil(bn), m.div_ceil(bm), s.slices)?,
-                block: [256, 1, 1],
-                smem: 0,
+                block: [kernel.threads(), 1, 1],
+                smem: kernel.smem(),
             },
         ));
     }
@@ -314,8 +496,8 @@ pub fn plan(
             Launch {
                 kernel: kernel.name(),
                 grid: grid(OP, n.div_ceil(bn), m.div_ceil(bm), count)?,
-                block: [256, 1, 1],
-                smem: 0,
+                block: [kernel.threads(), 1, 1],
+                smem: kernel.smem(),
             },
         ));
         b0 += count;
@@ -397,24 +579,56 @@ mod tests {
     #[test]
     fn kernel_choice() {
         assert_eq!(
-            choose(16384, 2304, 768, MatmulPrecision::Tf32),
+            choose(
+                16384,
+                2304,
+                768,
+                1,
+                MatmulPrecision::Tf32,
+                MatmulImpl::Wmma,
+                132
+            ),
             MatmulKernel::TensorTf32
         );
         assert_eq!(
-            choose(16384, 2304, 768, MatmulPrecision::Bf16),
+            choose(
+                16384,
+                2304,
+                768,
+                1,
+                MatmulPrecision::Bf16,
+                MatmulImpl::Wmma,
+                132
+            ),
             MatmulKernel::TensorBf16
         );
         assert_eq!(
-            choose(16384, 2304, 768, MatmulPrecision::Fp32),
+            choose(
+                16384,
+                2304,
+                768,
+                1,
+                MatmulPrecision::Fp32,
+                MatmulImpl::Wmma,
+                132
+            ),
             MatmulKernel::Simt
         );
         // Generation: one row per sequence.
         assert_eq!(
-            choose(1, 8449, 768, MatmulPrecision::Tf32),
+            choose(
+                1,
+                8449,
+                768,
+                1,
+                MatmulPrecision::Tf32,
+                MatmulImpl::Wmma,
+                132
+            ),
             MatmulKernel::Simt
         );
         assert_eq!(
-            choose(64, 64, 64, MatmulPrecision::Tf32),
+            choose(64, 64, 64, 1, MatmulPrecision::Tf32, MatmulImpl::Wmma, 132),
             MatmulKernel::Simt
         );
     }
@@ -468,6 +682,7 @@ mod tests {
             &b,
             100_000,
             MatmulPrecision::Fp32,
+            MatmulImpl::Mma,
             SplitK::Fixed(4),
             132,
         )
@@ -500,12 +715,12 @@ mod tests {
         for precision in [MatmulPrecision::Tf32, MatmulPrecision::Bf16] {
             for (g, (name, slices)) in gemms.iter().zip(want) {
                 assert_eq!(g.name, name);
-                let kernel = choose(g.m, g.n, g.k, precision);
+                let kernel = choose(g.m, g.n, g.k, 1, precision, MatmulImpl::Wmma, 132);
                 let got = split_count(g.m, g.n, g.k, 1, kernel, 132);
                 assert_eq!(got, slices, "{name} in {precision:?}");
                 let a = contiguous(0, g.m, g.k);
                 let b = contiguous(0, g.k, g.n);
-                let p = plan(&a, &b, 1, precision, SplitK::Auto, 132).unwrap();
+                let p = plan(&a, &b, 1, precision, MatmulImpl::Wmma, SplitK::Auto, 132).unwrap();
                 let s = p.split.map(|s| s.slices).unwrap_or(1);
                 assert_eq!(s, slices, "{name}: the plan follows split_count");
                 if let Some(s) = p.split {
@@ -531,13 +746,115 @@ mod tests {
         assert_eq!(ws(8512, 768), 8 * 8512 * 768);
         // Off and batched never split.
         let (a, b) = (contiguous(0, 768, 16384), contiguous(0, 16384, 768));
-        let p = plan(&a, &b, 1, MatmulPrecision::Bf16, SplitK::Off, 132).unwrap();
+        let p = plan(
+            &a,
+            &b,
+            1,
+            MatmulPrecision::Bf16,
+            MatmulImpl::Wmma,
+            SplitK::Off,
+            132,
+        )
+        .unwrap();
         assert!(p.split.is_none());
         // One SM (the emulator): a single tile already fills it.
         assert_eq!(
             split_count(768, 768, 16384, 1, MatmulKernel::TensorBf16, 1),
             1
         );
+    }
+
+    #[test]
+    fn matmul_setting() {
+        assert_eq!(MatmulImpl::parse("wmma").unwrap(), MatmulImpl::Wmma);
+        assert_eq!(MatmulImpl::parse("mma").unwrap(), MatmulImpl::Mma);
+        assert_eq!(
+            MatmulImpl::parse("mma128x64").unwrap(),
+            MatmulImpl::MmaFixed(MmaTile::T128x64)
+        );
+        let e = MatmulImpl::parse("cublas").unwrap_err().to_string();
+        assert!(
+            e.contains("ANDREA_CUDA_MATMUL") && e.contains("wmma"),
+            "{e}"
+        );
+    }
+
+    /// mma is the default for TF32 and BF16, FP32 stays SIMT, a fixed tile is obeyed, and
+    /// launches carry the tile's threads and shared memory.
+    #[test]
+    fn mma_kernel_choice_and_launch() {
+        use MatmulPrecision::*;
+        let pick = |p, imp| choose(16384, 2304, 768, 1, p, imp, 132);
+        assert_eq!(pick(Fp32, MatmulImpl::Mma), MatmulKernel::Simt);
+        assert_eq!(pick(Tf32, MatmulImpl::Wmma), MatmulKernel::TensorTf32);
+        assert_eq!(
+            pick(Tf32, MatmulImpl::Mma),
+            MatmulKernel::MmaTf32(MmaTile::T128x128)
+        );
+        assert_eq!(
+            pick(Bf16, MatmulImpl::MmaFixed(MmaTile::T64x64)),
+            MatmulKernel::MmaBf16(MmaTile::T64x64)
+        );
+        // Small products stay SIMT whatever the setting.
+        assert_eq!(
+            choose(64, 64, 64, 1, Bf16, MatmulImpl::Mma, 132),
+            MatmulKernel::Simt
+        );
+        let (a, b) = (contiguous(0, 1000, 768), contiguous(0, 768, 8512));
+        for t in MmaTile::ALL {
+            let p = plan(&a, &b, 1, Bf16, MatmulImpl::MmaFixed(t), SplitK::Off, 132).unwrap();
+            let (bm, bn) = t.dims();
+            let l = &p.launches[0].1;
+            assert_eq!(l.kernel, MatmulKernel::MmaBf16(t).name());
+            assert_eq!(l.block, [t.threads(), 1, 1]);
+            assert_eq!(l.smem, mma_smem(t));
+            assert_eq!(
+                l.grid,
+                [8512u32.div_ceil(bn as u32), 1000u32.div_ceil(bm as u32), 1]
+            );
+            // 3 stages of FP32 A and B tiles, within sm_80's 163 KiB opt-in.
+            assert_eq!(l.smem as usize, 3 * (bm + bn) * 32 * 4);
+            assert!(l.smem <= 163 * 1024);
+            // At least two blocks per SM on sm_90 by shared memory (228 KB, 1 KB each
+            // reserved) and registers (the ptxas counts are <= 65536 / (threads·blocks)).
+            assert!(t.blocks_per_sm() >= 2);
+            assert!(t.blocks_per_sm() * (l.smem as usize + 1024) <= 228 * 1024);
+        }
+    }
+
+    /// The tile per product of an ANDREA-120M step at 16 × 1024 on an H200, and on one
+    /// SM: 128x128 where the grid is many waves; smaller tiles where a 128x128 grid
+    /// would leave a wave mostly empty.
+    #[test]
+    fn mma_tiles_per_product() {
+        use MmaTile::*;
+        let gemms = andrea_core::config::step_gemms(16 * 1024, 768, 3072, 8512);
+        let got: Vec<(&str, MmaTile)> = gemms
+            .iter()
+            .map(|g| (g.name, mma_tile(g.m, g.n, 1, 132)))
+            .collect();
+        // E.g. the LM head (N = 8512): 128 × 67 tiles of 128x128 are 32.5 waves of 264
+        // slots (33 · 2 · 128²), 128 × 133 of 128x64 are 43.0 waves of 396 (43 · 3 ·
+        // 128·64): 2% less. dW of qkv (768 × 2304, 108 tiles of 128x128): one wave of
+        // any tile, the least work per SM is 64x64's. Ties go to the larger tile.
+        let want = [
+            ("fwd_qkv", T128x128),
+            ("fwd_attn_proj", T128x128),
+            ("fwd_fc", T128x128),
+            ("fwd_fc_proj", T128x128),
+            ("fwd_lm_head", T128x64),
+            ("bwd_dx_qkv", T128x128),
+            ("bwd_dw_qkv", T64x64),
+            ("bwd_dx_fc_proj", T128x128),
+            ("bwd_dw_fc_proj", T128x64),
+            ("bwd_dx_lm_head", T128x128),
+            ("bwd_dwte_lm_head", T128x128),
+        ];
+        assert_eq!(got, want);
+        // A single tile's worth of work: the smallest tile that covers it in one wave.
+        assert_eq!(mma_tile(64, 64, 1, 1), T64x64);
+        assert_eq!(mma_tile(128, 128, 1, 1), T64x64);
+        assert_eq!(mma_tile(4096, 4096, 1, 132), T128x128);
     }
 
     #[test]

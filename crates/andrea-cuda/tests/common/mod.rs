@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod matmul;
+
 use andrea_core::{AttentionShape, Backend, Heads, View};
 use andrea_cpu::CpuBackend;
 use andrea_cuda::{CudaBackend, Precision};
