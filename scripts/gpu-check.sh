@@ -31,8 +31,9 @@
 #   sanitizer-*       30 s each (est. 45 in all) compute-sanitizer memcheck, racecheck,
 #                     synccheck on a few small conformance tests (skipped where the
 #                     runtime does not support it: gVisor)
-#   gemm-check        75 s   (est. 20)  11 GEMMs at B·T = 16384 rows in FP32/TF32/BF16:
-#                     ~1.1 TFLOP per sweep, 12 sweeps per precision at 20-200 TFLOP/s,
+#   gemm-check        75 s   (est. 28)  11 GEMMs at B·T = 16384 rows in FP32/TF32/BF16,
+#                     TF32 and BF16 once on the mma kernels and once on the WMMA ones:
+#                     ~1.1 TFLOP per sweep, 12 sweeps per run at 20-400 TFLOP/s,
 #                     plus uploads and a host comparison of ~330M floats per precision;
 #                     the split-K dW products again unsplit (3 x 0.17 TFLOP x 11 reps)
 #   attention-check   60 s   (est. 20)  T = 1024, 12 heads of 64, batch 16: 51 GFLOP
