@@ -23,6 +23,7 @@
 //       mask off by one float. Launch errors the emulator must raise: 3: a copy never
 //       committed; 4: a wait with no commit before it; 5: a thread exits with a
 //       committed copy in flight; 6: a wait while a copy is issued but not committed.
+//   tc_selftest_cvt: the two conversions on exact ties and NaN (below).
 #include "common.cuh"
 
 // Row-major element (r, c) of a matrix with `cols` columns.
@@ -135,4 +136,24 @@ extern "C" __global__ void tc_selftest_cp_async(const float* src, float* out, in
     for (int e = i; e < 160; e += 32) out[320 + e] = buf[e];
     if (fault == 3 || fault == 5) cp_async_4(&buf[i], src, 4);
     if (fault == 5) cp_async_commit();
+}
+
+// tc_selftest_cvt(x [n], out [2n] u32 bits, n, fault): out[2i] = f32_to_tf32(x[i]),
+// out[2i + 1] = pack_bf16x2(x[i], -x[i]); fault 1: both truncate instead of rounding.
+extern "C" __global__ void tc_selftest_cvt(const float* x, float* out, int n, int fault) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned* o = reinterpret_cast<unsigned*>(out);
+    float v = x[i];
+    if (fault == 1) {
+        unsigned u, w;
+        float m = -v;
+        memcpy(&u, &v, 4);
+        memcpy(&w, &m, 4);
+        o[2 * i] = u & ~0x1fffu;
+        o[2 * i + 1] = (u >> 16) | (w & 0xffff0000u);
+        return;
+    }
+    o[2 * i] = f32_to_tf32(v);
+    o[2 * i + 1] = pack_bf16x2(v, -v);
 }

@@ -272,3 +272,81 @@ fn cp_async_lands_at_the_wait_with_zero_fill() {
         );
     }
 }
+
+/// cvt.rna.tf32 (ties away from zero) and cvt.rn.bf16x2 (ties to even, `lo` in the low
+/// half, NaN canonical) on exact ties, near-ties, NaN and infinities, against the bits
+/// computed here; truncating instead (the planted fault) fails.
+#[test]
+fn conversions_round_as_documented() {
+    let Some(be) = backend("cvt") else {
+        return;
+    };
+    let x: Vec<f32> = [
+        0x3f80_1000u32, // tf32 tie (low 13 bits = 0x1000): away -> 0x3f80_2000
+        0x3f80_3000,    // tf32 tie, odd kept bit: away again
+        0x3f80_0fff,    // just below the tie: down
+        0x3f80_8000,    // bf16 tie, even kept bit: stays 0x3f80
+        0x3f81_8000,    // bf16 tie, odd kept bit: up to 0x3f82
+        0x3f80_8001,    // above the tie: up
+        0x7fc0_0001,    // NaN
+        0x7f80_0000,    // +inf
+        0x7f7f_ffff,    // largest finite: rounds to inf in bf16, to inf in tf32 (away)
+    ]
+    .iter()
+    .map(|&u| f32::from_bits(u))
+    .collect();
+    let n = x.len();
+    let run = |fault: i32| -> Vec<u32> {
+        let (xb, ob) = (buf(&be, &x), buf(&be, &vec![0.0; 2 * n]));
+        be.launch_raw(
+            "tc_selftest_cvt",
+            [1, 1, 1],
+            [32, 1, 1],
+            &[
+                RawArg::Buf(&xb, 0),
+                RawArg::Buf(&ob, 0),
+                RawArg::Int(n as i32),
+                RawArg::Int(fault),
+            ],
+        )
+        .expect("launch");
+        read(&be, &ob).iter().map(|v| v.to_bits()).collect()
+    };
+    let bf16_bits = |v: f32| -> u32 {
+        if v.is_nan() {
+            0x7fff
+        } else {
+            bf16(v).to_bits() >> 16
+        }
+    };
+    let want: Vec<u32> = x
+        .iter()
+        .flat_map(|&v| {
+            let t = if v.is_nan() {
+                v.to_bits()
+            } else {
+                tf32_rna(v).to_bits()
+            };
+            [t, bf16_bits(v) | (bf16_bits(-v) << 16)]
+        })
+        .collect();
+    let got = run(0);
+    for i in 0..n {
+        let tf = got[2 * i];
+        if x[i].is_nan() {
+            assert!(f32::from_bits(tf).is_nan(), "tf32 of NaN: {tf:#x}");
+        } else {
+            assert_eq!(tf, want[2 * i], "tf32 of {:#x}", x[i].to_bits());
+        }
+        assert_eq!(
+            got[2 * i + 1],
+            want[2 * i + 1],
+            "bf16x2 of {:#x}",
+            x[i].to_bits()
+        );
+    }
+    assert_eq!(want[0], 0x3f80_2000);
+    assert_eq!(want[7] & 0xffff, 0x3f80);
+    assert_eq!(want[9] & 0xffff, 0x3f82);
+    assert_ne!(run(1), got, "planted fault (truncation) not caught");
+}
