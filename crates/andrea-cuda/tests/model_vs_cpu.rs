@@ -67,7 +67,7 @@
 mod common;
 
 use andrea_core::{Backend, ModelConfig, OptimizerConfig, IGNORE_INDEX};
-use andrea_cuda::{Precision, SplitK};
+use andrea_cuda::{MatmulImpl, Precision, SplitK};
 use andrea_model::{MemoryPlan, Model, Trainer};
 use andrea_testkit::compare::Compare;
 use andrea_testkit::Tol;
@@ -416,8 +416,9 @@ fn training_step_waits_for_the_device_once() {
 
 /// The training memory plan counts the split-K workspace, the largest any of the step's
 /// products takes: planned as on an H200 (132 SMs) at ANDREA-120M, 16 × 1024 tokens, the
-/// LM head's weight gradient in 8 slices of `[8512, 768]`, 209 MB; nothing without
-/// split-K. Only sizes are computed: nothing runs.
+/// LM head's weight gradient in slices of `[8512, 768]`: 8 with the WMMA kernels (one
+/// block per SM), 209 MB; 7 with the mma kernels (128x128 tiles, two per SM), 183 MB;
+/// nothing without split-K. Only sizes are computed: nothing runs.
 #[test]
 fn memory_plan_counts_the_split_k_workspace() {
     let Some(mut gpu) = cuda("memory_plan_counts_the_split_k_workspace", Precision::BF16) else {
@@ -425,6 +426,10 @@ fn memory_plan_counts_the_split_k_workspace() {
     };
     let cfg = ModelConfig::new(8449, 1024, 768, 12, 12);
     gpu.plan_for_multiprocessors(132);
+    gpu.set_matmul_impl(MatmulImpl::Mma);
+    let mma = MemoryPlan::new(&gpu, &cfg, 16, 1024);
+    assert_eq!(mma.scratch, 7 * 8512 * 768 * 4, "{mma}");
+    gpu.set_matmul_impl(MatmulImpl::Wmma);
     let plan = MemoryPlan::new(&gpu, &cfg, 16, 1024);
     assert_eq!(plan.scratch, 8 * 8512 * 768 * 4, "{plan}");
     assert!(plan.to_string().contains("product scratch 199.5"), "{plan}");
