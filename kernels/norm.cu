@@ -7,6 +7,12 @@
 //      guarantees 16-byte alignment and chunk ≡ 0 mod 4).
 //   2. sum_squares_finish: one block of 256: thread t sums partial[t], partial[t+256], ...
 //      then the same trees; out[0] = total.
+//   3. clip_scale (andrea_core::OptimOps::clip_scale): one block of 256 reads the total
+//      and checks the guard (the step's losses) for non-finite values, then thread 0
+//      writes out = [(mean·clip) as f32, norm as f32, clip as f32] with the host's f64
+//      formula (andrea_core::clip_stats; IEEE sqrt and division, so bit for bit the
+//      same), out[0] = NaN when the norm or a guard value is not finite.
+//      Expected H200 time: ~3 µs, a launch (the guard is 64 KB at 16 x 1024).
 // The chunking depends only on n, so the result is the same on every run and device.
 #include "common.cuh"
 
@@ -56,4 +62,26 @@ extern "C" __global__ void sum_squares_finish(const double* partial, int count, 
     for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
     s = block_sum_d(s);
     if (threadIdx.x == 0) out[0] = s;
+}
+
+// max_norm <= 0: no clipping (the host checks a given one is > 0).
+extern "C" __global__ void clip_scale(const double* total, double mean, float max_norm,
+                                      const float* guard, long long guard_n, float* out) {
+    // x - x is 0 exactly when x is finite (NaN and ±inf give NaN).
+    __shared__ int bad;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    int mine = 0;
+    for (long long i = threadIdx.x; i < guard_n; i += blockDim.x) mine |= !(guard[i] - guard[i] == 0.0f);
+    if (mine) bad = 1;  // every writer stores the same value
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double norm = sqrt(total[0]) * mean;
+    double clip = 1.0;
+    if (max_norm > 0.0f && (double)max_norm / (norm + 1e-6) < 1.0) clip = (double)max_norm / (norm + 1e-6);
+    float scale = (float)(mean * clip);
+    if (!(norm - norm == 0.0) || bad) scale = __builtin_nanf("");
+    out[0] = scale;
+    out[1] = (float)norm;
+    out[2] = (float)clip;
 }

@@ -476,6 +476,33 @@ impl<B: OptimOps> OptimOps for Timed<B> {
             self.inner.adamw(param, grad, m, v, step)
         })
     }
+    fn clip_scale(
+        &self,
+        grad: Tensor<'_, Self>,
+        mean: f64,
+        max_norm: Option<f32>,
+        guard: Option<Tensor<'_, Self>>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        // Reads the gradient (its Σ g²) and the guard; writes 3 floats.
+        let n = grad.numel() + guard.as_ref().map_or(0, |g| g.numel()) + 3;
+        self.time("clip_scale", floats(n), || {
+            self.inner.clip_scale(grad, mean, max_norm, guard, out)
+        })
+    }
+    fn adamw_scaled(
+        &self,
+        param: Tensor<'_, Self>,
+        grad: Tensor<'_, Self>,
+        m: Tensor<'_, Self>,
+        v: Tensor<'_, Self>,
+        step: &AdamWStep,
+        scale: Tensor<'_, Self>,
+    ) -> Result<()> {
+        self.time("adamw_scaled", floats(7 * param.numel()), || {
+            self.inner.adamw_scaled(param, grad, m, v, step, scale)
+        })
+    }
 }
 
 impl<B: AttentionOps + LinalgOps + SoftmaxOps> AttentionOps for Timed<B> {

@@ -200,6 +200,11 @@ pub(crate) fn read_mean_loss<B: Backend>(
     host: &mut [f32],
 ) -> Result<f64> {
     be.download(losses, host)?;
-    let sum: f64 = host.iter().map(|&l| l as f64).sum();
-    Ok(sum / counted as f64)
+    Ok(mean_loss(host, counted))
+}
+
+/// The mean of per-token `losses` over the `counted` non-ignored targets (summed in f64).
+pub(crate) fn mean_loss(losses: &[f32], counted: usize) -> f64 {
+    let sum: f64 = losses.iter().map(|&l| l as f64).sum();
+    sum / counted as f64
 }

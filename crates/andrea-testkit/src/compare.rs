@@ -757,6 +757,52 @@ impl<A: Backend, B: Backend> OptimOps for Compare<A, B> {
             &[("param", param), ("m", m), ("v", v)],
         )
     }
+    fn clip_scale(
+        &self,
+        grad: Tensor<'_, Self>,
+        mean: f64,
+        max_norm: Option<f32>,
+        guard: Option<Tensor<'_, Self>>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let ((ga, gb), (oa, ob)) = (grad.split(), out.split());
+        let (qa, qb) = match guard {
+            Some(g) => {
+                let (a, b) = g.split();
+                (Some(a), Some(b))
+            }
+            None => (None, None),
+        };
+        self.op(
+            "clip_scale",
+            || self.a.clip_scale(ga, mean, max_norm, qa, oa),
+            || self.b.clip_scale(gb, mean, max_norm, qb, ob),
+            &[("out", out)],
+        )
+    }
+    fn adamw_scaled(
+        &self,
+        param: Tensor<'_, Self>,
+        grad: Tensor<'_, Self>,
+        m: Tensor<'_, Self>,
+        v: Tensor<'_, Self>,
+        step: &AdamWStep,
+        scale: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let ((pa, pb), (ga, gb), (ma, mb), (va, vb), (sa, sb)) = (
+            param.split(),
+            grad.split(),
+            m.split(),
+            v.split(),
+            scale.split(),
+        );
+        self.op(
+            "adamw_scaled",
+            || self.a.adamw_scaled(pa, ga, ma, va, step, sa),
+            || self.b.adamw_scaled(pb, gb, mb, vb, step, sb),
+            &[("param", param), ("m", m), ("v", v)],
+        )
+    }
 }
 
 impl<A: Backend, B: Backend> AttentionOps for Compare<A, B> {

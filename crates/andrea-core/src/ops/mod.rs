@@ -10,7 +10,7 @@
 //! | [`softmax`] | [`SoftmaxOps`] | `softmax`, `softmax_backward` |
 //! | [`embedding`] | [`EmbeddingOps`] | `embedding`, `embedding_backward` |
 //! | [`loss`] | [`LossOps`] | `softmax_cross_entropy` |
-//! | [`optim`] | [`OptimOps`] | `sum_squares`, `adamw` |
+//! | [`optim`] | [`OptimOps`] | `sum_squares`, `adamw`, `clip_scale`, `adamw_scaled` |
 //! | [`attention`] | [`AttentionOps`] | fused `attention_forward`, `attention_backward` and their workspace |
 //!
 //! Each family's module holds its trait, the argument check of each of its ops
@@ -57,7 +57,7 @@ pub use layernorm::LayerNormOps;
 pub use linalg::LinalgOps;
 pub use loss::{LossOps, IGNORE_INDEX};
 pub use memory::{DeviceRegion, MemoryOps};
-pub use optim::{AdamWStep, OptimOps};
+pub use optim::{clip_stats, AdamWStep, OptimOps};
 pub use softmax::SoftmaxOps;
 
 use crate::tensor::{Heads, Matrix, View};

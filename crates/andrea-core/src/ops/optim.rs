@@ -1,7 +1,10 @@
-//! The optimizer: the squared global gradient norm (for clipping) and the AdamW update.
+//! The optimizer: the squared global gradient norm (for clipping) and the AdamW update,
+//! either with a scale the host passes or with the clipping scale computed and read on
+//! the device (so a GPU training step need not wait for the norm before AdamW).
 
 use super::{MemoryOps, Tensor};
 use crate::error::Result;
+use crate::tensor::View;
 
 /// Hyper-parameters of one AdamW step, with `torch.optim.AdamW` semantics:
 ///
@@ -40,6 +43,86 @@ pub trait OptimOps: MemoryOps {
         v: Tensor<'_, Self>,
         step: &AdamWStep,
     ) -> Result<()>;
+
+    /// Global-norm gradient clipping without reading the norm on the host: from
+    /// `Σ grad²` (as [`OptimOps::sum_squares`] computes it, in f64) writes
+    ///
+    /// ```text
+    /// norm = sqrt(Σ grad²) · mean                     (f64)
+    /// clip = max_norm / (norm + 1e-6)  if max_norm is given and that is < 1, else 1
+    /// out  = [(mean · clip) as f32, norm as f32, clip as f32]
+    /// ```
+    ///
+    /// (`torch.nn.utils.clip_grad_norm_`'s scale, times `mean` for gradient accumulation:
+    /// exactly [`clip_stats`]). When `norm` is not finite, or any element of `guard`
+    /// (the step's per-token losses) is not finite, `out[0]` is NaN instead, which makes
+    /// [`OptimOps::adamw_scaled`] leave everything untouched. `out` has 3 elements and
+    /// overlaps neither `grad` nor `guard`. Nothing is read back: on a GPU this queues.
+    fn clip_scale(
+        &self,
+        grad: Tensor<'_, Self>,
+        mean: f64,
+        max_norm: Option<f32>,
+        guard: Option<Tensor<'_, Self>>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        check::clip_scale(&grad, mean, max_norm, guard.as_ref(), &out)?;
+        let sum_squares = self.sum_squares(grad)?;
+        let mut finite = true;
+        if let Some(g) = guard {
+            let mut host = vec![0.0; g.numel()];
+            self.download(g, &mut host)?;
+            finite = host.iter().all(|x| x.is_finite());
+        }
+        let mut stats = clip_stats(sum_squares, mean, max_norm);
+        if !finite {
+            stats[0] = f32::NAN;
+        }
+        self.upload(&stats, out)
+    }
+
+    /// [`OptimOps::adamw`] with the gradient scale read from `scale[0]` (device memory,
+    /// as [`OptimOps::clip_scale`] leaves it) in place of `step.grad_scale`, which must
+    /// be 1. A NaN `scale[0]` skips the update: `param`, `m` and `v` stay as they are.
+    /// `scale` overlaps none of `param`, `m`, `v`.
+    fn adamw_scaled(
+        &self,
+        param: Tensor<'_, Self>,
+        grad: Tensor<'_, Self>,
+        m: Tensor<'_, Self>,
+        v: Tensor<'_, Self>,
+        step: &AdamWStep,
+        scale: Tensor<'_, Self>,
+    ) -> Result<()> {
+        check::adamw_scaled(&param, &grad, &m, &v, step, &scale)?;
+        let mut host = [0.0f32];
+        self.download(View::new(scale.buf, scale.offset, [1]), &mut host)?;
+        if host[0].is_nan() {
+            return Ok(());
+        }
+        let step = AdamWStep {
+            grad_scale: host[0],
+            ..*step
+        };
+        self.adamw(param, grad, m, v, &step)
+    }
+}
+
+/// `[(mean · clip) as f32, norm as f32, clip as f32]` from `Σ grad²`, as
+/// [`OptimOps::clip_scale`] specifies it (the host-side formula every backend matches
+/// bit for bit: f64 arithmetic, one rounding to f32 at the end).
+pub fn clip_stats(sum_squares: f64, mean: f64, max_norm: Option<f32>) -> [f32; 3] {
+    let norm = sum_squares.sqrt() * mean;
+    let clip = match max_norm {
+        Some(max) if (max as f64) / (norm + 1e-6) < 1.0 => max as f64 / (norm + 1e-6),
+        _ => 1.0,
+    };
+    let scale = if norm.is_finite() {
+        (mean * clip) as f32
+    } else {
+        f32::NAN
+    };
+    [scale, norm as f32, clip as f32]
 }
 
 /// Argument checks of the optimizer's ops.
@@ -106,5 +189,73 @@ pub mod check {
             false,
         )?;
         Ok(ElementwiseDims { len: n })
+    }
+
+    /// [`super::OptimOps::clip_scale`].
+    pub fn clip_scale<M: DeviceMemory>(
+        grad: &View<'_, M>,
+        mean: f64,
+        max_norm: Option<f32>,
+        guard: Option<&View<'_, M>>,
+        out: &View<'_, M>,
+    ) -> Result<ElementwiseDims> {
+        const OP: &str = "clip_scale";
+        view(OP, "grad", grad)?;
+        numel(OP, "out", out, 3)?;
+        if !(mean.is_finite() && mean > 0.0) {
+            return Err(Error::invalid(
+                OP,
+                format!("mean must be finite and > 0, got {mean}"),
+            ));
+        }
+        if let Some(max) = max_norm {
+            if !(max.is_finite() && max > 0.0) {
+                return Err(Error::invalid(
+                    OP,
+                    format!("max_norm must be finite and > 0, got {max}"),
+                ));
+            }
+        }
+        let mut inputs = vec![Region::of("grad", grad)];
+        if let Some(g) = guard {
+            view(OP, "guard", g)?;
+            inputs.push(Region::of("guard", g));
+        }
+        disjoint(OP, &[Region::of("out", out)], &inputs, false)?;
+        Ok(ElementwiseDims { len: grad.numel() })
+    }
+
+    /// [`super::OptimOps::adamw_scaled`].
+    pub fn adamw_scaled<M: DeviceMemory>(
+        param: &View<'_, M>,
+        grad: &View<'_, M>,
+        m: &View<'_, M>,
+        v: &View<'_, M>,
+        step: &super::AdamWStep,
+        scale: &View<'_, M>,
+    ) -> Result<ElementwiseDims> {
+        const OP: &str = "adamw_scaled";
+        let d = adamw(param, grad, m, v, step)?;
+        if step.grad_scale != 1.0 {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the scale comes from `scale[0]`: step.grad_scale must be 1, got {}",
+                    step.grad_scale
+                ),
+            ));
+        }
+        view(OP, "scale", scale)?;
+        disjoint(
+            OP,
+            &[
+                Region::of("param", param),
+                Region::of("m", m),
+                Region::of("v", v),
+            ],
+            &[Region::of("scale", scale)],
+            false,
+        )?;
+        Ok(d)
     }
 }

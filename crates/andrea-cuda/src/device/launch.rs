@@ -41,6 +41,11 @@ impl Args {
         self.slots.push(v.to_bits() as u64);
         self
     }
+    /// A `double`.
+    pub(crate) fn double(mut self, v: f64) -> Self {
+        self.slots.push(v.to_bits());
+        self
+    }
     #[cfg(test)]
     pub(crate) fn slots(&self) -> &[u64] {
         &self.slots

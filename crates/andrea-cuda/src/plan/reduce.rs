@@ -103,6 +103,15 @@ pub fn sum_squares(n: usize, offset: usize) -> Result<SumSquares> {
     })
 }
 
+/// [`andrea_core::OptimOps::clip_scale`]: one block reads the total the last
+/// [`sum_squares`] left and checks the guard.
+pub const CLIP_SCALE: Launch = Launch {
+    kernel: "clip_scale",
+    grid: [1, 1, 1],
+    block: [SQ_BLOCK, 1, 1],
+    smem: 0,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

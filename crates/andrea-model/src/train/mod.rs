@@ -103,7 +103,7 @@ impl<B: Backend> Trainer<B> {
             acts,
             tokens,
             targets,
-            host_losses: vec![0.0; batch * seq],
+            host_losses: vec![0.0; batch * seq + slots::STEP_STATS],
             phase: Phase::Empty,
             micro_batches: 0,
             steps: 0,

@@ -3,8 +3,10 @@
 
 use andrea_core::{AdamWStep, Backend, View};
 
+use super::slots::STEP_STATS;
 use super::Trainer;
 use crate::error::{ModelError, Result};
+use crate::gpt;
 
 /// What an optimizer step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,6 +42,10 @@ impl<B: Backend> Trainer<B> {
     /// With `grad_clip = Some(c)`, the gradient is scaled by `c / (norm + 1e-6)` when
     /// that is below 1, as `torch.nn.utils.clip_grad_norm_` does. A NaN or infinite
     /// gradient norm is an error and leaves the parameters untouched.
+    ///
+    /// The scale is computed on the device ([`andrea_core::OptimOps::clip_scale`]) and
+    /// AdamW reads it there, so a GPU backend waits once, after AdamW is queued, to read
+    /// the norm for [`StepStats`].
     pub fn step(&mut self, lr: f32) -> Result<StepStats> {
         if self.micro_batches == 0 {
             return Err(ModelError::State(
@@ -47,27 +53,33 @@ impl<B: Backend> Trainer<B> {
             ));
         }
         check_lr(lr)?;
-        let sum_squares = self.model.backend().sum_squares(View::whole(&self.grads))?;
-        self.step_with(lr, sum_squares)
+        self.queue_step(lr, None)?;
+        let be = self.model.backend();
+        let acts = self.slots.on(be, &self.acts, self.slots.batch);
+        let mut stats = [0.0f32; STEP_STATS];
+        be.download(acts.step_stats(), &mut stats)?;
+        self.finish_step(lr, stats)
     }
 
-    /// [`Trainer::step`] given `Σ g²` of the gradient buffer (read by the caller).
-    fn step_with(&mut self, lr: f32, sum_squares: f64) -> Result<StepStats> {
+    /// Queues the clipping scale (into the step-statistics slot) and AdamW reading it.
+    /// With `guard = Some(batch)`, a non-finite loss of the last queued forward pass (of
+    /// `batch` sequences) also skips AdamW.
+    fn queue_step(&self, lr: f32, guard: Option<usize>) -> Result<()> {
         let step = self.steps + 1;
         let be = self.model.backend();
         let mean = 1.0 / self.micro_batches as f64;
-        let norm = sum_squares.sqrt() * mean;
-        if !norm.is_finite() {
-            return Err(ModelError::NonFinite {
-                step,
-                what: "gradient norm",
-                value: norm,
-            });
-        }
-        let clip = match self.optimizer.grad_clip {
-            Some(max) if (max as f64) / (norm + 1e-6) < 1.0 => max as f64 / (norm + 1e-6),
-            _ => 1.0,
-        };
+        let acts = self
+            .slots
+            .on(be, &self.acts, guard.unwrap_or(self.slots.batch));
+        let guard = guard.map(|_| acts.losses());
+        let out = acts.step_stats();
+        be.clip_scale(
+            View::whole(&self.grads),
+            mean,
+            self.optimizer.grad_clip,
+            guard,
+            out,
+        )?;
         let o = &self.optimizer;
         let layout = self.model.layout();
         let groups = [
@@ -79,7 +91,7 @@ impl<B: Backend> Trainer<B> {
                 continue;
             }
             let range = |buf| View::new(buf, start, [end - start]);
-            be.adamw(
+            be.adamw_scaled(
                 range(self.model.buffer()),
                 range(&self.grads),
                 range(&self.m),
@@ -91,17 +103,33 @@ impl<B: Backend> Trainer<B> {
                     eps: o.eps,
                     weight_decay,
                     step,
-                    grad_scale: (mean * clip) as f32,
+                    grad_scale: 1.0,
                 },
+                out,
             )?;
+        }
+        Ok(())
+    }
+
+    /// After [`Trainer::queue_step`]'s statistics are read: the error AdamW skipped on,
+    /// or the step counted and the gradients zeroed.
+    fn finish_step(&mut self, lr: f32, stats: [f32; STEP_STATS]) -> Result<StepStats> {
+        let step = self.steps + 1;
+        let [scale, norm, clip] = stats;
+        if scale.is_nan() {
+            return Err(ModelError::NonFinite {
+                step,
+                what: "gradient norm",
+                value: norm as f64,
+            });
         }
         self.steps = step;
         self.zero_grad()?;
         Ok(StepStats {
             step,
             lr,
-            grad_norm: norm as f32,
-            clip_scale: clip as f32,
+            grad_norm: norm,
+            clip_scale: clip,
         })
     }
 
@@ -109,11 +137,11 @@ impl<B: Backend> Trainer<B> {
     /// [`Trainer::forward`] takes them): one optimizer step on their mean gradient.
     /// Returns the mean loss and the step's statistics.
     ///
-    /// On a GPU backend the host waits for the device once per micro-batch: with one
-    /// micro-batch, only after the whole forward and backward pass and the gradient norm
-    /// are queued (then it reads the norm and the loss); the AdamW update is left queued.
-    /// The separate `forward_train` / `backward` / `step` calls wait twice (the loss
-    /// after the forward pass, the norm in `step`).
+    /// On a GPU backend the host waits for the device once per micro-batch: for the last
+    /// one only after the whole forward and backward pass, the clipping scale and AdamW
+    /// are queued, reading the losses and the step's statistics in one download. The
+    /// separate `forward_train` / `backward` / `step` calls wait twice (the loss after
+    /// the forward pass, the statistics in `step`).
     pub fn train_step(
         &mut self,
         micro_batches: &[(&[u32], &[u32])],
@@ -126,27 +154,36 @@ impl<B: Backend> Trainer<B> {
             self.zero_grad()?;
         }
         check_lr(lr)?;
-        // The host waits for the device once per micro-batch, and for the last one only
-        // after its backward pass and the gradient norm are queued: the norm's read and
-        // then the loss's (the stream is idle by then) are one drain of the queue, and
-        // AdamW runs while the caller prepares the next step. Earlier micro-batches read
-        // their loss after their backward pass is queued, before the next forward pass
-        // overwrites it. A non-finite loss is still an error before AdamW touches the
-        // parameters (its gradient stays in the buffer; the next train_step zeroes it).
+        // Earlier micro-batches read their loss after their backward pass is queued,
+        // before the next forward pass overwrites it. The last one queues the clipping
+        // scale and AdamW too, which read the norm on the device and skip the update if
+        // it or the last losses are not finite; then one download reads the losses and
+        // the statistics. A non-finite loss is still an error with the parameters
+        // untouched (its gradient stays in the buffer; the next train_step zeroes it).
         let mut loss = 0.0;
         let last = micro_batches.len() - 1;
-        let mut sum_squares = 0.0;
         for (i, (tokens, targets)) in micro_batches.iter().enumerate() {
             let (batch, counted) = self.queue_forward(tokens, targets, true)?;
             self.backward()?;
-            if i == last {
-                let be = self.model.backend();
-                sum_squares = be.sum_squares(View::whole(&self.grads))?;
+            if i < last {
+                loss += self.read_loss(batch, counted)? as f64;
+                continue;
             }
-            loss += self.read_loss(batch, counted)? as f64;
+            self.queue_step(lr, Some(batch))?;
+            let be = self.model.backend();
+            let acts = self.slots.on(be, &self.acts, batch);
+            be.download(acts.losses_and_stats(), &mut self.host_losses)?;
+            let n = batch * self.slots.seq;
+            let full = self.slots.batch * self.slots.seq;
+            let mean = gpt::mean_loss(&self.host_losses[..n], counted);
+            self.check_loss(mean)?;
+            loss += mean as f32 as f64;
+            let mut stats = [0.0f32; STEP_STATS];
+            stats.copy_from_slice(&self.host_losses[full..]);
+            let stats = self.finish_step(lr, stats)?;
+            return Ok(((loss / micro_batches.len() as f64) as f32, stats));
         }
-        let stats = self.step_with(lr, sum_squares)?;
-        Ok(((loss / micro_batches.len() as f64) as f32, stats))
+        unreachable!("the last micro-batch returns")
     }
 }
 

@@ -76,6 +76,12 @@ impl<B: Backend> Trainer<B> {
         let acts = self.slots.on(be, &self.acts, batch);
         let host = &mut self.host_losses[..n];
         let loss = gpt::read_mean_loss(be, acts.losses(), counted, host)?;
+        self.check_loss(loss)?;
+        Ok(loss as f32)
+    }
+
+    /// A NaN or infinite mean loss is an error and forgets the forward pass.
+    pub(super) fn check_loss(&mut self, loss: f64) -> Result<()> {
         if !loss.is_finite() {
             self.phase = Phase::Empty;
             return Err(ModelError::NonFinite {
@@ -84,7 +90,7 @@ impl<B: Backend> Trainer<B> {
                 value: loss,
             });
         }
-        Ok(loss as f32)
+        Ok(())
     }
 
     /// The logits of the last forward pass, `[b, seq, vocab_size]` (the real vocabulary).

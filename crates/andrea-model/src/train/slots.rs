@@ -9,6 +9,9 @@ use crate::block::{BlockActs, BlockGrads, HeadsView, LayerNormOut, Qkv};
 use crate::error::Result;
 use crate::gpt::Activations;
 
+/// The floats [`andrea_core::OptimOps::clip_scale`] writes.
+pub(crate) const STEP_STATS: usize = 3;
+
 /// One block's activations.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BlockSlots {
@@ -85,7 +88,8 @@ impl TrainSlots {
             proj: a.take(n, c),
             ln_f: NormSlots::take(&mut a, n, c),
             logits: a.take(n, cfg.padded_vocab_size()),
-            losses: a.take(n, 1),
+            // The per-token losses, then the 3 floats of `clip_scale` (read together).
+            losses: a.take(n + STEP_STATS, 1),
             d_res: a.take(n, c),
             d_ln: a.take(n, c),
             d_hidden: a.take(n, m.max(3 * c)),
@@ -171,6 +175,19 @@ impl<'a, B: Backend> TrainActs<'a, B> {
     /// `[N]`
     pub fn losses(&self) -> Tensor<'a, B> {
         self.slots.losses.flat(self.buf, self.n())
+    }
+
+    /// `[3]`: what [`andrea_core::OptimOps::clip_scale`] writes, after the losses of a
+    /// full batch, so one download reads the losses and the step's statistics.
+    pub fn step_stats(&self) -> Tensor<'a, B> {
+        let full = self.slots.batch * self.slots.seq;
+        View::new(self.buf, self.slots.losses.offset() + full, [STEP_STATS])
+    }
+
+    /// `[full batch + 3]`: the losses slot and the step's statistics after it.
+    pub fn losses_and_stats(&self) -> Tensor<'a, B> {
+        let full = self.slots.batch * self.slots.seq;
+        View::new(self.buf, self.slots.losses.offset(), [full + STEP_STATS])
     }
 }
 
