@@ -23,9 +23,9 @@ pub mod timed;
 pub use config::{Config, ConfigError, ModelConfig, OptimizerConfig, ScheduleConfig};
 pub use error::{Error, Result};
 pub use ops::{
-    AdamWStep, AttentionOps, AttentionShape, Backend, DeviceRegion, ElementwiseOps, EmbeddingOps,
-    HeadsOf, Ids, LayerNormOps, LinalgOps, LossOps, Mat, MemoryOps, OptimOps, SoftmaxOps, Tensor,
-    IGNORE_INDEX,
+    clip_stats, AdamWStep, AttentionOps, AttentionShape, Backend, DeviceRegion, ElementwiseOps,
+    EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps, LossOps, Mat, MemoryOps, OptimOps,
+    SoftmaxOps, Tensor, IGNORE_INDEX,
 };
 pub use tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 

@@ -86,7 +86,7 @@ macro_rules! __suite_functions {
             softmax softmax_backward
             embedding embedding_backward
             softmax_cross_entropy
-            sum_squares adamw
+            sum_squares adamw clip_scale adamw_scaled
             attention_forward attention_generation attention_backward
             determinism
             bad_input_memory bad_input_linalg bad_input_elementwise bad_input_layernorm

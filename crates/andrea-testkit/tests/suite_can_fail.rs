@@ -35,6 +35,10 @@ enum Fault {
     PanicsOnBadInput,
     /// `add` accepts an output that partially overlaps an input.
     AcceptsOverlap,
+    /// `clip_scale` divides by the norm without `clip_grad_norm_`'s `+ 1e-6`.
+    ClipWithoutEps,
+    /// `adamw_scaled` applies a NaN scale instead of skipping the update.
+    AppliesNanScale,
 }
 
 struct Faulty {
@@ -374,6 +378,47 @@ impl OptimOps for Faulty {
             )
             .map_err(|e| Error::invalid("adamw", e.to_string()))
     }
+    fn clip_scale(
+        &self,
+        grad: Tensor<'_, Self>,
+        mean: f64,
+        max_norm: Option<f32>,
+        guard: Option<Tensor<'_, Self>>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        self.inner.clip_scale(grad, mean, max_norm, guard, out)?;
+        if self.fault != Fault::ClipWithoutEps {
+            return Ok(());
+        }
+        let mut stats = self.get(out)?;
+        let norm = self.inner.sum_squares(grad)?.sqrt() * mean;
+        if let Some(max) = max_norm {
+            if (max as f64) / norm < 1.0 && stats[0].is_finite() {
+                stats[0] = (mean * max as f64 / norm) as f32;
+            }
+        }
+        self.inner.upload(&stats, out)
+    }
+    fn adamw_scaled(
+        &self,
+        param: Tensor<'_, Self>,
+        grad: Tensor<'_, Self>,
+        m: Tensor<'_, Self>,
+        v: Tensor<'_, Self>,
+        step: &AdamWStep,
+        scale: Tensor<'_, Self>,
+    ) -> Result<()> {
+        if self.fault != Fault::AppliesNanScale {
+            return self.inner.adamw_scaled(param, grad, m, v, step, scale);
+        }
+        check::adamw_scaled(&param, &grad, &m, &v, step, &scale)?;
+        let s = self.get(andrea_core::View::new(scale.buf, scale.offset, [1]))?[0];
+        let step = AdamWStep {
+            grad_scale: s,
+            ..*step
+        };
+        self.inner.adamw(param, grad, m, v, &step)
+    }
 }
 
 impl AttentionOps for Faulty {}
@@ -383,6 +428,18 @@ type SuiteFn =
 
 /// Each fault, the suite function that must catch it, and a word its message must hold.
 const CASES: &[(Fault, &str, SuiteFn, &str)] = &[
+    (
+        Fault::ClipWithoutEps,
+        "clip_scale",
+        suite::clip_scale,
+        "clip_scale",
+    ),
+    (
+        Fault::AppliesNanScale,
+        "adamw_scaled",
+        suite::adamw_scaled,
+        "adamw_scaled",
+    ),
     (Fault::ErfGelu, "gelu", suite::gelu, "gelu"),
     (
         Fault::ErfGelu,

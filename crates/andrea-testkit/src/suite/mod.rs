@@ -42,7 +42,7 @@ pub use layernorm::{layernorm, layernorm_backward, residual_layernorm};
 pub use linalg::{bias_backward, copy, linear_gelu, matmul, matmul_gelu_backward};
 pub use loss::softmax_cross_entropy;
 pub use memory::memory;
-pub use optim::{adamw, sum_squares};
+pub use optim::{adamw, adamw_scaled, clip_scale, sum_squares};
 pub use softmax::{softmax, softmax_backward};
 
 use std::fmt::Debug;

@@ -1,4 +1,4 @@
-//! sum_squares and adamw.
+//! sum_squares, adamw, and their device-side forms clip_scale and adamw_scaled.
 //!
 //! AdamW state is drawn consistent with training: per element a gradient scale `s` in
 //! `10^[-3, 0]`, `grad = s·[-1, 1]`, `m = s·[-1, 1]`, `v = s²·[0.5, 1.5]` (zero at step 1),
@@ -7,8 +7,9 @@
 //! tells `sqrt(v̂) + eps` from `sqrt(v̂ + eps)`), weight decay in [0, 0.5], grad_scale
 //! in [0.2, 1.5], step 1 or up to 1000.
 
-use andrea_core::{AdamWStep, Backend};
+use andrea_core::{clip_stats, AdamWStep, Backend, View};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 use super::{buffer, close, read_all, run, to_f64, view, Case, Config, OrFail};
 use crate::random::Rand;
@@ -126,5 +127,155 @@ pub fn adamw<B: Backend>(be: &B, cfg: &Config) -> Case {
         let got = read_all(be, &mv_buf)?;
         close(tol::adamw_m(), "adamw: m", &got[..v_at], &want_mv[..v_at])?;
         close(tol::adamw_v(), "adamw: v", &got[v_at..], &want_mv[v_at..])
+    })
+}
+
+/// `got` and `want` the same bit for bit (NaN equal to NaN).
+fn bits(name: &str, got: &[f32], want: &[f32]) -> Case {
+    let at = got
+        .iter()
+        .zip(want)
+        .position(|(g, w)| g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan()));
+    match at {
+        None if got.len() == want.len() => Ok(()),
+        None => Err(super::fail(format!(
+            "{name}: {} values, want {}",
+            got.len(),
+            want.len()
+        ))),
+        Some(i) => Err(super::fail(format!(
+            "{name}: [{i}] = {}, want {}",
+            got[i], want[i]
+        ))),
+    }
+}
+
+/// The three floats of `clip_scale`, with NaN equal to NaN (bit-exactness is the spec).
+fn same_stats(name: &str, got: &[f32], want: &[f32; 3]) -> Case {
+    let same = got
+        .iter()
+        .zip(want)
+        .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
+    if same {
+        return Ok(());
+    }
+    Err(super::fail(format!("{name}: got {got:?}, want {want:?}")))
+}
+
+/// `clip_scale`: bit for bit [`clip_stats`] of the backend's own `sum_squares` (the
+/// scale the host step would have used), the norm within `tol::sum_squares` of the f64
+/// reference, NaN in `out[0]` for an infinite gradient or a non-finite guard value,
+/// nothing written around `out`. Clipping on (max_norm below or above the norm) and off,
+/// mean 1, 1/2, 1/3 (gradient accumulation).
+pub fn clip_scale<B: Backend>(be: &B, cfg: &Config) -> Case {
+    let case = (
+        super::shape(20_000),
+        prop_oneof![Just(None), (0.01f32..100.0).prop_map(Some)],
+        1..=3usize,
+        0..4usize,
+        0..3usize,
+        any::<u64>(),
+    );
+    run(
+        cfg,
+        "clip_scale",
+        case,
+        |(dims, max_norm, micro, bad, off, seed)| {
+            let mut r = Rand::new(seed);
+            let n: usize = dims.iter().product();
+            let mut x = r.vec(n + 2 * off, -2.0, 2.0);
+            // bad: 0 none, 1 an infinite gradient, 2 a NaN loss, 3 an infinite loss.
+            if bad == 1 {
+                x[off + n / 2] = f32::INFINITY;
+            }
+            let mut losses = r.vec(64, 0.0, 10.0);
+            match bad {
+                2 => losses[7] = f32::NAN,
+                3 => losses[63] = f32::INFINITY,
+                _ => {}
+            }
+            let mean = 1.0 / micro as f64;
+            let around = r.vec(3 + 2 * off, -1.0, 1.0);
+            let (x_buf, l_buf, o_buf) =
+                (buffer(be, &x)?, buffer(be, &losses)?, buffer(be, &around)?);
+            let grad = view(&x_buf, off, &dims);
+            be.clip_scale(
+                grad,
+                mean,
+                max_norm,
+                Some(View::whole(&l_buf)),
+                view(&o_buf, off, &[3]),
+            )
+            .or_fail("clip_scale")?;
+            let got = read_all(be, &o_buf)?;
+            let own = be.sum_squares(grad).or_fail("sum_squares")?;
+            let mut want = clip_stats(own, mean, max_norm);
+            if bad >= 2 {
+                want[0] = f32::NAN;
+            }
+            same_stats("clip_scale", &got[off..off + 3], &want)?;
+            let mut outside = got.clone();
+            outside.drain(off..off + 3);
+            let mut was = around.clone();
+            was.drain(off..off + 3);
+            bits("clip_scale: around out", &outside, &was)?;
+            if bad == 0 {
+                let ss = reference::sum_squares(&to_f64(&x[off..off + n]));
+                let norm = ss.sqrt() * mean;
+                // sqrt halves the relative error of the sum; one more rounding to f32.
+                let t = crate::Tol::new(1e-30, tol::sum_squares().rel / 2.0 + 1.0 / 16_777_216.0);
+                close_f64(t, "clip_scale: norm", got[off + 1] as f64, norm)?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// `adamw_scaled`: bit for bit `adamw` on the same backend with `grad_scale = scale[0]`
+/// (the scale a host step would have passed), and a NaN scale leaves param, m and v
+/// untouched.
+pub fn adamw_scaled<B: Backend>(be: &B, cfg: &Config) -> Case {
+    let case = (adam_case(), any::<bool>());
+    run(cfg, "adamw_scaled", case, |(cs, nan)| {
+        let mut r = Rand::new(cs.seed);
+        let n = cs.n;
+        let param = r.vec(n, -1.0, 1.0);
+        let grad = r.vec(n, -0.1, 0.1);
+        let mv: Vec<f32> = (0..2 * n)
+            .map(|i| {
+                if i < n {
+                    r.uniform(-0.1, 0.1)
+                } else {
+                    r.uniform(0.0, 0.01)
+                }
+            })
+            .collect();
+        let scale = if nan { f32::NAN } else { cs.step.grad_scale };
+        let at = cs.offset;
+        let mut scales = r.vec(1 + 2 * at, -1.0, 1.0);
+        scales[at] = scale;
+        let s_buf = buffer(be, &scales)?;
+        let unit = AdamWStep {
+            grad_scale: 1.0,
+            ..cs.step
+        };
+        let run_one = |scaled: bool| -> Result<(Vec<f32>, Vec<f32>), TestCaseError> {
+            let (p_buf, g_buf, mv_buf) =
+                (buffer(be, &param)?, buffer(be, &grad)?, buffer(be, &mv)?);
+            let (p, g) = (View::whole(&p_buf), View::whole(&g_buf));
+            let (m, v) = (view(&mv_buf, 0, &[n]), view(&mv_buf, n, &[n]));
+            if scaled {
+                be.adamw_scaled(p, g, m, v, &unit, view(&s_buf, at, &[1]))
+                    .or_fail("adamw_scaled")?;
+            } else if !nan {
+                be.adamw(p, g, m, v, &cs.step).or_fail("adamw")?;
+            }
+            Ok((read_all(be, &p_buf)?, read_all(be, &mv_buf)?))
+        };
+        let (got, want) = (run_one(true)?, run_one(false)?);
+        bits("adamw_scaled: param", &got.0, &want.0)?;
+        bits("adamw_scaled: m and v", &got.1, &want.1)?;
+        let after = read_all(be, &s_buf)?;
+        bits("adamw_scaled: scale", &after, &scales)
     })
 }

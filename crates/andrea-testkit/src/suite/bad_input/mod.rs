@@ -206,7 +206,7 @@ pub fn bad_input_elementwise<B: Backend>(be: &B, _cfg: &Config) -> Case {
     x.finish()
 }
 
-/// sum_squares, adamw.
+/// sum_squares, adamw, clip_scale, adamw_scaled.
 pub fn bad_input_optim<B: Backend>(be: &B, _cfg: &Config) -> Case {
     let mut x = Expect::new("bad_input_optim");
     let (p, g, mv) = (filled(be, 8)?, filled(be, 8)?, filled(be, 16)?);
@@ -275,6 +275,63 @@ pub fn bad_input_optim<B: Backend>(be: &B, _cfg: &Config) -> Case {
     x.err(op, "adamw: v past the buffer end", || adam(step, 8, 0, 9));
     x.err(op, "adamw: param is grad", || {
         be.adamw(v(&p, 0, 8), v(&p, 0, 8), v(&mv, 0, 8), v(&mv, 8, 8), &step)
+    });
+    let out = filled(be, 4)?;
+    let clip = |max: Option<f32>, mean: f64, o_at: usize, o_len: usize| {
+        be.clip_scale(
+            v(&g, 0, 8),
+            mean,
+            max,
+            Some(v(&p, 0, 8)),
+            v(&out, o_at, o_len),
+        )
+    };
+    let op = &["clip_scale"];
+    x.ok("clip_scale", || clip(Some(1.0), 0.5, 0, 3));
+    x.err(op, "clip_scale: out of 2", || clip(None, 1.0, 0, 2));
+    x.err(op, "clip_scale: out past the end", || clip(None, 1.0, 2, 3));
+    x.err(op, "clip_scale: mean 0", || clip(None, 0.0, 0, 3));
+    x.err(op, "clip_scale: max_norm NaN", || {
+        clip(Some(f32::NAN), 1.0, 0, 3)
+    });
+    x.err(op, "clip_scale: max_norm 0", || clip(Some(0.0), 1.0, 0, 3));
+    x.err(op, "clip_scale: out is the gradient", || {
+        be.clip_scale(v(&g, 0, 8), 1.0, None, None, v(&g, 0, 3))
+    });
+    x.err(op, "clip_scale: out overlaps the guard", || {
+        be.clip_scale(v(&g, 0, 8), 1.0, None, Some(v(&out, 0, 2)), v(&out, 1, 3))
+    });
+    let scaled = |s: AdamWStep, s_buf, s_at: usize| {
+        be.adamw_scaled(
+            v(&p, 0, 8),
+            v(&g, 0, 8),
+            v(&mv, 0, 8),
+            v(&mv, 8, 8),
+            &s,
+            v(s_buf, s_at, 1),
+        )
+    };
+    x.ok("adamw_scaled", || scaled(step, &out, 0));
+    x.err(&["adamw_scaled"], "adamw_scaled: grad_scale 0.5", || {
+        scaled(
+            AdamWStep {
+                grad_scale: 0.5,
+                ..step
+            },
+            &out,
+            0,
+        )
+    });
+    x.err(
+        &["adamw_scaled"],
+        "adamw_scaled: scale past the end",
+        || scaled(step, &out, 4),
+    );
+    x.err(&["adamw_scaled"], "adamw_scaled: scale inside m", || {
+        scaled(step, &mv, 3)
+    });
+    x.err(&["adamw"], "adamw_scaled: step 0", || {
+        scaled(AdamWStep { step: 0, ..step }, &out, 0)
     });
     x.finish()
 }
