@@ -547,10 +547,15 @@ unsigned emu_pack_bf16x2(float lo, float hi) {
 // What the calling thread asked of the driver, for tests that count the host's waits on
 // the device inside a training step (crates/andrea-cuda/tests/model_vs_cpu.rs): stream and
 // context synchronisations, copies each way, allocations, frees (cuMemFree waits for the
-// device on a real GPU) and launches; and the launch count at the last two
-// synchronisations, so a test can tell where in a step the host waited. Per thread, so
-// tests running in parallel in one binary each see their own.
-enum { C_SYNC, C_DTOH, C_HTOD, C_ALLOC, C_FREE, C_LAUNCH, C_LAUNCH_AT_PREV_SYNC, C_LAUNCH_AT_SYNC, C_COUNT };
+// device on a real GPU) and launches; the launch count at the last two
+// synchronisations, so a test can tell where in a step the host waited; and how many of
+// the host-to-device copies were asynchronous ones from page-locked memory
+// (cuMemAllocHost), the only kind a real driver does not wait on. Per thread, so tests
+// running in parallel in one binary each see their own.
+enum {
+    C_SYNC, C_DTOH, C_HTOD, C_ALLOC, C_FREE, C_LAUNCH, C_LAUNCH_AT_PREV_SYNC, C_LAUNCH_AT_SYNC,
+    C_HTOD_ASYNC_PINNED, C_COUNT
+};
 static thread_local unsigned long long driver_counts[C_COUNT];
 
 static void count_sync() {
@@ -561,7 +566,7 @@ static void count_sync() {
 
 extern "C" {
 
-// Copies the calling thread's counts, in the enum's order, into out[0..n) (n <= 8);
+// Copies the calling thread's counts, in the enum's order, into out[0..n) (n <= 9);
 // returns how many there are. Not a CUDA entry point: the real driver has no such symbol,
 // so a test looks it up with dlsym and counts only on the emulator.
 int andrea_emu_driver_counts(unsigned long long* out, int n) {
@@ -670,8 +675,35 @@ int cuMemcpyHtoD_v2(uint64_t d, const void* s, size_t n) {
     ++driver_counts[C_HTOD];
     return copy((void*)(uintptr_t)d, s, n);
 }
+// Page-locked host allocations: start -> size.
+static std::mutex pinned_lock;
+static std::map<uintptr_t, size_t> pinned;
+int cuMemAllocHost_v2(void** p, size_t size) {
+    if (size == 0) return INVALID_VALUE;
+    *p = std::malloc(size);
+    if (!*p) return OUT_OF_MEMORY;
+    std::lock_guard<std::mutex> g(pinned_lock);
+    pinned[(uintptr_t)*p] = size;
+    return OK;
+}
+int cuMemFreeHost(void* p) {
+    std::lock_guard<std::mutex> g(pinned_lock);
+    auto it = pinned.find((uintptr_t)p);
+    if (it == pinned.end()) return INVALID_VALUE;
+    pinned.erase(it);
+    std::free(p);
+    return OK;
+}
+static bool is_pinned(const void* s, size_t n) {
+    std::lock_guard<std::mutex> g(pinned_lock);
+    auto it = pinned.upper_bound((uintptr_t)s);
+    if (it == pinned.begin()) return false;
+    --it;
+    return (uintptr_t)s + n <= it->first + it->second;
+}
 int cuMemcpyHtoDAsync_v2(uint64_t d, const void* s, size_t n, void*) {
     ++driver_counts[C_HTOD];
+    if (is_pinned(s, n)) ++driver_counts[C_HTOD_ASYNC_PINNED];
     return copy((void*)(uintptr_t)d, s, n);
 }
 int cuMemcpyDtoH_v2(void* d, uint64_t s, size_t n) {

@@ -338,7 +338,7 @@ fn generation_tf32_vs_cpu() {
 /// host-to-device copies, allocations, frees, launches, and the launch count at the
 /// second-to-last and at the last synchronisation. `None` on a real driver, which has no
 /// such symbol.
-fn driver_counts() -> Option<[u64; 8]> {
+fn driver_counts() -> Option<[u64; 9]> {
     use std::ffi::{c_char, c_int, c_void};
     extern "C" {
         fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
@@ -350,8 +350,8 @@ fn driver_counts() -> Option<[u64; 8]> {
     }
     // SAFETY: the emulator defines it as `int (unsigned long long*, int)`.
     let f: extern "C" fn(*mut u64, c_int) -> c_int = unsafe { std::mem::transmute(f) };
-    let mut out = [0u64; 8];
-    f(out.as_mut_ptr(), 8);
+    let mut out = [0u64; 9];
+    f(out.as_mut_ptr(), 9);
     Some(out)
 }
 
@@ -364,7 +364,8 @@ fn driver_counts() -> Option<[u64; 8]> {
 /// the warm-up step's. Reading the norm on the host before AdamW (as the step did before
 /// `clip_scale`) or the loss straight after the forward pass (as `forward_train` does)
 /// fails it. The host-to-device copies are the tokens, the targets and the embedding
-/// backward's sorted positions (3); nothing is allocated or freed (the scratch, the
+/// backward's sorted positions (3), the first two asynchronous from page-locked staging
+/// (uploading them from pageable memory fails it); nothing is allocated or freed (the scratch, the
 /// split-K workspace included, has grown in the warm-up step). Counted on the emulator;
 /// skipped on a real driver, where `ANDREA_CUDA_SYNC` is the tool.
 #[test]
@@ -402,6 +403,11 @@ fn training_step_waits_for_the_device_once() {
             what[i]
         );
     }
+    assert_eq!(
+        after[8] - before[8],
+        2,
+        "the token and target uploads should be async copies from page-locked memory"
+    );
     let (launches, at_prev, at_last) = (after[5], after[6], after[7]);
     assert_eq!(
         launches, at_last,

@@ -1,9 +1,9 @@
 //! Device memory as the backend's buffer types.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use andrea_core::{DeviceMemory, View};
-use cust::memory::{DeviceBuffer, DeviceCopy};
+use cust::memory::{DeviceBuffer, DeviceCopy, LockedBuffer};
 
 use super::driver::CuDevicePtr;
 
@@ -17,9 +17,17 @@ pub struct CudaBuffer {
 /// No kernel writes ids, so the copy made by `upload_ids` is always exact: ops check id
 /// values and sort positions for the deterministic embedding backward on the host,
 /// without reading the device back.
+///
+/// `upload_ids` copies through `staging`, page-locked host memory allocated once, so the
+/// host-to-device copy is truly asynchronous on the backend's stream (from pageable
+/// memory the driver may wait). `staged_at` is the backend's synchronisation count when
+/// the last such copy was queued: `staging` is rewritten only after a later wait (the
+/// one that reads a step's loss, in training), else `upload_ids` waits first.
 pub struct CudaIds {
     pub(crate) buf: DeviceBuffer<u32>,
     pub(crate) host: RefCell<Vec<u32>>,
+    pub(crate) staging: RefCell<LockedBuffer<u32>>,
+    pub(crate) staged_at: Cell<Option<u64>>,
 }
 
 impl DeviceMemory for CudaBuffer {

@@ -16,7 +16,7 @@ mod ops_memory;
 mod ops_optim;
 mod ops_softmax;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void, CString};
 
@@ -96,6 +96,9 @@ pub struct CudaBackend {
     id_scratch: RefCell<Option<DeviceBuffer<u32>>>,
     sq_partials: DeviceBuffer<f64>,
     sq_total: DeviceBuffer<f64>,
+    /// Stream synchronisations so far: a pinned staging buffer whose copy was queued at
+    /// an earlier count has been read by the device and may be rewritten.
+    syncs: Cell<u64>,
     // Dropped in declaration order: modules and the stream before the context.
     _modules: Vec<LoadedModule>,
     stream: Stream,
@@ -195,6 +198,7 @@ impl CudaBackend {
             id_scratch: RefCell::new(None),
             sq_partials: sq(SQ_MAX_PARTIALS)?,
             sq_total: sq(1)?,
+            syncs: Cell::new(0),
             _modules: modules,
             loads,
             stream,
@@ -327,6 +331,7 @@ impl CudaBackend {
         self.bind()?;
         // SAFETY: the backend's own stream.
         let code = unsafe { driver::cuStreamSynchronize(self.raw_stream()) };
+        self.syncs.set(self.syncs.get() + 1);
         driver::check(code, || {
             format!("{what} (waiting for the GPU; an earlier kernel may have failed, ANDREA_CUDA_SYNC=1 names it)")
         })

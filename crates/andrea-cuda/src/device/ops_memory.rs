@@ -4,7 +4,7 @@ use andrea_core::{check, DeviceRegion, Ids, Mat, MemoryOps, Result, Tensor};
 
 use super::buffer::{addr, CudaBuffer, CudaIds};
 use super::launch::Args;
-use super::CudaBackend;
+use super::{driver, CudaBackend};
 use crate::plan::{elementwise, int, long};
 
 impl MemoryOps for CudaBackend {
@@ -32,9 +32,22 @@ impl MemoryOps for CudaBackend {
     }
 
     fn alloc_ids(&self, len: usize) -> Result<CudaIds> {
+        let buf = self.alloc_buffer(len)?;
+        self.bind()?;
+        let bytes = len * std::mem::size_of::<u32>();
+        let staging = cust::memory::LockedBuffer::new(&0u32, len).map_err(|e| {
+            driver::from_cust(
+                e,
+                "allocating page-locked host memory for ids",
+                &self.device_name,
+                Some(bytes),
+            )
+        })?;
         Ok(CudaIds {
-            buf: self.alloc_buffer(len)?,
+            buf,
             host: std::cell::RefCell::new(vec![0; len]),
+            staging: std::cell::RefCell::new(staging),
+            staged_at: std::cell::Cell::new(None),
         })
     }
 
@@ -50,7 +63,15 @@ impl MemoryOps for CudaBackend {
 
     fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
         check::upload_ids(&dst, src.len())?;
-        self.copy_to_device(Self::view_ptr(&dst), src, "upload_ids")?;
+        if dst.buf.staged_at.get() == Some(self.syncs.get()) {
+            // The last staged copy may still be reading `staging`.
+            self.sync("upload_ids")?;
+        }
+        let mut staging = dst.buf.staging.borrow_mut();
+        let staged = &mut staging[dst.range()];
+        staged.copy_from_slice(src);
+        self.copy_to_device(Self::view_ptr(&dst), staged, "upload_ids")?;
+        dst.buf.staged_at.set(Some(self.syncs.get()));
         dst.buf.host.borrow_mut()[dst.range()].copy_from_slice(src);
         Ok(())
     }
