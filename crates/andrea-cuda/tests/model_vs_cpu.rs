@@ -450,3 +450,40 @@ fn memory_plan_counts_the_split_k_workspace() {
 fn generation_bf16_vs_cpu() {
     generation_vs_cpu("generation_bf16_vs_cpu", Precision::BF16, &BF16_TOLS);
 }
+
+/// `upload_ids` copies asynchronously from its page-locked staging, so a second upload
+/// into the same id buffer with no stream wait since the first must wait before it
+/// rewrites the staging (the first copy may still be reading it); after a wait it need
+/// not. Counted on the emulator. Dropping the wait (the staging rewritten while a copy
+/// may be in flight) fails it.
+#[test]
+fn upload_ids_waits_before_reusing_its_staging() {
+    let name = "upload_ids_waits_before_reusing_its_staging";
+    let Some(gpu) = cuda(name, Precision::FAST) else {
+        return;
+    };
+    if driver_counts().is_none() {
+        println!("{name}: SKIPPED (counts need the emulator's driver)");
+        return;
+    }
+    use andrea_core::MemoryOps;
+    let ids = gpu.alloc_ids(8).expect("ids");
+    let view = andrea_core::View::whole(&ids);
+    let syncs = || driver_counts().unwrap()[0];
+    let s0 = syncs();
+    gpu.upload_ids(&[1; 8], view).expect("first upload");
+    assert_eq!(syncs(), s0, "the first upload waits for nothing");
+    gpu.upload_ids(&[2; 8], view).expect("second upload");
+    assert_eq!(
+        syncs(),
+        s0 + 1,
+        "the second upload must wait for the first copy"
+    );
+    gpu.synchronize().expect("sync");
+    gpu.upload_ids(&[3; 8], view).expect("after a wait");
+    assert_eq!(
+        syncs(),
+        s0 + 2,
+        "after a wait the staging is free: no second wait"
+    );
+}
