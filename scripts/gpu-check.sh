@@ -64,6 +64,8 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 HERE=$PWD
+# The binaries read the kernels' machine code from here (one copy for all of them).
+[ -d "$HERE/kernels" ] && export ANDREA_CUDA_KERNEL_DIR="$HERE/kernels"
 
 BUDGET=540
 MODE=gpu

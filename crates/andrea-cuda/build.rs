@@ -10,7 +10,10 @@
 //! `ANDREA_CUDA_FATBIN_DIR` names a folder of `<module>.fatbin` files (machine code for
 //! sm_80 and sm_90 next to the PTX, made by `cargo xtask build-kernels`), the crate embeds
 //! them, and the driver loads that machine code instead of JIT-compiling the PTX. Without
-//! it the list is empty and the PTX is loaded as before.
+//! it the list is empty and the PTX is loaded as before. With `ANDREA_CUDA_FATBIN_EXTERNAL`
+//! set as well (the GPU bundle does it), the fatbins are not embedded but only named
+//! (`EXTERNAL`): the binary reads `<module>.fatbin` at run time from the bundle's
+//! `kernels/` folder, so a dozen binaries share one copy of the machine code.
 //!
 //! And for andrea-cuda itself `$OUT_DIR/ptx/<module>.ptx`, what [`ptx`](src/ptx.rs)
 //! embeds: the committed PTX, except for a module that has a fatbin, whose text is cut to
@@ -49,6 +52,8 @@ fn main() {
 /// andrea-cli and andrea-benches run this file too; only andrea-cuda includes the output.
 fn fatbins() {
     println!("cargo:rerun-if-env-changed=ANDREA_CUDA_FATBIN_DIR");
+    println!("cargo:rerun-if-env-changed=ANDREA_CUDA_FATBIN_EXTERNAL");
+    let external = std::env::var_os("ANDREA_CUDA_FATBIN_EXTERNAL").is_some();
     let Some(out) = std::env::var_os("OUT_DIR") else {
         return;
     };
@@ -71,17 +76,27 @@ fn fatbins() {
                 .to_string_lossy()
                 .into_owned();
             with_fatbin.push(name.clone());
-            let path = std::fs::canonicalize(&f).unwrap_or(f);
-            entries.push(format!(
-                "    ({name:?}, include_bytes!({:?})),\n",
-                path.display().to_string()
-            ));
+            if !external {
+                let path = std::fs::canonicalize(&f).unwrap_or(f);
+                entries.push(format!(
+                    "    ({name:?}, include_bytes!({:?})),\n",
+                    path.display().to_string()
+                ));
+            }
         }
     }
+    let named: Vec<String> = if external {
+        with_fatbin.iter().map(|n| format!("{n:?}, ")).collect()
+    } else {
+        Vec::new()
+    };
     let text = format!(
         "/// Machine code embedded at build time (`ANDREA_CUDA_FATBIN_DIR`), by module name.\n\
-         pub const FATBINS: &[(&str, &[u8])] = &[\n{}];\n",
-        entries.concat()
+         pub const FATBINS: &[(&str, &[u8])] = &[\n{}];\n\
+         /// Modules whose fatbin is read at run time (`ANDREA_CUDA_FATBIN_EXTERNAL`).\n\
+         pub const EXTERNAL: &[&str] = &[{}];\n",
+        entries.concat(),
+        named.concat()
     );
     let _ = std::fs::write(Path::new(&out).join("fatbins.rs"), text);
     if std::env::var("CARGO_PKG_NAME").as_deref() == Ok("andrea-cuda") {

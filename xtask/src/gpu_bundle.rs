@@ -14,11 +14,13 @@
 //!   bench/ops       the ops bench with its CUDA columns (criterion, bench profile)
 //!   peers/          the PyTorch peer scripts (benches/pytorch)
 //!   configs/        tiny.toml and andrea-120m.toml
+//!   kernels/        <module>.fatbin, the machine code every binary above loads
 //! ```
 //!
-//! The kernels are embedded as fatbins (sm_80 and sm_90 machine code plus the PTX, from
-//! `cargo xtask build-kernels`, which needs nvcc: see kernels/README.md), so nothing is
-//! JIT-compiled on the GPU machine; `--ptx-only` builds without them (the driver then
+//! The kernels travel as fatbins (sm_80 and sm_90 machine code plus the PTX, from
+//! `cargo xtask build-kernels`, which needs nvcc: see kernels/README.md), once, in
+//! `kernels/`, which each binary reads at start (`andrea_cuda::ptx::KERNEL_DIR_ENV`, else
+//! `kernels/` next to it or one folder up), so nothing is JIT-compiled on the GPU machine; `--ptx-only` builds without them (the driver then
 //! compiles the PTX at start). Copy the folder to a machine with an NVIDIA GPU and a
 //! CUDA 13 driver (580+) but no Rust, and run `./run.sh` there. The binaries are built
 //! with `ANDREA_CUDA_NO_RPATH`, so they load that machine's driver, never a path on this
@@ -44,8 +46,13 @@ fn cargo_build(
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(&cargo);
     match fatbins {
-        Some(dir) => cmd.env("ANDREA_CUDA_FATBIN_DIR", dir),
-        None => cmd.env_remove("ANDREA_CUDA_FATBIN_DIR"),
+        // Named, not embedded: the binaries read them from the bundle's kernels/.
+        Some(dir) => cmd
+            .env("ANDREA_CUDA_FATBIN_DIR", dir)
+            .env("ANDREA_CUDA_FATBIN_EXTERNAL", "1"),
+        None => cmd
+            .env_remove("ANDREA_CUDA_FATBIN_DIR")
+            .env_remove("ANDREA_CUDA_FATBIN_EXTERNAL"),
     };
     let out = cmd
         .args(args)
@@ -211,6 +218,23 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
             .find(|(_, k, n)| k == kind && n == name)
             .ok_or_else(|| format!("cargo built no `{name}` {kind}"))?;
         total += install(exe, &bundle.join(dst))?;
+    }
+
+    if let Some(dir) = fatbins {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "fatbin"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(format!("{}: no .fatbin files", dir.display()));
+        }
+        for f in files {
+            let name = f.file_name().unwrap_or_default();
+            total += copy(&f, &bundle.join("kernels").join(name))?;
+        }
     }
 
     let configs = bundle.join("configs");

@@ -9,6 +9,12 @@
 //! sm_80 or sm_90 GPU runs the kernels without JIT compilation. Such a build embeds only
 //! the header and `.entry` lines of each module's PTX text ([`PtxModule::source`]; the
 //! fatbin carries the whole PTX): build.rs copies `ptx/` into `$OUT_DIR` so.
+//!
+//! The GPU bundle goes one step further (`ANDREA_CUDA_FATBIN_EXTERNAL` at build time, next
+//! to `ANDREA_CUDA_FATBIN_DIR`): its binaries embed neither, and read `<module>.fatbin` when
+//! the backend starts from [`KERNEL_DIR_ENV`], else from `kernels/` next to the executable
+//! or one folder up (the bundle's layout), so a dozen binaries share one copy of the
+//! machine code and the bundle stays inside the lease's 64 MiB.
 
 /// One compiled `kernels/<name>.cu`.
 #[derive(Debug, Clone, Copy)]
@@ -36,12 +42,73 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/fatbins.rs"));
 }
 
-/// The fatbin embedded for module `name`, if this build has one.
-pub fn fatbin(name: &str) -> Option<&'static [u8]> {
-    embedded::FATBINS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, b)| *b)
+/// Where a build with external fatbins looks first for `<module>.fatbin`.
+pub const KERNEL_DIR_ENV: &str = "ANDREA_CUDA_KERNEL_DIR";
+
+/// The fatbin for module `name`, if this build has one: embedded, or (a bundle build) read
+/// once per process from the kernel folder. An external fatbin that cannot be found or read
+/// is an error that says where it was looked for.
+pub fn fatbin(name: &str) -> Result<Option<&'static [u8]>, String> {
+    if let Some((_, b)) = embedded::FATBINS.iter().find(|(n, _)| *n == name) {
+        return Ok(Some(*b));
+    }
+    if !embedded::EXTERNAL.contains(&name) {
+        return Ok(None);
+    }
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static LOADED: OnceLock<Mutex<HashMap<String, &'static [u8]>>> = OnceLock::new();
+    let mut loaded = LOADED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(b) = loaded.get(name) {
+        return Ok(Some(*b));
+    }
+    let file = format!("{name}.fatbin");
+    let mut tried = Vec::new();
+    for dir in kernel_dirs() {
+        let path = dir.join(&file);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                // Once per module and process: the backend keeps the modules it loads.
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                loaded.insert(name.to_string(), bytes);
+                return Ok(Some(bytes));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => tried.push(path),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        }
+    }
+    let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    Err(format!(
+        "this build reads its kernels' machine code from `{file}` files (a GPU bundle build), \
+         and found none at {}; run it from the bundle, or set {KERNEL_DIR_ENV} to the \
+         bundle's `kernels/` folder",
+        if tried.is_empty() {
+            "no candidate folder".to_string()
+        } else {
+            tried.join(", ")
+        }
+    ))
+}
+
+/// The folders a bundle build reads fatbins from, in order.
+fn kernel_dirs() -> Vec<std::path::PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os(KERNEL_DIR_ENV) {
+        dirs.push(std::path::PathBuf::from(d));
+    }
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|p| p.to_path_buf()))
+    {
+        dirs.push(exe_dir.join("kernels"));
+        if let Some(up) = exe_dir.parent() {
+            dirs.push(up.join("kernels"));
+        }
+    }
+    dirs
 }
 
 /// The PTX ISA version the modules declare (`.version`), for the driver-too-old message.

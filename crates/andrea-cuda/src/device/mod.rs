@@ -515,16 +515,20 @@ fn load_modules(driver_version: i32) -> Result<Loaded> {
     for m in ptx::MODULES {
         // The image, 8-byte aligned (a fatbin is read as a header struct); PTX text is
         // NUL-terminated.
-        let (image_kind, bytes): (&'static str, Vec<u8>) = match ptx::fatbin(m.name) {
-            Some(fb) => ("fatbin", fb.to_vec()),
-            None => {
-                let src = CString::new(m.source).map_err(|_| Error::Device {
-                    context: format!("loading PTX module `{}`", m.name),
-                    message: "the PTX text contains a NUL byte".into(),
-                })?;
-                ("ptx", src.into_bytes_with_nul())
-            }
-        };
+        let (image_kind, bytes): (&'static str, Vec<u8>) =
+            match ptx::fatbin(m.name).map_err(|message| Error::Device {
+                context: format!("loading kernel module `{}`", m.name),
+                message,
+            })? {
+                Some(fb) => ("fatbin", fb.to_vec()),
+                None => {
+                    let src = CString::new(m.source).map_err(|_| Error::Device {
+                        context: format!("loading PTX module `{}`", m.name),
+                        message: "the PTX text contains a NUL byte".into(),
+                    })?;
+                    ("ptx", src.into_bytes_with_nul())
+                }
+            };
         let mut image = vec![0u64; bytes.len().div_ceil(8)];
         // SAFETY: `image` holds at least `bytes.len()` bytes; u64 has no invalid bits.
         unsafe {
