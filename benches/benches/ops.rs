@@ -40,6 +40,47 @@ fn randn(n: usize, seed: u64) -> Vec<f32> {
     andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
 }
 
+/// The memory-bound ops' footprints (bytes read + written per call), by bench name, as
+/// the CPU column registers them: `bench_own_copies` then times a copy of each op's own
+/// footprint in the same run (`memory_bound/copy-<threads>t/<op>`), so every op is
+/// compared with a copy that sits in the same level of the cache hierarchy.
+static FOOTPRINTS: std::sync::Mutex<Vec<(String, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// `Throughput::Bytes(bytes)` for op `name`, and its footprint noted for the own-size copy.
+fn footprint(label: &str, name: &str, bytes: usize) -> Throughput {
+    if label.starts_with("cpu-") {
+        let mut f = FOOTPRINTS.lock().unwrap();
+        if !f.iter().any(|(n, _)| n == name) {
+            f.push((name.to_string(), bytes));
+        }
+    }
+    Throughput::Bytes(bytes as u64)
+}
+
+/// A 2-thread copy of `bytes / 2` bytes (so `bytes` of traffic) per memory-bound op of
+/// [`FOOTPRINTS`], in the group and under the name of that op, column `copy-<threads>t`.
+fn bench_own_copies(c: &mut Criterion) {
+    use rayon::prelude::*;
+    let threads = rayon::current_num_threads();
+    let mut g = c.benchmark_group("memory_bound");
+    group_settings(&mut g);
+    let ops = FOOTPRINTS.lock().unwrap().clone();
+    for (name, bytes) in ops {
+        let n = bytes / 8;
+        let src = randn(n, 40);
+        let mut dst = vec![0.0f32; n];
+        g.throughput(Throughput::Bytes((8 * n) as u64));
+        g.bench_function(BenchmarkId::new(format!("copy-{threads}t"), &name), |bch| {
+            bch.iter(|| {
+                dst.par_chunks_mut(1 << 16)
+                    .zip(src.par_chunks(1 << 16))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            })
+        });
+    }
+    g.finish();
+}
+
 fn config(c: &mut Criterion) -> &mut Criterion {
     c
 }
@@ -145,7 +186,7 @@ fn bench_remaining<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     let mut g = c.benchmark_group("memory_bound");
     group_settings(&mut g);
     let mut run = |name: String, bytes: usize, op: &mut dyn FnMut()| {
-        g.throughput(Throughput::Bytes(bytes as u64));
+        g.throughput(footprint(label, &name, bytes));
         g.bench_function(BenchmarkId::new(label, name), |bch| {
             bch.iter(|| {
                 op();
@@ -265,64 +306,57 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     let dy = upload(be, &randn(n, 4));
     let y = be.alloc(n).unwrap();
     let (xv, dyv, yv) = (View::whole(&x), View::whole(&dy), View::whole(&y));
-    g.throughput(Throughput::Bytes((8 * n) as u64));
-    g.bench_function(
-        BenchmarkId::new(label, format!("gelu_{BT}x{}", 4 * C)),
-        |bch| {
-            bch.iter(|| {
-                be.gelu(xv, yv).unwrap();
-                sync(be)
-            })
-        },
-    );
-    g.throughput(Throughput::Bytes((12 * n) as u64));
-    g.bench_function(
-        BenchmarkId::new(label, format!("gelu_backward_{BT}x{}", 4 * C)),
-        |bch| {
-            bch.iter(|| {
-                be.gelu_backward(xv, dyv, yv).unwrap();
-                sync(be)
-            })
-        },
-    );
+    let name = format!("gelu_{BT}x{}", 4 * C);
+    g.throughput(footprint(label, &name, 8 * n));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            be.gelu(xv, yv).unwrap();
+            sync(be)
+        })
+    });
+    let name = format!("gelu_backward_{BT}x{}", 4 * C);
+    g.throughput(footprint(label, &name, 12 * n));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            be.gelu_backward(xv, dyv, yv).unwrap();
+            sync(be)
+        })
+    });
     let r = BT * C;
     let (a, bb) = (upload(be, &randn(r, 5)), upload(be, &randn(r, 6)));
     let out = be.alloc(r).unwrap();
-    g.throughput(Throughput::Bytes((12 * r) as u64));
-    g.bench_function(
-        BenchmarkId::new(label, format!("residual_add_{BT}x{C}")),
-        |bch| {
-            bch.iter(|| {
-                be.add(View::whole(&a), View::whole(&bb), View::whole(&out))
-                    .unwrap();
-                sync(be)
-            })
-        },
-    );
+    let name = format!("residual_add_{BT}x{C}");
+    g.throughput(footprint(label, &name, 12 * r));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            be.add(View::whole(&a), View::whole(&bb), View::whole(&out))
+                .unwrap();
+            sync(be)
+        })
+    });
     let gamma = upload(be, &randn(C, 7));
     let beta = upload(be, &randn(C, 8));
     let (mean, rstd) = (be.alloc(BT).unwrap(), be.alloc(BT).unwrap());
     let xs = View::new(&a, 0, [BT, C]);
     let os = View::new(&out, 0, [BT, C]);
-    g.throughput(Throughput::Bytes((8 * r) as u64));
-    g.bench_function(
-        BenchmarkId::new(label, format!("layernorm_{BT}x{C}")),
-        |bch| {
-            bch.iter(|| {
-                be.layernorm(
-                    xs,
-                    View::whole(&gamma),
-                    View::whole(&beta),
-                    os,
-                    View::whole(&mean),
-                    View::whole(&rstd),
-                    1e-5,
-                )
-                .unwrap();
-                sync(be)
-            })
-        },
-    );
+    // Reads x, γ, β; writes out, mean, rstd.
+    let name = format!("layernorm_{BT}x{C}");
+    g.throughput(footprint(label, &name, 8 * r + 8 * C + 8 * BT));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            be.layernorm(
+                xs,
+                View::whole(&gamma),
+                View::whole(&beta),
+                os,
+                View::whole(&mean),
+                View::whole(&rstd),
+                1e-5,
+            )
+            .unwrap();
+            sync(be)
+        })
+    });
     be.layernorm(
         xs,
         View::whole(&gamma),
@@ -335,45 +369,46 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     .unwrap();
     let dx = be.alloc(r).unwrap();
     let (dg, db) = (be.alloc(C).unwrap(), be.alloc(C).unwrap());
-    g.throughput(Throughput::Bytes((16 * r) as u64));
-    g.bench_function(
-        BenchmarkId::new(label, format!("layernorm_backward_{BT}x{C}")),
-        |bch| {
-            bch.iter(|| {
-                be.layernorm_backward(
-                    xs,
-                    View::whole(&gamma),
-                    View::whole(&mean),
-                    View::whole(&rstd),
-                    View::new(&bb, 0, [BT, C]),
-                    View::new(&dx, 0, [BT, C]),
-                    View::whole(&dg),
-                    View::whole(&db),
-                )
-                .unwrap();
-                sync(be)
-            })
-        },
-    );
+    // Reads x, dout, mean, rstd, γ; reads and adds into dx (`+=`), dγ, dβ.
+    let name = format!("layernorm_backward_{BT}x{C}");
+    g.throughput(footprint(label, &name, 16 * r + 8 * BT + 20 * C));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            be.layernorm_backward(
+                xs,
+                View::whole(&gamma),
+                View::whole(&mean),
+                View::whole(&rstd),
+                View::new(&bb, 0, [BT, C]),
+                View::new(&dx, 0, [BT, C]),
+                View::whole(&dg),
+                View::whole(&db),
+            )
+            .unwrap();
+            sync(be)
+        })
+    });
     let sm = B * H * T * T;
     let s = upload(be, &randn(sm, 9));
     let p = be.alloc(sm).unwrap();
-    g.throughput(Throughput::Bytes((8 * sm) as u64));
-    g.bench_function(
-        BenchmarkId::new(label, format!("softmax_causal_{B}x{H}x{T}x{T}")),
-        |bch| {
-            bch.iter(|| {
-                be.softmax(
-                    View::new(&s, 0, [B * H, T, T]),
-                    View::new(&p, 0, [B * H, T, T]),
-                    0.125,
-                    Some(0),
-                )
-                .unwrap();
-                sync(be)
-            })
-        },
-    );
+    // Reads the visible part of each row (row i of a head sees i + 1 scores), writes the
+    // whole row (the masked part as zeros): 4·(Σ visible + T·T) bytes per head, 75% of
+    // reading and writing every row (`8 · sm`, the count before this was honest).
+    let visible = B * H * T * (T + 1) / 2;
+    let name = format!("softmax_causal_{B}x{H}x{T}x{T}");
+    g.throughput(footprint(label, &name, 4 * (visible + sm)));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            be.softmax(
+                View::new(&s, 0, [B * H, T, T]),
+                View::new(&p, 0, [B * H, T, T]),
+                0.125,
+                Some(0),
+            )
+            .unwrap();
+            sync(be)
+        })
+    });
     let logits = upload(be, &randn(BT * V, 10));
     let dlogits = be.alloc(BT * V).unwrap();
     let targets = be.alloc_ids(BT).unwrap();
@@ -383,24 +418,23 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     )
     .unwrap();
     let losses = be.alloc(BT).unwrap();
-    g.throughput(Throughput::Bytes((8 * BT * V) as u64));
-    g.bench_function(
-        BenchmarkId::new(label, format!("softmax_cross_entropy_{BT}x{V}")),
-        |bch| {
-            bch.iter(|| {
-                be.softmax_cross_entropy(
-                    View::new(&logits, 0, [BT, V]),
-                    View::whole(&targets),
-                    V,
-                    View::whole(&losses),
-                    Some(View::new(&dlogits, 0, [BT, V])),
-                    1.0 / BT as f32,
-                )
-                .unwrap();
-                sync(be)
-            })
-        },
-    );
+    // Reads the logits, writes their gradient (targets and losses: 8 bytes a row).
+    let name = format!("softmax_cross_entropy_{BT}x{V}");
+    g.throughput(footprint(label, &name, 8 * BT * V + 8 * BT));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            be.softmax_cross_entropy(
+                View::new(&logits, 0, [BT, V]),
+                View::whole(&targets),
+                V,
+                View::whole(&losses),
+                Some(View::new(&dlogits, 0, [BT, V])),
+                1.0 / BT as f32,
+            )
+            .unwrap();
+            sync(be)
+        })
+    });
     // AdamW over a 7M-parameter slice (one block's weights): reads p, g, m, v, writes p, m, v.
     let np = 7 * 1024 * 1024;
     let (pp, gg) = (upload(be, &randn(np, 11)), upload(be, &randn(np, 12)));
@@ -414,8 +448,9 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
         step: 1,
         grad_scale: 1.0,
     };
-    g.throughput(Throughput::Bytes((28 * np) as u64));
-    g.bench_function(BenchmarkId::new(label, format!("adamw_{np}")), |bch| {
+    let name = format!("adamw_{np}");
+    g.throughput(footprint(label, &name, 28 * np));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
         bch.iter(|| {
             be.adamw(
                 View::whole(&pp),
@@ -638,6 +673,7 @@ fn benches(c: &mut Criterion) {
     bench_peak(c);
     let cpu = CpuBackend::new();
     bench_backend(c, &cpu, &format!("cpu-{}t", cpu.threads()));
+    bench_own_copies(c);
     let mm = CpuBackend::new().with_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply);
     bench_gemms(c, &mm, &format!("cpu-{}t-matrixmultiply", mm.threads()));
     bench_gemm_crate(c);

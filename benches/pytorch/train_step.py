@@ -21,6 +21,19 @@ Optional (not needed by the tests). Run from the repository root:
         --decode --batch-size 1 --seq-len 256 --steps 64
 
 Needs torch and transformers (`pip install torch transformers`).
+
+**Peer configuration** (`--peer`, default `fast`): PyTorch's fastest eager set-up for
+this model on a CPU. `fast` builds the model with `activation_function="gelu_pytorch_tanh"`
+(the same function as `gelu_new`, the tanh form, in one fused ATen kernel instead of
+seven elementwise ones) and steps `torch.optim.AdamW(fused=True)` (one fused kernel over
+all parameters; it exists on CPU since torch 2.4). `old` is the set-up of the first
+measurements: `gelu_new` and the default AdamW (a loop per parameter on CPU).
+`--compile` wraps the model in `torch.compile` (inductor) for the training step or the
+decode step; the first `--warmup` iterations then include the compilation, and
+`--compile-timeout S` makes the run give up (exit 3, one JSON line with `"error"`)
+when the compiled warm-up takes longer than S seconds in total. Whether compiling is
+faster is measured by benches/side_by_side.py, not assumed. Threads: `--threads`
+(default 2) sets both intra-op and inter-op threads.
 """
 
 import argparse
@@ -50,7 +63,7 @@ def load_config(path):
     return model, optimizer
 
 
-def build(model_cfg, seed):
+def build(model_cfg, seed, peer):
     torch.manual_seed(seed)
     config = GPT2Config(
         vocab_size=model_cfg["vocab_size"],
@@ -59,7 +72,8 @@ def build(model_cfg, seed):
         n_layer=model_cfg["n_layer"],
         n_head=model_cfg["n_head"],
         n_inner=model_cfg["mlp_dim"],
-        activation_function="gelu_new",
+        # Both are the tanh form (DESIGN.md); "gelu_pytorch_tanh" is one fused kernel.
+        activation_function="gelu_pytorch_tanh" if peer == "fast" else "gelu_new",
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
@@ -92,6 +106,10 @@ def report(args, model_cfg, model, bench, tokens_per_step, times, **extra):
         "backend": f"torch {torch.__version__} cpu ({torch.get_num_threads()} threads, "
                    f"{torch.backends.cpu.get_cpu_capability()}, "
                    f"attn {model.config._attn_implementation})",
+        "peer": args.peer,
+        "activation": model.config.activation_function,
+        "compile": args.compile,
+        "compile_warmup_s": getattr(args, "compile_warmup_s", None),
         "batch": args.batch_size,
         "seq_len": args.seq_len,
         **({"prompt_len": args.prompt_len} if bench == "decode" else {}),
@@ -117,10 +135,25 @@ def adamw(model, opt_cfg, **kwargs):
     )
 
 
+class CompileTimeout(Exception):
+    pass
+
+
+def check_compile_time(args, i, started):
+    """After warm-up iteration `i` of a `--compile` run: give up past the time box."""
+    if args.compile and i < args.warmup:
+        spent = time.perf_counter() - started
+        args.compile_warmup_s = spent
+        if args.compile_timeout and spent > args.compile_timeout:
+            raise CompileTimeout(f"compiled warm-up took {spent:.0f} s, over "
+                                 f"--compile-timeout {args.compile_timeout} s")
+
+
 def train(args, model_cfg, opt_cfg):
-    model = build(model_cfg, args.seed)
+    model = build(model_cfg, args.seed, args.peer)
     model.train()
-    opt = adamw(model, opt_cfg)
+    opt = adamw(model, opt_cfg, **({"fused": True} if args.peer == "fast" else {}))
+    forward = torch.compile(model) if args.compile else model
     g = torch.Generator().manual_seed(args.seed)
     stream = torch.randint(0, model_cfg["vocab_size"],
                            (args.batch_size * args.seq_len + 1,), generator=g)
@@ -128,9 +161,10 @@ def train(args, model_cfg, opt_cfg):
     y = stream[1:].view(args.batch_size, args.seq_len)
     clip = opt_cfg["grad_clip"]
     total, fwd, bwd, optim = [], [], [], []
+    started = time.perf_counter()
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        logits = model(input_ids=x).logits
+        logits = forward(input_ids=x).logits
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
         loss_value = loss.item()
         t1 = time.perf_counter()
@@ -142,6 +176,7 @@ def train(args, model_cfg, opt_cfg):
         opt.zero_grad(set_to_none=True)
         t3 = time.perf_counter()
         del logits, loss
+        check_compile_time(args, i, started)
         if i >= args.warmup:
             total.append(t3 - t0)
             fwd.append(t1 - t0)
@@ -158,8 +193,9 @@ def train(args, model_cfg, opt_cfg):
 
 @torch.no_grad()
 def decode(args, model_cfg):
-    model = build(model_cfg, args.seed)
+    model = build(model_cfg, args.seed, args.peer)
     model.eval()
+    step = torch.compile(model) if args.compile else model
     g = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(0, model_cfg["vocab_size"], (args.batch_size, args.prompt_len),
                            generator=g)
@@ -170,15 +206,17 @@ def decode(args, model_cfg):
 
     past, nxt, length = prefill()
     times = []
+    started = time.perf_counter()
     for i in range(args.warmup + args.steps):
         if length == args.seq_len:
             past, nxt, length = prefill()
         t0 = time.perf_counter()
-        out = model(input_ids=nxt, past_key_values=past, use_cache=True)
+        out = step(input_ids=nxt, past_key_values=past, use_cache=True)
         past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
         nxt = nxt.clone()  # materialise the pick inside the timed region
         t1 = time.perf_counter()
         length += 1
+        check_compile_time(args, i, started)
         if i >= args.warmup:
             times.append(t1 - t0)
     report(args, model_cfg, model, "decode", args.batch_size, times)
@@ -199,6 +237,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--decode", action="store_true")
+    ap.add_argument("--peer", choices=["fast", "old"], default="fast",
+                    help="fast: gelu_pytorch_tanh + AdamW(fused=True); old: gelu_new + "
+                         "the default AdamW")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--compile-timeout", type=float, default=None,
+                    help="with --compile: give up (exit 3) when the warm-up takes longer")
     args = ap.parse_args()
     # transformers 5.24 announces `cache=` as the new name of `past_key_values=`; the
     # old name still works and is the one older versions know.
@@ -207,12 +251,20 @@ def main():
     args.steps = args.steps if args.steps is not None else (64 if args.decode else 5)
     args.warmup = args.warmup if args.warmup is not None else (8 if args.decode else 2)
     torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(args.threads)
     model_cfg, opt_cfg = load_config(args.config)
-    for _ in range(args.repeat):
-        if args.decode:
-            decode(args, model_cfg)
-        else:
-            train(args, model_cfg, opt_cfg)
+    try:
+        for _ in range(args.repeat):
+            if args.decode:
+                decode(args, model_cfg)
+            else:
+                train(args, model_cfg, opt_cfg)
+    except CompileTimeout as e:
+        print(json.dumps({"implementation": "pytorch", "peer": args.peer, "compile": True,
+                          "config": model_cfg.get("name", "unnamed"),
+                          "bench": "decode" if args.decode else "train_step",
+                          "error": str(e)}), flush=True)
+        raise SystemExit(3)
 
 
 if __name__ == "__main__":

@@ -131,13 +131,22 @@ fn report(root: &Path) -> Result<String, String> {
         let mut cols: Vec<&String> = rows.values().flat_map(|r| r.keys()).collect();
         cols.sort();
         cols.dedup();
+        // Memory-bound ops against the copy of their own footprint where the run has one
+        // (`memory_bound/copy-*/<op>`, benches/benches/ops.rs), else the smallest copy.
+        let own_copy = |vals: &Columns| {
+            vals.iter()
+                .find(|(c, _)| c.starts_with("copy-"))
+                .map(|(_, (r, _))| *r)
+        };
+        let has_own = group == "memory_bound" && rows.values().any(|v| own_copy(v).is_some());
         let peak = match group.as_str() {
             "gemm" | "attention" => peak_fma.map(|p| (p, "FMA peak")),
+            "memory_bound" if has_own => Some((0.0, "own-size copy")),
             "memory_bound" => peak_copy.map(|p| (p, "copy bandwidth")),
             _ => None,
         };
         // Shares of the CPU's peaks only for the columns that ran on the CPU.
-        let with_peak = |c: &str| peak.is_some() && on_cpu(c);
+        let with_peak = |c: &str| peak.is_some() && on_cpu(c) && !c.starts_with("copy-");
         let _ = writeln!(text, "\n### {group}\n");
         let mut header = String::from("| benchmark |");
         let mut n_cols = 1;
@@ -153,12 +162,20 @@ fn report(root: &Path) -> Result<String, String> {
         let _ = writeln!(text, "|{}", "---|".repeat(n_cols));
         for (row, vals) in rows {
             let mut line = format!("| {row} |");
+            let peak = match (has_own, peak) {
+                (true, Some((_, what))) => own_copy(vals).map(|r| (r, what)),
+                (_, p) => p,
+            };
             for c in &cols {
                 match vals.get(*c) {
                     Some((r, unit)) => {
                         line.push_str(&format!(" {} |", rate_text(*r, unit)));
-                        if let (Some((p, _)), true) = (peak, with_peak(c)) {
-                            line.push_str(&format!(" {:.0}% |", 100.0 * r / p));
+                        match (peak, with_peak(c)) {
+                            (Some((p, _)), true) => {
+                                line.push_str(&format!(" {:.0}% |", 100.0 * r / p))
+                            }
+                            (None, true) => line.push_str(" - |"),
+                            _ => {}
                         }
                     }
                     None => line.push_str(if with_peak(c) { " - | - |" } else { " - |" }),
@@ -177,15 +194,51 @@ mod tests {
 
     /// One criterion result: `group/function/value` with `elements` per iteration.
     fn write(root: &Path, group: &str, function: &str, value: &str, elements: f64, ns: f64) {
+        write_as(root, group, function, value, ("Elements", elements), ns)
+    }
+
+    /// One criterion result with `amount` of throughput kind `Elements` or `Bytes`.
+    fn write_as(
+        root: &Path,
+        group: &str,
+        function: &str,
+        value: &str,
+        amount: (&str, f64),
+        ns: f64,
+    ) {
         let dir = root.join(group).join(function).join(value).join("new");
         std::fs::create_dir_all(&dir).unwrap();
         let b = serde_json::json!({
             "group_id": group, "function_id": function, "value_str": value,
-            "throughput": {"Elements": elements},
+            "throughput": {amount.0: amount.1},
         });
         let e = serde_json::json!({"median": {"point_estimate": ns}});
         std::fs::write(dir.join("benchmark.json"), b.to_string()).unwrap();
         std::fs::write(dir.join("estimates.json"), e.to_string()).unwrap();
+    }
+
+    /// A memory-bound op is put against the copy of its own footprint from the same run,
+    /// not against the smallest copy.
+    #[test]
+    fn memory_bound_ops_are_compared_with_their_own_size_copy() {
+        let root =
+            std::env::temp_dir().join(format!("andrea-bench-own-copy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        write(&root, "peak", "copy_2t_3MB", "", 1e9, 1e8); // 10 GB/s, not used
+        let bytes =
+            |f: &str, b: f64| write_as(&root, "memory_bound", f, "layernorm", ("Bytes", b), 1e9);
+        bytes("cpu-2t", 4e9); // 4 GB/s
+        bytes("copy-2t", 8e9); // 8 GB/s
+        let text = report(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(
+            text.contains("| benchmark | copy-2t | cpu-2t | cpu-2t % of own-size copy |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| layernorm | 8.0 GB/s | 4.0 GB/s | 50% |"),
+            "{text}"
+        );
     }
 
     #[test]

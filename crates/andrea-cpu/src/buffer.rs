@@ -149,9 +149,10 @@ impl MemoryOps for CpuBackend {
 
     fn name(&self) -> String {
         format!(
-            "cpu ({} threads, {})",
+            "cpu ({} threads, {}, gemm {})",
             self.threads(),
-            crate::simd::level().name()
+            crate::simd::level().name(),
+            self.gemm_kernel().name()
         )
     }
 

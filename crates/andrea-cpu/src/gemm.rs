@@ -38,10 +38,57 @@ pub(crate) struct Operand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GemmKernel {
     /// The `gemm` crate (faster on this project's build machine: see benches/README.md).
+    /// It picks its own micro-kernel from the CPU (AVX-512 where present), whatever
+    /// `ANDREA_SIMD` says.
     #[default]
     GemmCrate,
-    /// `matrixmultiply::sgemm`.
+    /// `matrixmultiply::sgemm` (also picks its micro-kernel from the CPU).
     MatrixMultiply,
+    /// andrea's own AVX2 + FMA kernel (`gemm_avx2` module): what the cap
+    /// `ANDREA_SIMD=avx2` runs, so that an AVX2 measurement has AVX2 GEMMs too. Where
+    /// the kernels' level is below AVX2 it falls back to the `gemm` crate.
+    Avx2,
+}
+
+impl GemmKernel {
+    /// The kernel a new backend uses: `ANDREA_GEMM` (`gemm`, `matrixmultiply` or
+    /// `avx2`) if set, else [`GemmKernel::Avx2`] when the kernels' level
+    /// (`ANDREA_SIMD`, the CPU) is exactly AVX2, else the `gemm` crate.
+    pub fn from_env() -> Self {
+        static KERNEL: std::sync::OnceLock<GemmKernel> = std::sync::OnceLock::new();
+        *KERNEL.get_or_init(|| {
+            let by_level = if crate::simd::level() == crate::simd::Level::Avx2 {
+                GemmKernel::Avx2
+            } else {
+                GemmKernel::GemmCrate
+            };
+            let Ok(want) = std::env::var("ANDREA_GEMM") else {
+                return by_level;
+            };
+            match want.trim().to_ascii_lowercase().as_str() {
+                "gemm" => GemmKernel::GemmCrate,
+                "matrixmultiply" => GemmKernel::MatrixMultiply,
+                "avx2" => GemmKernel::Avx2,
+                _ => {
+                    eprintln!(
+                        "andrea-cpu: ignoring ANDREA_GEMM={want:?} (expected gemm, \
+                         matrixmultiply or avx2); using {}",
+                        by_level.name()
+                    );
+                    by_level
+                }
+            }
+        })
+    }
+
+    /// The kernel's name as `ANDREA_GEMM` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKernel::GemmCrate => "gemm",
+            GemmKernel::MatrixMultiply => "matrixmultiply",
+            GemmKernel::Avx2 => "avx2",
+        }
+    }
 }
 
 /// `C = A·B + beta·C` on one thread, `A: [m, k]`, `B: [k, n]`, `C: [m, n]`, any strides;
@@ -60,7 +107,13 @@ pub(crate) unsafe fn sgemm_strided(
     beta: f32,
     c: Operand,
 ) {
-    if kernel == GemmKernel::GemmCrate {
+    #[cfg(target_arch = "x86_64")]
+    if kernel == GemmKernel::Avx2 && crate::simd::has_avx2_fma() {
+        // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA.
+        unsafe { crate::gemm_avx2::sgemm(m, k, n, a, b, beta, c) };
+        return;
+    }
+    if kernel != GemmKernel::MatrixMultiply {
         // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and
         // reads dst only when asked to.
         unsafe {

@@ -8,7 +8,11 @@
 //!   `gemm` crate's (AVX-512 where the CPU has it, AVX2 + FMA otherwise, picked at run
 //!   time) by default and matrixmultiply's with
 //!   [`CpuBackend::with_gemm_kernel`]`(GemmKernel::MatrixMultiply)`; the figures behind
-//!   the choice are in `benches/README.md`. Transposes are strides.
+//!   the choice are in `benches/README.md`. Transposes are strides. Both crates choose
+//!   their micro-kernel from the CPU, not from `ANDREA_SIMD`; where the kernels' level
+//!   is AVX2 (the cap, or an AVX2-only CPU) the default is andrea's own AVX2 + FMA kernel
+//!   ([`GemmKernel::Avx2`]), and `ANDREA_GEMM=gemm|matrixmultiply|avx2` overrides the
+//!   choice ([`GemmKernel::from_env`]).
 //! * **Few rows** (generation: one token per sequence, up to 8 sequences): a
 //!   bandwidth-bound path that streams each weight matrix once in long contiguous runs
 //!   on every thread, with no packing (`gemv` module).
@@ -57,6 +61,8 @@ mod buffer;
 mod elementwise;
 mod embedding;
 mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod gemm_avx2;
 mod gemv;
 mod interop;
 mod layernorm;
@@ -90,7 +96,7 @@ impl CpuBackend {
     pub fn new() -> Self {
         CpuBackend {
             pool: None,
-            kernel: GemmKernel::default(),
+            kernel: GemmKernel::from_env(),
         }
     }
 
@@ -112,7 +118,7 @@ impl CpuBackend {
             })?;
         Ok(CpuBackend {
             pool: Some(pool),
-            kernel: GemmKernel::default(),
+            kernel: GemmKernel::from_env(),
         })
     }
 

@@ -49,10 +49,11 @@ pub(crate) fn softmax_row_in_place<M: MulAdd>(y: &mut [f32], n: usize, scale: f3
 }
 
 multiversion! {
-    /// Softmax of one row, first copied from `src` if given.
+    /// Softmax of one row, first copied from `src` if given (only its `n` visible
+    /// values: the rest of the row is written as zeros).
     fn softmax_row(src: Option<&[f32]>, row: &mut [f32], n: usize, scale: f32) {
         if let Some(src) = src {
-            row.copy_from_slice(src);
+            row[..n].copy_from_slice(&src[..n]);
         }
         softmax_row_in_place::<M>(row, n, scale);
     }

@@ -14,3 +14,31 @@ mod matrixmultiply_kernel {
         andrea_cpu::CpuBackend::new().with_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply)
     );
 }
+
+mod avx2_gemm_kernel {
+    //! The suite's products with andrea's own AVX2 + FMA GEMM kernel (the default under
+    //! `ANDREA_SIMD=avx2`, which `.ci/run` also runs the whole suite with): every product,
+    //! the fused bias + GELU one, and attention, whose small per-head products go through
+    //! the same kernel. Shapes up to 300 cross the kernel's `k` slices (256) and leave
+    //! ragged 6 x 16 tiles; strided and transposed operands take its general packing.
+    use andrea_cpu::{CpuBackend, GemmKernel};
+
+    macro_rules! products {
+        ($($name:ident)*) => {$(
+            #[test]
+            fn $name() {
+                #[allow(unused_imports)]
+                use andrea_testkit::__private::{ViaResult as _, ViaValue as _};
+                andrea_testkit::__private::run_test(
+                    stringify!($name),
+                    || (&andrea_testkit::__private::Probe::new(
+                        CpuBackend::new().with_gemm_kernel(GemmKernel::Avx2),
+                    ))
+                        .make_backend(),
+                    andrea_testkit::suite::$name,
+                );
+            }
+        )*};
+    }
+    products!(matmul linear_gelu attention_forward attention_backward determinism);
+}

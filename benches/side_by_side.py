@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""andrea against PyTorch's fastest CPU set-up, side by side, in one sitting.
+
+    PYTHON=/path/to/venv/bin/python benches/side_by_side.py            # AVX-512 where present
+    ANDREA_SIMD=avx2 PYTHON=... benches/side_by_side.py --compile off   # andrea capped at AVX2
+
+For each of four measurements (train ANDREA-120M B4 x T256, train tiny B8 x T256, decode
+ANDREA-120M and tiny at batch 1) it runs andrea and PyTorch alternately, A B A B A, and
+prints the ratio table with the machine's CPU flags and peaks, measured in the same run
+(`cargo run --release -p andrea-cpu --example peaks`: the f32 FMA peak at 256 and 512
+bits and a read-only stream over 2 GiB, before and after the runs; the higher of the two
+is the peak). Training's % of peak is andrea's FLOPs per second (FLOPs per token from
+`andrea info --json`) over the FMA peak of the widest instruction set andrea's own kernels
+use (`ANDREA_SIMD`); decode's % of DRAM bandwidth is the weights' bytes read per token
+(every parameter but the unread rows of the position table, f32) times tokens/s over the
+read stream.
+
+The peer is `benches/pytorch/train_step.py --peer fast` (gelu_pytorch_tanh, fused AdamW,
+2 threads). `--compile auto` (default) first runs the peer once eager and once under
+`torch.compile` (the compiled run killed after `--compile-timeout` s) per measurement and
+keeps the faster for the alternation; the decision and both figures are in the output.
+`--compile on|off` skips that. `--peer old` measures the first configuration instead.
+
+Raw outputs go to `benches/results/<UTC stamp>[-<ANDREA_SIMD>]/`: `runs.jsonl` (every
+run's JSON object with the 1-minute load average before it), `peaks.jsonl`,
+`machine.json` (CPU model and flags, kernel, torch and transformers versions) and
+`table.md` (what is printed). Ratio: the median of andrea's three runs over the mean of
+PyTorch's two (each run's figure is itself the median of its timed iterations).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import tomllib
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ANDREA = os.path.join(ROOT, "target/release/andrea")
+PEAKS = os.path.join(ROOT, "target/release/examples/peaks")
+PEER = os.path.join(ROOT, "benches/pytorch/train_step.py")
+
+# (key, label, config, train?, batch, steps, warmup, target ratio)
+SPECS = [
+    ("train_120m", "train ANDREA-120M B4 x T256", "configs/andrea-120m.toml", True, 4, 5, 2, 1.15),
+    ("train_tiny", "train tiny B8 x T256", "configs/tiny.toml", True, 8, 20, 3, 2.5),
+    ("decode_120m", "decode ANDREA-120M batch 1", "configs/andrea-120m.toml", False, 1, 64, 8, 1.5),
+    ("decode_tiny", "decode tiny batch 1", "configs/tiny.toml", False, 1, 500, 20, 5.0),
+]
+SEQ = 256
+# The read stream: over 2 GiB (no cache holds it: the DRAM bandwidth, the denominator)
+# and over 350 MiB (about ANDREA-120M's weights, shown beside it).
+READ_MB = 2048
+READ_MB_WEIGHTS = 350
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_json(cmd, env=None, timeout=None):
+    """Runs `cmd`, returns (the last JSON line of stdout or None, exit status)."""
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "timeout"
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 and not lines:
+        sys.stderr.write(p.stderr[-2000:])
+    return (json.loads(lines[-1]) if lines else None), p.returncode
+
+
+def andrea_cmd(spec, threads):
+    key, _, cfg, train, batch, steps, warmup, _ = spec
+    kind = "train" if train else "decode"
+    return [ANDREA, "--threads", str(threads), "bench", kind, "--config", cfg,
+            "--batch-size", str(batch), "--seq-len", str(SEQ), "--steps", str(steps),
+            "--warmup", str(warmup), "--json"]
+
+
+def peer_cmd(args, spec, compiled):
+    key, _, cfg, train, batch, steps, warmup, _ = spec
+    cmd = [args.python, PEER, "--config", cfg, "--batch-size", str(batch), "--seq-len",
+           str(SEQ), "--steps", str(steps), "--warmup", str(warmup), "--threads",
+           str(args.threads), "--peer", args.peer]
+    if not train:
+        cmd.append("--decode")
+    if compiled:
+        cmd += ["--compile", "--compile-timeout", str(args.compile_timeout)]
+    return cmd
+
+
+def machine(args):
+    info = {"utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            k = k.strip()
+            if k in ("model name", "flags", "cpu family", "model") and k not in info:
+                info[k] = v.strip()
+    info["nproc"] = os.cpu_count()
+    info["kernel"] = os.uname().release
+    info["ANDREA_SIMD"] = os.environ.get("ANDREA_SIMD")
+    v = subprocess.run([args.python, "-c", "import torch, transformers; print(torch.__version__,"
+                        " transformers.__version__, torch.backends.cpu.get_cpu_capability())"],
+                       capture_output=True, text=True)
+    info["torch"], info["transformers"], info["torch_cpu_capability"] = (
+        v.stdout.split() + ["?", "?", "?"])[:3]
+    return info
+
+
+def weights_bytes_per_token(cfg_path, params):
+    """f32 bytes a decode step reads: every parameter (`andrea info`'s count) except the
+    position table's rows other than the one in use (the embedding lookup reads one row of
+    wte too, but wte is also the output layer's weight, read whole)."""
+    with open(os.path.join(ROOT, cfg_path), "rb") as f:
+        m = tomllib.load(f)["model"]
+    return 4 * (params - (m["context_length"] - 1) * m["d_model"])
+
+
+def flops_per_token(cfg_path, batch):
+    info, rc = run_json([ANDREA, "info", "--config", cfg_path, "--seq-len", str(SEQ),
+                         "--batch-size", str(batch), "--json"])
+    if not info:
+        raise SystemExit(f"`andrea info` failed ({rc})")
+    return info["training_flops_per_token"], info["parameters"]
+
+
+def fmt(x):
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--python", default=os.environ.get("PYTHON", "python3"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--peer", choices=["fast", "old"], default="fast")
+    ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--compile-timeout", type=float, default=300)
+    ap.add_argument("--only", default=None, help="comma-separated keys of SPECS to run")
+    ap.add_argument("--no-build", action="store_true", help="use the built binaries as they are")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    simd = os.environ.get("ANDREA_SIMD")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
+    out = args.out or os.path.join(ROOT, "benches/results", stamp + (f"-{simd}" if simd else ""))
+    os.makedirs(out, exist_ok=True)
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "-p", "andrea-cli", "--bin", "andrea"],
+                       cwd=ROOT, check=True)
+        subprocess.run(["cargo", "build", "--release", "-p", "andrea-cpu", "--example", "peaks"],
+                       cwd=ROOT, check=True)
+    specs = [s for s in SPECS if not args.only or s[0] in args.only.split(",")]
+    info = machine(args)
+    with open(os.path.join(out, "machine.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    runs = open(os.path.join(out, "runs.jsonl"), "a")
+    peaks_f = open(os.path.join(out, "peaks.jsonl"), "a")
+
+    def record(fh, obj, la):
+        obj = {"load_1min": la, **obj}
+        fh.write(json.dumps(obj) + "\n")
+        fh.flush()
+        return obj
+
+    def peaks():
+        la = load()
+        p, rc = run_json([PEAKS, "--threads", str(args.threads), "--read-mb",
+                          f"{READ_MB_WEIGHTS},{READ_MB}"])
+        if not p:
+            raise SystemExit(f"peaks failed ({rc})")
+        print(f"peaks: FMA {p['fma_256_gflops']:.1f} (256-bit) / {p['fma_512_gflops']} "
+              f"(512-bit) GFLOP/s, read {p['read_gbps'][str(READ_MB)]:.1f} GB/s (load {la})",
+              flush=True)
+        return record(peaks_f, p, la)
+
+    p0 = peaks()
+    results = {}
+    for spec in specs:
+        key, label = spec[0], spec[1]
+        compiled = args.compile == "on"
+        if args.compile == "auto":
+            figs = {}
+            for c in (False, True):
+                la = load()
+                r, rc = run_json(peer_cmd(args, spec, c),
+                                 timeout=args.compile_timeout + 600 if c else None)
+                r = r or {"implementation": "pytorch", "compile": c, "error": f"exit {rc}"}
+                record(runs, {"spec": key, "phase": "compile-calibration", **r}, la)
+                figs[c] = r.get("tokens_per_s") if "error" not in r else None
+            compiled = bool(figs[True] and figs[False] and figs[True] > figs[False])
+            print(f"{label}: peer eager {figs[False]}, compiled {figs[True]} tokens/s: "
+                  f"{'compiled' if compiled else 'eager'} kept", flush=True)
+        cell = {"andrea": [], "pytorch": [], "compile": compiled}
+        for who in ("andrea", "pytorch", "andrea", "pytorch", "andrea"):
+            la = load()
+            cmd = andrea_cmd(spec, args.threads) if who == "andrea" else peer_cmd(args, spec, compiled)
+            r, rc = run_json(cmd, timeout=args.compile_timeout + 900)
+            if not r or "tokens_per_s" not in r:
+                raise SystemExit(f"{label}: {who} failed ({rc}): {cmd}")
+            record(runs, {"spec": key, "phase": "alternation", **r}, la)
+            cell[who].append(r["tokens_per_s"])
+            print(f"  {label}: {who} {r['tokens_per_s']:.1f} tokens/s (load {la})", flush=True)
+        results[key] = cell
+    p1 = peaks()
+
+    level = simd or ("avx512" if "avx512f" in info.get("flags", "") else "avx2")
+    fma = {w: max(p[f"fma_{w}_gflops"] or 0 for p in (p0, p1)) for w in ("256", "512")}
+    fma_used = fma["512"] if level == "avx512" else fma["256"]
+    dram = max(p["read_gbps"][str(READ_MB)] for p in (p0, p1))
+    read_w = max(p["read_gbps"][str(READ_MB_WEIGHTS)] for p in (p0, p1))
+    simd_flags = " ".join(f for f in info.get("flags", "").split()
+                          if f.startswith(("avx", "amx")) or f == "fma")
+    lines = [
+        f"Side by side, {info['utc']}, `{' '.join(sys.argv)}`"
+        + (f" with ANDREA_SIMD={simd}" if simd else ""),
+        "",
+        f"Machine: {info.get('model name')} ({info['nproc']} cores), flags: {simd_flags}; "
+        f"torch {info['torch']} ({info['torch_cpu_capability']}), transformers "
+        f"{info['transformers']}; {args.threads} threads each.",
+        f"Peaks (same run, best of before/after): FMA f32 {fma['256']:.1f} GFLOP/s at 256 "
+        f"bits, {fma['512']:.1f} at 512; read-only stream over {READ_MB} MiB "
+        f"{dram:.1f} GB/s ({read_w:.1f} over {READ_MB_WEIGHTS} MiB). andrea's kernels at "
+        f"`{level}`: training's % of peak is against {fma_used:.1f}; decode's % of read "
+        f"against the {READ_MB} MiB stream (the tiny model's 7.7 MB of weights stay in "
+        f"cache, so its share says little).",
+        f"Peer: `train_step.py --peer {args.peer}` (gelu_pytorch_tanh + AdamW(fused=True)"
+        if args.peer == "fast" else "Peer: `train_step.py --peer old` (gelu_new + default AdamW",
+    ]
+    lines[-1] += f"), torch.compile: {args.compile}.\n"
+    lines += ["| measurement | andrea (3 runs) | PyTorch (2 runs) | ratio | target | "
+              "andrea % of peak | PyTorch % of peak |", "|---|---|---|---|---|---|---|"]
+    for spec in specs:
+        key, label, cfg, train, batch = spec[:5]
+        cell = results[key]
+        a, p = statistics.median(cell["andrea"]), statistics.mean(cell["pytorch"])
+        ratio = a / p
+        if train:
+            fpt, _ = flops_per_token(cfg, batch)
+            pa, pp = a * fpt / 1e9 / fma_used, p * fpt / 1e9 / fma_used
+            pct = f"{100 * pa:.0f}% of FMA", f"{100 * pp:.0f}% of FMA"
+        else:
+            wb = weights_bytes_per_token(cfg, flops_per_token(cfg, batch)[1])
+            pct = (f"{100 * a * wb / 1e9 / dram:.0f}% of read",
+                   f"{100 * p * wb / 1e9 / dram:.0f}% of read")
+        target = spec[7]
+        met = "met" if ratio >= target else "**missed**"
+        peer = ", ".join(fmt(x) for x in cell["pytorch"]) + (" (compiled)" if cell["compile"] else "")
+        lines.append(f"| {label} | {', '.join(fmt(x) for x in cell['andrea'])} | {peer} | "
+                     f"**{ratio:.2f}x** | {target}x: {met} | {pct[0]} | {pct[1]} |")
+    lines.append(f"\nRaw outputs: {os.path.relpath(out, ROOT)}/")
+    text = "\n".join(lines)
+    print("\n" + text)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+//! The CPU backend's GEMM kernels side by side on the training step's 11 products
+//! (ANDREA-120M, batch 4 x 256): the `gemm` crate, andrea's AVX2 + FMA kernel and
+//! matrixmultiply, in the backend's own blocking, alternating kernel by kernel in each
+//! round so that a noisy machine disturbs them alike. One JSON line per (shape, kernel):
+//! the median GFLOP/s over `--rounds` rounds.
+//!
+//! ```text
+//! cargo run --release -p andrea-cpu --example gemm_kernels -- --threads 2 --rounds 5
+//! ```
+//!
+//! `--kernels gemm,avx2,matrixmultiply` picks the kernels, `--only fwd_fc,bwd_dw_qkv`
+//! the shapes. `ANDREA_SIMD` caps the backend's own kernels (not the two crates': they
+//! pick their micro-kernel from the CPU).
+
+use std::time::Instant;
+
+use andrea_core::config::step_gemms;
+use andrea_core::{LinalgOps, Matrix, MemoryOps, View};
+use andrea_cpu::{CpuBackend, GemmKernel};
+
+fn mat(
+    buf: &andrea_cpu::CpuBuffer,
+    rows: usize,
+    cols: usize,
+    t: bool,
+) -> Matrix<'_, andrea_cpu::CpuBuffer> {
+    if t {
+        View::new(buf, 0, [cols, rows]).mat().t()
+    } else {
+        View::new(buf, 0, [rows, cols]).mat()
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut threads = 2;
+    let mut rounds = 5;
+    let mut kernels = vec![
+        GemmKernel::GemmCrate,
+        GemmKernel::Avx2,
+        GemmKernel::MatrixMultiply,
+    ];
+    let mut only: Option<Vec<String>> = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let v = it.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--threads" => threads = v.parse()?,
+            "--rounds" => rounds = v.parse()?,
+            "--only" => only = Some(v.split(',').map(String::from).collect()),
+            "--kernels" => {
+                kernels = v
+                    .split(',')
+                    .map(|k| match k {
+                        "gemm" => Ok(GemmKernel::GemmCrate),
+                        "avx2" => Ok(GemmKernel::Avx2),
+                        "matrixmultiply" => Ok(GemmKernel::MatrixMultiply),
+                        _ => Err(format!("unknown kernel {k:?}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            _ => return Err(format!("unknown flag {flag}").into()),
+        }
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()?;
+    // On a worker of the pool, as the `andrea` binary runs (no hand-over per call).
+    rayon::scope(|_| run(rounds, &kernels, only.as_deref()))
+}
+
+fn run(
+    rounds: usize,
+    kernels: &[GemmKernel],
+    only: Option<&[String]>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let base = CpuBackend::new();
+    let backends: Vec<CpuBackend> = kernels
+        .iter()
+        .map(|&k| CpuBackend::new().with_gemm_kernel(k))
+        .collect();
+    for p in step_gemms(1024, 768, 3072, 8449) {
+        if only.is_some_and(|o| !o.iter().any(|n| n == p.name)) {
+            continue;
+        }
+        let (m, k, n) = (p.m, p.k, p.n);
+        let fill = |len: usize, s: u32| -> Vec<f32> {
+            (0..len)
+                .map(|i| {
+                    ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(s) >> 8) as f32 / 8e6 - 1.0
+                })
+                .collect()
+        };
+        let (a, b, c) = (base.alloc(m * k)?, base.alloc(k * n)?, base.alloc(m * n)?);
+        base.upload(&fill(m * k, 1), View::whole(&a))?;
+        base.upload(&fill(k * n, 2), View::whole(&b))?;
+        let mut times = vec![Vec::new(); backends.len()];
+        for _ in 0..rounds + 1 {
+            for (be, t) in backends.iter().zip(&mut times) {
+                let (am, bm, cm) = (
+                    mat(&a, m, k, p.a_transposed),
+                    mat(&b, k, n, p.b_transposed),
+                    mat(&c, m, n, false),
+                );
+                let t0 = Instant::now();
+                be.matmul(am, bm, None, cm)?;
+                t.push(t0.elapsed().as_secs_f64());
+            }
+        }
+        for (be, mut t) in backends.iter().zip(times) {
+            t.remove(0); // the first round warms caches and packing buffers
+            t.sort_by(f64::total_cmp);
+            let med = t[t.len() / 2];
+            println!(
+                "{{\"bench\": \"gemm_kernels\", \"shape\": \"{}_{m}x{k}x{n}\", \"kernel\": \"{}\", \
+                 \"backend\": \"{}\", \"gflops\": {:.1}, \"median_s\": {med:.5}}}",
+                p.name,
+                be.gemm_kernel().name(),
+                be.name(),
+                2.0 * (m * k * n) as f64 / med / 1e9
+            );
+        }
+    }
+    Ok(())
+}

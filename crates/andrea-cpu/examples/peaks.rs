@@ -1,0 +1,214 @@
+//! This machine's peaks, the denominators of benches/README.md's "% of peak" figures:
+//! the f32 FMA throughput at 256 and 512 bits and a read-only memory stream, on
+//! `--threads` threads (default 2). One JSON object on stdout.
+//!
+//! ```text
+//! cargo run --release -p andrea-cpu --example peaks -- --threads 2 --read-mb 366,2048
+//! ```
+//!
+//! * `fma_256_gflops`, `fma_512_gflops`: `chains` independent FMA chains per thread
+//!   (enough to cover the FMA latency on both pipes of the CPUs at hand), 2 FLOPs per
+//!   lane; the best of `--reps` timings (a peak, so the least disturbed run). `null`
+//!   where the CPU lacks the instructions. A machine whose 512-bit FMA runs as two
+//!   256-bit halves (Zen 4) reads the same for both; one with two 512-bit FMA ports
+//!   (Intel server cores) reads twice as much at 512 bits.
+//! * `read_gbps`: for each size in `--read-mb`, every thread sums its contiguous share of
+//!   one buffer (8 AVX accumulators, no writes), bytes read / seconds, best of `--reps`
+//!   after one untimed pass. A size past the last-level cache is the DRAM read
+//!   bandwidth; the decode's weights are read once per token in the same pattern.
+
+use std::time::Instant;
+
+struct Args {
+    threads: usize,
+    reps: usize,
+    read_mb: Vec<usize>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        threads: 2,
+        reps: 5,
+        read_mb: vec![2048],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let num = |v: &str| {
+            v.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or(format!("{flag}: expected a positive integer, got {v:?}"))
+        };
+        match flag.as_str() {
+            "--threads" => a.threads = num(&value)?,
+            "--reps" => a.reps = num(&value)?,
+            "--read-mb" => a.read_mb = value.split(',').map(num).collect::<Result<_, _>>()?,
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+/// Runs `f(thread)` on `threads` threads at once, `reps` times; the shortest wall time.
+fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let barrier = std::sync::Barrier::new(threads + 1);
+        let t = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|i| {
+                    let (f, barrier) = (&f, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        std::hint::black_box(f(i))
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let t0 = Instant::now();
+            for h in hs {
+                h.join().expect("probe thread");
+            }
+            t0.elapsed().as_secs_f64()
+        });
+        best = best.min(t);
+    }
+    best
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    pub const CHAINS_256: usize = 12;
+    pub const CHAINS_512: usize = 16;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn fma_256(iters: u64) -> f32 {
+        let m = _mm256_set1_ps(0.999_999);
+        let a0 = _mm256_set1_ps(1e-7);
+        let mut acc = [_mm256_set1_ps(1.0); CHAINS_256];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm256_fmadd_ps(*a, m, a0);
+            }
+        }
+        let mut s = _mm256_setzero_ps();
+        for a in acc {
+            s = _mm256_add_ps(s, a);
+        }
+        let mut out = [0.0f32; 8];
+        // SAFETY: `out` holds 8 floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
+        out.iter().sum()
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub fn fma_512(iters: u64) -> f32 {
+        let m = _mm512_set1_ps(0.999_999);
+        let a0 = _mm512_set1_ps(1e-7);
+        let mut acc = [_mm512_set1_ps(1.0); CHAINS_512];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm512_fmadd_ps(*a, m, a0);
+            }
+        }
+        let mut s = _mm512_setzero_ps();
+        for a in acc {
+            s = _mm512_add_ps(s, a);
+        }
+        _mm512_reduce_add_ps(s)
+    }
+
+    /// Σ x, 8 vector accumulators: a read stream with nothing else on the critical path.
+    #[target_feature(enable = "avx2")]
+    pub fn sum(x: &[f32]) -> f32 {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let chunks = x.chunks_exact(64);
+        let tail: f32 = chunks.remainder().iter().sum();
+        for c in chunks {
+            for (j, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `c` holds 64 floats, 8 per accumulator.
+                *a = _mm256_add_ps(*a, unsafe { _mm256_loadu_ps(c.as_ptr().add(8 * j)) });
+            }
+        }
+        let mut s = _mm256_setzero_ps();
+        for a in acc {
+            s = _mm256_add_ps(s, a);
+        }
+        let mut out = [0.0f32; 8];
+        // SAFETY: `out` holds 8 floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
+        out.iter().sum::<f32>() + tail
+    }
+}
+
+fn main() {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("peaks: {e}");
+            std::process::exit(2);
+        }
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::is_x86_feature_detected as has;
+        if !(has!("avx2") && has!("fma")) {
+            eprintln!("peaks: needs AVX2 + FMA");
+            std::process::exit(2);
+        }
+        let th = args.threads;
+        let iters = 1u64 << 24;
+        // SAFETY (both probes): the CPU has the instructions, checked before each call.
+        let t = best_of(th, args.reps, |_| unsafe { x86::fma_256(iters) });
+        let fma_256 = (th as u64 * iters * x86::CHAINS_256 as u64 * 16) as f64 / t / 1e9;
+        let fma_512 = has!("avx512f").then(|| {
+            let t = best_of(th, args.reps, |_| unsafe { x86::fma_512(iters) });
+            (th as u64 * iters * x86::CHAINS_512 as u64 * 32) as f64 / t / 1e9
+        });
+        // `"<MiB>": GB/s` entries, written as JSON by hand (the crate has no serde).
+        let mut read = Vec::new();
+        for &mb in &args.read_mb {
+            let n = mb << 18; // floats in `mb` MiB
+            let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+            let share = n.div_ceil(th);
+            // SAFETY: AVX2 checked above.
+            let pass =
+                |i: usize| unsafe { x86::sum(&buf[(i * share).min(n)..((i + 1) * share).min(n)]) };
+            best_of(th, 1, pass);
+            let t = best_of(th, args.reps, pass);
+            read.push(format!("\"{mb}\": {:.2}", (4 * n) as f64 / t / 1e9));
+        }
+        let flags = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("flags"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_default();
+        let simd: Vec<&str> = flags
+            .split(' ')
+            .filter(|f| f.starts_with("avx") || *f == "fma" || f.starts_with("amx"))
+            .collect();
+        println!(
+            "{{\"bench\": \"peaks\", \"threads\": {th}, \"fma_256_gflops\": {fma_256:.2}, \
+             \"fma_512_gflops\": {}, \"fma_chains\": [{}, {}], \"read_gbps\": {{{}}}, \
+             \"simd_flags\": \"{}\"}}",
+            fma_512.map_or("null".into(), |g| format!("{g:.2}")),
+            x86::CHAINS_256,
+            x86::CHAINS_512,
+            read.join(", "),
+            simd.join(" ")
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (args, best_of);
+        eprintln!("peaks: x86-64 only");
+        std::process::exit(2);
+    }
+}
