@@ -16,16 +16,19 @@ use (`ANDREA_SIMD`); decode's % of DRAM bandwidth is the weights' bytes read per
 read stream.
 
 The peer is `benches/pytorch/train_step.py --peer fast` (gelu_pytorch_tanh, fused AdamW,
-2 threads). `--compile auto` (default) first runs the peer once eager and once under
-`torch.compile` (the compiled run killed after `--compile-timeout` s) per measurement and
-keeps the faster for the alternation; the decision and both figures are in the output.
-`--compile on|off` skips that. `--peer old` measures the first configuration instead.
+2 threads). `--compile both` (default) runs the peer eager and under `torch.compile`
+(a compiled run that takes longer than `--compile-timeout` s to warm up is dropped and
+recorded) in the same alternation, andrea, eager, compiled, andrea, eager, compiled,
+andrea, and puts andrea against the faster of the two. `--compile auto` instead runs one
+eager and one compiled run first and keeps the faster for an A B A B A alternation;
+`--compile on|off` fixes it. `--peer old` measures the first configuration instead.
 
 Raw outputs go to `benches/results/<UTC stamp>[-<ANDREA_SIMD>]/`: `runs.jsonl` (every
 run's JSON object with the 1-minute load average before it), `peaks.jsonl`,
 `machine.json` (CPU model and flags, kernel, torch and transformers versions) and
 `table.md` (what is printed). Ratio: the median of andrea's three runs over the mean of
-PyTorch's two (each run's figure is itself the median of its timed iterations).
+PyTorch's two (eager or compiled, whichever mean is higher; each run's figure is itself
+the median of its timed iterations).
 """
 
 import argparse
@@ -140,9 +143,14 @@ def main():
     ap.add_argument("--python", default=os.environ.get("PYTHON", "python3"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peer", choices=["fast", "old"], default="fast")
-    ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--compile", choices=["auto", "both", "on", "off"], default="both")
+    ap.add_argument("--compile-specs", default=None,
+                    help="with --compile both|auto: only these keys of SPECS (the others eager)")
     ap.add_argument("--compile-timeout", type=float, default=300)
     ap.add_argument("--only", default=None, help="comma-separated keys of SPECS to run")
+    ap.add_argument("--calibrate-only", action="store_true",
+                    help="only the torch.compile calibration (eager, compiled, eager, "
+                         "compiled per measurement), no andrea runs")
     ap.add_argument("--no-build", action="store_true", help="use the built binaries as they are")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -184,6 +192,16 @@ def main():
     for spec in specs:
         key, label = spec[0], spec[1]
         compiled = args.compile == "on"
+        if args.calibrate_only:
+            for c in (False, True, False, True):
+                la = load()
+                r, rc = run_json(peer_cmd(args, spec, c),
+                                 timeout=args.compile_timeout + 600 if c else None)
+                r = r or {"implementation": "pytorch", "compile": c, "error": f"exit {rc}"}
+                record(runs, {"spec": key, "phase": "compile-calibration", **r}, la)
+                print(f"{label}: compile={c}: {r.get('tokens_per_s', r.get('error'))} "
+                      f"(warm-up {r.get('compile_warmup_s')} s, load {la})", flush=True)
+            continue
         if args.compile == "auto":
             figs = {}
             for c in (False, True):
@@ -196,11 +214,22 @@ def main():
             compiled = bool(figs[True] and figs[False] and figs[True] > figs[False])
             print(f"{label}: peer eager {figs[False]}, compiled {figs[True]} tokens/s: "
                   f"{'compiled' if compiled else 'eager'} kept", flush=True)
-        cell = {"andrea": [], "pytorch": [], "compile": compiled}
-        for who in ("andrea", "pytorch", "andrea", "pytorch", "andrea"):
+        both = args.compile == "both" and (
+            not args.compile_specs or key in args.compile_specs.split(","))
+        cell = {"andrea": [], "pytorch": [], "pytorch_compiled": [], "compile": compiled}
+        order = ("andrea", "pytorch", "pytorch_compiled") * 2 + ("andrea",) if both else (
+            "andrea", "pytorch", "andrea", "pytorch", "andrea")
+        for who in order:
             la = load()
-            cmd = andrea_cmd(spec, args.threads) if who == "andrea" else peer_cmd(args, spec, compiled)
+            cmd = (andrea_cmd(spec, args.threads) if who == "andrea" else
+                   peer_cmd(args, spec, compiled or who == "pytorch_compiled"))
             r, rc = run_json(cmd, timeout=args.compile_timeout + 900)
+            if who == "pytorch_compiled" and (not r or "tokens_per_s" not in r):
+                # Over the time box or failed: recorded, and the eager figures stand.
+                r = r or {"implementation": "pytorch", "compile": True, "error": f"exit {rc}"}
+                record(runs, {"spec": key, "phase": "alternation", **r}, la)
+                print(f"  {label}: {who} gave no figure ({r.get('error')})", flush=True)
+                continue
             if not r or "tokens_per_s" not in r:
                 raise SystemExit(f"{label}: {who} failed ({rc}): {cmd}")
             record(runs, {"spec": key, "phase": "alternation", **r}, la)
@@ -208,6 +237,8 @@ def main():
             print(f"  {label}: {who} {r['tokens_per_s']:.1f} tokens/s (load {la})", flush=True)
         results[key] = cell
     p1 = peaks()
+    if args.calibrate_only:
+        return
 
     level = simd or ("avx512" if "avx512f" in info.get("flags", "") else "avx2")
     fma = {w: max(p[f"fma_{w}_gflops"] or 0 for p in (p0, p1)) for w in ("256", "512")}
@@ -238,7 +269,11 @@ def main():
     for spec in specs:
         key, label, cfg, train, batch = spec[:5]
         cell = results[key]
-        a, p = statistics.median(cell["andrea"]), statistics.mean(cell["pytorch"])
+        a = statistics.median(cell["andrea"])
+        # The strongest peer of the sitting: eager or compiled, whichever was faster.
+        p_eager = statistics.mean(cell["pytorch"])
+        p_comp = statistics.mean(cell["pytorch_compiled"]) if cell["pytorch_compiled"] else 0
+        p = max(p_eager, p_comp)
         ratio = a / p
         if train:
             fpt, _ = flops_per_token(cfg, batch)
@@ -251,6 +286,10 @@ def main():
         target = spec[7]
         met = "met" if ratio >= target else "**missed**"
         peer = ", ".join(fmt(x) for x in cell["pytorch"]) + (" (compiled)" if cell["compile"] else "")
+        if cell["pytorch_compiled"]:
+            peer = (f"eager {peer}; compiled "
+                    + ", ".join(fmt(x) for x in cell["pytorch_compiled"])
+                    + (" (faster: used)" if p_comp > p_eager else " (slower)"))
         lines.append(f"| {label} | {', '.join(fmt(x) for x in cell['andrea'])} | {peer} | "
                      f"**{ratio:.2f}x** | {target}x: {met} | {pct[0]} | {pct[1]} |")
     lines.append(f"\nRaw outputs: {os.path.relpath(out, ROOT)}/")

@@ -606,6 +606,27 @@ fn bench_peak(c: &mut Criterion) {
                 .sum::<f32>()
         })
     });
+    // The 512-bit peak, where the backend's kernels run AVX-512 (not under
+    // `ANDREA_SIMD=avx2`, whose GEMMs are then 256-bit: bench-report takes the highest
+    // `fma*` entry as the peak). A CPU with two 512-bit FMA pipes (Intel server cores)
+    // reads twice the 256-bit figure; one that splits them (Zen 4) reads the same.
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") && {
+        use andrea_core::MemoryOps as _;
+        CpuBackend::new().name().contains("avx512")
+    } {
+        g.throughput(Throughput::Elements(threads as u64 * iters * 16 * 32));
+        g.bench_function(format!("fma512_f32_{threads}t"), |bch| {
+            bch.iter(|| {
+                use rayon::prelude::*;
+                (0..threads)
+                    .into_par_iter()
+                    // SAFETY: the CPU has AVX-512 F (checked above).
+                    .map(|_| unsafe { fma512_chain(iters) })
+                    .sum::<f32>()
+            })
+        });
+    }
     for n in [BT * C, BT * 4 * C] {
         let src = randn(n, 1);
         let mut dst = vec![0.0f32; n];
@@ -666,6 +687,28 @@ fn fma_chain(iters: u64) -> f32 {
         "peak bench needs AVX2 + FMA"
     );
     unsafe { run(iters) }
+}
+
+/// 16 independent 16-wide FMA chains: 2 FLOPs x 16 lanes x 16 x iters.
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma512_chain(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let m = _mm512_set1_ps(0.999_999);
+    let a0 = _mm512_set1_ps(1e-7);
+    let mut acc = [_mm512_set1_ps(1.0); 16];
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            *a = _mm512_fmadd_ps(*a, m, a0);
+        }
+    }
+    _mm512_reduce_add_ps(
+        acc.iter()
+            .fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a)),
+    )
 }
 
 fn benches(c: &mut Criterion) {
