@@ -17,10 +17,11 @@ mod matrixmultiply_kernel {
 
 mod avx2_gemm_kernel {
     //! The suite's products with andrea's own AVX2 + FMA GEMM kernel (the default under
-    //! `ANDREA_SIMD=avx2`, which `.ci/run` also runs the whole suite with): every product,
-    //! the fused bias + GELU one, and attention, whose small per-head products go through
-    //! the same kernel. Shapes up to 300 cross the kernel's `k` slices (256) and leave
-    //! ragged 6 x 16 tiles; strided and transposed operands take its general packing.
+    //! `ANDREA_SIMD=avx2`, which `.ci/run` also runs the whole suite with): every
+    //! product, the fused bias + GELU and GELU-backward ones, and attention, whose small
+    //! per-head products go through the same kernel. Shapes up to 300 cross the kernel's
+    //! `k` slices (256) and leave ragged 6 x 16 tiles; strided and transposed operands
+    //! take its general packing.
     use andrea_cpu::{CpuBackend, GemmKernel};
 
     macro_rules! products {
@@ -40,5 +41,5 @@ mod avx2_gemm_kernel {
             }
         )*};
     }
-    products!(matmul linear_gelu attention_forward attention_backward determinism);
+    products!(matmul linear_gelu matmul_gelu_backward attention_forward attention_backward determinism);
 }
