@@ -11,8 +11,14 @@
 //! block into panels of [`NR`] columns, `A` per `MC x KC` block into panels of [`MR`]
 //! rows, both zero-padded to whole panels, and a register-blocked micro-kernel computing
 //! an `MR x NR` tile of `C` (6 x 16: twelve 8-lane accumulators, two loads of `B` and six
-//! broadcasts of `A` per step of `k`, 15 of the 16 `ymm` registers). `KC = 256` keeps a
-//! `B` panel (16 KB) in L1 and an `A` block (`MC = 96` rows, 96 KB) in L2.
+//! broadcasts of `A` per step of `k`, 15 of the 16 `ymm` registers). `KC = 384` keeps a
+//! `B` micro-panel (24 KB) and an `A` one (9 KB) in a 48 KB L1 and the `A` block
+//! (`MC = 96` rows, 144 KB) in L2. Chosen by alternating runs of
+//! `cargo run --release -p andrea-cpu --example gemm_kernels -- --threads 1 --kernels
+//! avx2,gemm` on the step's 11 shapes, as the median ratio to the `gemm` crate's AVX-512
+//! kernel in the same process (a loaded machine: 23:44-23:47 UTC, 2026-12-01): KC 256
+//! 0.49-0.54, 320 0.52-0.54, 384 0.52-0.58; MC 144 0.52-0.54 against 96's 0.55-0.56.
+//! A CPU with a 32 KB L1 may prefer `KC = 256` (not measured: no such machine here).
 //!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
@@ -29,7 +35,7 @@ use crate::gemm::Operand;
 pub(crate) const MR: usize = 6;
 /// Columns of `B` (and of the `C` tile) per micro-kernel call: two AVX vectors.
 pub(crate) const NR: usize = 16;
-const KC: usize = 256;
+const KC: usize = 384;
 const MC: usize = 96;
 const NC: usize = 3072;
 
@@ -239,6 +245,75 @@ unsafe fn kernel(
             unsafe {
                 let p = c.add(i * rs + j * cs);
                 *p = if beta != 0.0 { v + *p } else { v };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::SendPtr;
+    use andrea_testkit::random::Rand;
+
+    /// `C (+)= A·B` through [`sgemm`] against a float64 product, on shapes the conformance
+    /// suite does not reach: `k` across two and a half `KC` slices, `m` and `n` ending in
+    /// ragged tiles and `n` past one `NC` block, each operand row-major or transposed.
+    /// Tolerance `tol::matmul(k)`: the suite's, `k`-term f32 sums of values in [-1, 1].
+    #[test]
+    fn matches_the_f64_product_across_k_slices_and_ragged_tiles() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("SKIPPED: no AVX2 + FMA");
+            return;
+        }
+        let mut r = Rand::new(7);
+        for &(m, k, n) in &[(13, 2 * KC + KC / 2 + 3, 37), (7, 5, NC + 21), (1, KC, 1)] {
+            for (ta, tb, beta) in [
+                (false, false, 0.0),
+                (true, false, 1.0),
+                (false, true, 1.0),
+                (true, true, 0.0),
+            ] {
+                let mut a = r.vec(m * k, -1.0, 1.0);
+                let mut b = r.vec(k * n, -1.0, 1.0);
+                let c0 = r.vec(m * n, -1.0, 1.0);
+                let mut c = c0.clone();
+                // Stored row-major `[m, k]` / `[k, n]`, or transposed (`[k, m]` / `[n, k]`).
+                let (ars, acs) = if ta { (1, m) } else { (k, 1) };
+                let (brs, bcs) = if tb { (1, k) } else { (n, 1) };
+                let op = |p: &mut [f32], rs, cs| Operand {
+                    ptr: SendPtr(p.as_mut_ptr()),
+                    rs,
+                    cs,
+                };
+                // SAFETY: every operand holds its whole matrix at these strides; C is apart.
+                unsafe {
+                    sgemm(
+                        m,
+                        k,
+                        n,
+                        op(&mut a, ars, acs),
+                        op(&mut b, brs, bcs),
+                        beta,
+                        op(&mut c, n, 1),
+                    )
+                };
+                let want: Vec<f64> = (0..m * n)
+                    .map(|e| {
+                        let (i, j) = (e / n, e % n);
+                        let dot: f64 = (0..k)
+                            .map(|p| a[i * ars + p * acs] as f64 * b[p * brs + j * bcs] as f64)
+                            .sum();
+                        dot + beta as f64 * c0[e] as f64
+                    })
+                    .collect();
+                andrea_testkit::tol::matmul(k)
+                    .check(
+                        &format!("avx2 sgemm {m}x{k}x{n} ta={ta} tb={tb} beta={beta}"),
+                        &c,
+                        &want,
+                    )
+                    .unwrap();
             }
         }
     }

@@ -19,9 +19,10 @@ mod avx2_gemm_kernel {
     //! The suite's products with andrea's own AVX2 + FMA GEMM kernel (the default under
     //! `ANDREA_SIMD=avx2`, which `.ci/run` also runs the whole suite with): every
     //! product, the fused bias + GELU and GELU-backward ones, and attention, whose small
-    //! per-head products go through the same kernel. Shapes up to 300 cross the kernel's
-    //! `k` slices (256) and leave ragged 6 x 16 tiles; strided and transposed operands
-    //! take its general packing.
+    //! per-head products go through the same kernel. The suite's shapes (up to 300)
+    //! leave ragged 6 x 16 tiles and take the general packing of strided and transposed
+    //! operands; the kernel's `k` slices (384) and `n` blocks are crossed by the unit
+    //! test in `src/gemm_avx2.rs`.
     use andrea_cpu::{CpuBackend, GemmKernel};
 
     macro_rules! products {
