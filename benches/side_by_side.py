@@ -86,6 +86,18 @@ def andrea_cmd(spec, threads):
             "--warmup", str(warmup), "--json"]
 
 
+def peer_env():
+    """The peer's environment: under `ANDREA_SIMD=avx2`, PyTorch capped at AVX2 too
+    (`ATEN_CPU_CAPABILITY=avx2` for its own kernels, `MKL_ENABLE_INSTRUCTIONS=AVX2` for
+    MKL's GEMMs), so both sides run what an AVX2-only machine would. (Added after the
+    first AVX2 run, 2026-12-02 00:29, whose peer was not capped.)"""
+    env = dict(os.environ)
+    if os.environ.get("ANDREA_SIMD", "").lower() == "avx2":
+        env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+        env.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    return env
+
+
 def peer_cmd(args, spec, compiled):
     key, _, cfg, train, batch, steps, warmup, _ = spec
     cmd = [args.python, PEER, "--config", cfg, "--batch-size", str(batch), "--seq-len",
@@ -195,7 +207,7 @@ def main():
         if args.calibrate_only:
             for c in (False, True, False, True):
                 la = load()
-                r, rc = run_json(peer_cmd(args, spec, c),
+                r, rc = run_json(peer_cmd(args, spec, c), env=peer_env(),
                                  timeout=args.compile_timeout + 600 if c else None)
                 r = r or {"implementation": "pytorch", "compile": c, "error": f"exit {rc}"}
                 record(runs, {"spec": key, "phase": "compile-calibration", **r}, la)
@@ -206,7 +218,7 @@ def main():
             figs = {}
             for c in (False, True):
                 la = load()
-                r, rc = run_json(peer_cmd(args, spec, c),
+                r, rc = run_json(peer_cmd(args, spec, c), env=peer_env(),
                                  timeout=args.compile_timeout + 600 if c else None)
                 r = r or {"implementation": "pytorch", "compile": c, "error": f"exit {rc}"}
                 record(runs, {"spec": key, "phase": "compile-calibration", **r}, la)
@@ -223,7 +235,8 @@ def main():
             la = load()
             cmd = (andrea_cmd(spec, args.threads) if who == "andrea" else
                    peer_cmd(args, spec, compiled or who == "pytorch_compiled"))
-            r, rc = run_json(cmd, timeout=args.compile_timeout + 900)
+            r, rc = run_json(cmd, env=None if who == "andrea" else peer_env(),
+                             timeout=args.compile_timeout + 900)
             if who == "pytorch_compiled" and (not r or "tokens_per_s" not in r):
                 # Over the time box or failed: recorded, and the eager figures stand.
                 r = r or {"implementation": "pytorch", "compile": True, "error": f"exit {rc}"}
