@@ -258,6 +258,8 @@ def main():
     fma_used = fma["512"] if level == "avx512" else fma["256"]
     dram = max(p["read_gbps"][str(READ_MB)] for p in (p0, p1))
     read_w = max(p["read_gbps"][str(READ_MB_WEIGHTS)] for p in (p0, p1))
+    # The same streams on 4 KiB pages (peaks measures both since 2026-12-02).
+    dram_4k = max((p.get("read_gbps_4k") or {}).get(str(READ_MB), 0) for p in (p0, p1))
     simd_flags = " ".join(f for f in info.get("flags", "").split()
                           if f.startswith(("avx", "amx")) or f == "fma")
     lines = [
@@ -269,11 +271,15 @@ def main():
         f"{info['transformers']}; {args.threads} threads each.",
         f"Peaks (same run, best of before/after): FMA f32 {fma['256']:.1f} GFLOP/s at 256 "
         f"bits, {fma['512']:.1f} at 512; read-only stream over {READ_MB} MiB "
-        f"{dram:.1f} GB/s ({read_w:.1f} over {READ_MB_WEIGHTS} MiB). andrea's kernels at "
+        f"{dram:.1f} GB/s ({read_w:.1f} over {READ_MB_WEIGHTS} MiB), both on transparent "
+        f"huge pages as andrea's buffers are"
+        + (f" ({dram_4k:.1f} over {READ_MB} MiB on 4 KiB pages)" if dram_4k else "")
+        + f". andrea's kernels at "
         f"`{level}`: training's % of peak is against {fma_used:.1f}; decode's % of read "
         f"against the {READ_MB} MiB stream (the tiny model's 7.7 MB of weights stay in "
         f"cache, so its share says little).",
-        f"Peer: `train_step.py --peer {args.peer}` (gelu_pytorch_tanh + AdamW(fused=True)"
+        f"Peer: `train_step.py --peer {args.peer}` (gelu_pytorch_tanh + AdamW(fused=True), "
+        "THP_MEM_ALLOC_ENABLE=1"
         if args.peer == "fast" else "Peer: `train_step.py --peer old` (gelu_new + default AdamW",
     ]
     lines[-1] += f"), torch.compile: {args.compile}.\n"

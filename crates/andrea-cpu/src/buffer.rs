@@ -59,6 +59,8 @@ impl<T: Copy + Default> CpuBuffer<T> {
         if ptr.is_null() {
             return None;
         }
+        // Before the first write: the pages are the kernel's zero pages until then.
+        huge_pages::advise(ptr.cast(), layout.size());
         // SAFETY: `ptr` comes from the global allocator with the layout of `[T; len]`, and
         // all-zero bits are a valid `T` (`ZeroBits`), so this is a `Vec` of `len` zeros.
         let v = unsafe { Vec::from_raw_parts(ptr, len, len) };
@@ -223,6 +225,53 @@ impl MemoryOps for CpuBackend {
     }
 }
 
+/// Transparent huge pages for large buffers.
+///
+/// Streaming a large buffer through 4 KiB pages costs a TLB miss every 4 KiB, and the
+/// CPU's stream prefetchers stop at each page boundary: on this project's build machine
+/// (Intel Xeon, 2 cores, Linux with THP in `madvise` mode) a 2-thread read of 350 MiB ran
+/// at 19.4 GB/s on 4 KiB pages and 24.1 GB/s on 2 MiB pages (a C probe, 4 runs). Decoding
+/// reads every weight once per token, and the optimizer and gradient clipping stream
+/// every parameter, so each buffer of at least [`huge_pages::MIN_BYTES`] is advised
+/// `MADV_HUGEPAGE` (the 2 MiB-aligned part of it) before its first write. Advice only:
+/// where the kernel has THP off (`never`) or cannot find a huge page, the memory is the
+/// same ordinary memory. `ANDREA_HUGEPAGES=0` turns the advice off (to measure without).
+pub(crate) mod huge_pages {
+    /// Buffers smaller than this are left alone (a huge page would mostly hold nothing).
+    pub(crate) const MIN_BYTES: usize = 8 << 20;
+    const HUGE: usize = 2 << 20;
+
+    /// Whether `ANDREA_HUGEPAGES` leaves the advice on (anything but `0`, `off`, `false`).
+    pub(crate) fn enabled() -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| {
+            !matches!(
+                std::env::var("ANDREA_HUGEPAGES").as_deref().map(str::trim),
+                Ok("0") | Ok("off") | Ok("false")
+            )
+        })
+    }
+
+    /// Advises `MADV_HUGEPAGE` for the whole 2 MiB pages inside `[ptr, ptr + bytes)`.
+    pub(crate) fn advise(ptr: *mut u8, bytes: usize) {
+        if bytes < MIN_BYTES || !enabled() {
+            return;
+        }
+        let start = (ptr as usize).next_multiple_of(HUGE);
+        let end = (ptr as usize + bytes) / HUGE * HUGE;
+        if end <= start {
+            return;
+        }
+        #[cfg(target_os = "linux")]
+        // SAFETY: the range lies inside one live allocation of ours; MADV_HUGEPAGE is
+        // advice that changes no contents and no access rights. Its result is ignored:
+        // a kernel without THP answers EINVAL and the memory stays as it was.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
 /// The error of a host allocation of `len` elements of `size` bytes that failed.
 fn host_out_of_memory(len: usize, size: usize) -> andrea_core::Error {
     andrea_core::Error::OutOfMemory {
@@ -236,6 +285,59 @@ mod tests {
     use andrea_core::{MemoryOps, View};
 
     use crate::CpuBackend;
+
+    /// A large backend buffer is backed by transparent huge pages once written, where the
+    /// kernel offers them only on request (`madvise` mode: the advice is what makes the
+    /// difference, so dropping it fails this test). Skipped, saying why, where THP is
+    /// `never` or `always` (nothing to tell apart), off by `ANDREA_HUGEPAGES`, or not
+    /// Linux.
+    #[test]
+    fn large_buffers_get_huge_pages_when_the_kernel_asks_for_advice() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !mode.contains("[madvise]") || !super::huge_pages::enabled() {
+            eprintln!(
+                "SKIPPED: transparent huge pages are not in madvise mode here ({:?}) or \
+                 ANDREA_HUGEPAGES is off",
+                mode.trim()
+            );
+            return;
+        }
+        let be = CpuBackend::new();
+        let len = 32 << 18; // 32 MiB of f32
+        let buf = be.alloc(len).unwrap();
+        be.fill(View::whole(&buf), 1.0).unwrap();
+        let (lo_buf, hi_buf) = (buf.ptr() as usize, buf.ptr() as usize + 4 * len);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        // The advice splits the mapping: sum AnonHugePages over every mapping that
+        // overlaps the buffer.
+        let mut huge_kb = None::<usize>;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let head = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = head.split_once('-') {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = lo < hi_buf && lo_buf < hi;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+                    let kb = kb.trim().trim_end_matches("kB").trim().parse::<usize>();
+                    *huge_kb.get_or_insert(0) += kb.unwrap_or(0);
+                }
+            }
+        }
+        let huge_kb = huge_kb.expect("the buffer's mapping in /proc/self/smaps");
+        // At least half of the 32 MiB (the advice covers whole 2 MiB pages inside it; the
+        // kernel may fall short of huge pages under memory pressure, not by half here).
+        assert!(
+            huge_kb >= 16 << 10,
+            "a written 32 MiB buffer has {huge_kb} kB on huge pages, want at least 16384"
+        );
+    }
 
     /// `with_host_elements` hands out exactly the view's elements, and what `f` writes
     /// is what the buffer holds afterwards (the CPU all-reduce sends from it in place).
