@@ -78,7 +78,75 @@ struct Epilogue {
         if (gelu_mode == EPI_GELU_EXACT) gelu_out[off] = gelu_f<false>(v);
         else if (gelu_mode == EPI_GELU_APPROX) gelu_out[off] = gelu_f<true>(v);
     }
+
+    // Whether store4 may run: C's rows contiguous, and every group of 4 columns starting
+    // at a multiple of 4 16-byte aligned in C, gelu_out, gelu_in and bias.
+    __device__ __forceinline__ bool vec4() const {
+        auto al = [](const void* p) { return p == nullptr || (reinterpret_cast<size_t>(p) & 15) == 0; };
+        return cs == 1 && (rs & 3) == 0 && al(c) && al(gelu_out) && al(gelu_in) && al(bias);
+    }
+
+    // store() of the four elements (i, j..j+3), j a multiple of 4, when vec4(): 16-byte
+    // loads and stores, the same arithmetic per element in the same order (so the same
+    // bits as four store() calls).
+    __device__ __forceinline__ void store4(float4 v4, int i, int j) const {
+        long long off = i * rs + j;
+        float v[4] = {v4.x, v4.y, v4.z, v4.w};
+        if (bias) {
+            float4 b = *reinterpret_cast<const float4*>(bias + j);
+            v[0] += b.x, v[1] += b.y, v[2] += b.z, v[3] += b.w;
+        }
+        if (accumulate) {
+            float4 c0 = *reinterpret_cast<const float4*>(c + off);
+            v[0] += c0.x, v[1] += c0.y, v[2] += c0.z, v[3] += c0.w;
+        }
+        if (gelu_mode == EPI_GELU_GRAD_EXACT || gelu_mode == EPI_GELU_GRAD_APPROX) {
+            float4 p4 = *reinterpret_cast<const float4*>(gelu_in + off);
+            float p[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                v[q] *= gelu_mode == EPI_GELU_GRAD_EXACT ? gelu_grad_f<false>(p[q]) : gelu_grad_f<true>(p[q]);
+        }
+        *reinterpret_cast<float4*>(c + off) = make_float4(v[0], v[1], v[2], v[3]);
+        if (gelu_mode == EPI_GELU_EXACT || gelu_mode == EPI_GELU_APPROX) {
+            float o[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) o[q] = gelu_mode == EPI_GELU_EXACT ? gelu_f<false>(v[q]) : gelu_f<true>(v[q]);
+            *reinterpret_cast<float4*>(gelu_out + off) = make_float4(o[0], o[1], o[2], o[3]);
+        }
+    }
 };
+
+// The staged store of a block's BM × BN output tile (matmul_mma.cu's default): the tile
+// is already in shared memory, element (r, c) of the block (output (m0 + r, n0 + c)) at
+// tile[r·LD + c], and is written out in rows of 16-byte groups: thread e of NT takes
+// columns 4·(e % (BN/4)) .. + 3 of row e / (BN/4), so the 32 lanes of a warp cover 512
+// contiguous bytes of C (one row at BN = 128, two half rows at BN = 64): 4 full 128-byte
+// lines per store instruction, against direct fragment stores whose every instruction
+// touches 8 rows with 16 of each 32-byte sector written. The epilogue (bias,
+// accumulate, GELU, GELU', or nothing for split-K partials) is applied here, on 4
+// elements at a time; groups that are not aligned (Epilogue::vec4) or cross N go element
+// by element through store(). `row_fault` (tests only) reads the staged row below.
+template <int BM, int BN, int LD, int NT>
+__device__ __forceinline__ void store_staged(const Epilogue& ep, const float* tile, int m0, int n0, int M, int N,
+                                             int row_fault) {
+    bool vec = ep.vec4();
+#pragma unroll 4
+    for (int e = threadIdx.x; e < BM * (BN / 4); e += NT) {
+        int r = e / (BN / 4), c = 4 * (e % (BN / 4));
+        int i = m0 + r, j = n0 + c;
+        if (i >= M || j >= N) continue;
+        float4 v = *reinterpret_cast<const float4*>(tile + (r + row_fault) * LD + c);
+        if (vec && j + 3 < N) {
+            ep.store4(v, i, j);
+        } else {
+            ep.store(v.x, i, j);
+            if (j + 1 < N) ep.store(v.y, i, j + 1);
+            if (j + 2 < N) ep.store(v.z, i, j + 2);
+            if (j + 3 < N) ep.store(v.w, i, j + 3);
+        }
+    }
+}
 
 // The argument list of every product kernel (the host side is ops_linalg.rs's
 // matmul_launch): operands A [M, K] and B [K, N] and C [M, N] with batch/row/column

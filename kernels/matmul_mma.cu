@@ -3,7 +3,7 @@
 // transposes, batch, bias, accumulate, GELU epilogue, split-K `k_slice`), so
 // plan::matmul picks either (ANDREA_CUDA_MATMUL=wmma|mma, default mma).
 //
-//   matmul_mma_{tf32,bf16}_{128x128,128x64,64x64}: tile BM × BN, K step 32.
+//   matmul_mma_{tf32,bf16}_{128x128,128x64,64x64}[_direct]: tile BM × BN, K step 32.
 //     128x128: 8 warps as 2 × 4, warp tile 64 × 32 (4 × 4 mma tiles of 16 × 8)
 //     128x64:  4 warps as 2 × 2, warp tile 64 × 32
 //     64x64:   4 warps as 2 × 2, warp tile 32 × 32 (2 × 4 mma tiles)
@@ -45,9 +45,29 @@
 // stage about to be refilled), issues tile kt + 2 into that stage, commits (an empty
 // group past the last tile keeps the count uniform) and computes tile kt.
 //
+// The output tile (STAGED, the default): after the main loop the accumulators go to
+// shared memory (the pipeline's, now free) and store_staged (matmul_epilogue.cuh) writes
+// them as 16-byte row groups with the epilogue applied; the _direct kernels store each
+// lane's fragment elements straight to global memory. Expected gain (estimate, not
+// measured): a 128 × 128 tile is 64 KiB = 2048 32-byte sectors of C; direct, each of the
+// 512 warp store instructions (32 lanes × 4 B) touches 8 rows, one sector each, half
+// filled: 4096 sector writes and 512 instructions; staged, 128 instructions of 512
+// contiguous bytes: 2048 sectors, plus 64 KiB written to and read from shared memory
+// (~1 K clk of the SM's 128 B/clk, against ~18 K clk of main loop at K = 768). The same
+// ratio holds for the C read of accumulate and the gelu_in read / gelu_out write of the
+// GELU epilogues. Store traffic is ~8% of the bytes of a K = 768 product (C 4·M·N
+// against the FP32 operand tiles re-read from L2), so the gain is at most a few percent
+// where stores overlap other blocks' main loops, up to ~10% where they do not (the
+// products with GELU epilogues write or read two [M, N] tensors); split-K partials (the
+// dW products) gain the same on their workspace writes. gpu_check gemm's
+// `direct_median_ms` times the _direct kernel on the same product.
+//
 // The fault argument of the other kernels does not exist here: tests plant faults by
 // bits 4.. of a_mode (0 in every real launch): 1 = the fragment reads ignore the
-// swizzle the copies used, 2 = the wait lets a stage be read before it lands.
+// swizzle the copies used, 2 = the wait lets a stage be read before it lands, 3 = the
+// staged store reads each row from the row below, 4 = no barrier between the last
+// fragment reads and the staging writes that overwrite the stages, 5 = no barrier
+// between the staging writes and the staged reads.
 //
 // Expected H200 times (estimates, not measured; H200: 989 TFLOP/s dense BF16, ~495 TF32,
 // 4.3 TB/s, 132 SMs, 228 KB shared memory per SM). Registers from `cargo xtask
@@ -140,7 +160,7 @@ __device__ __forceinline__ void mma_load(float* dst, const float* src, int ni, i
     }
 }
 
-template <int CVT, int BM, int BN, int WM, int WN>
+template <int CVT, int BM, int BN, int WM, int WN, bool STAGED>
 __device__ __forceinline__ void matmul_mma(MATMUL_PARAMS) {
     const int NT = WM * WN * 32, WTM = BM / WM, WTN = BN / WN;
     const int MT = WTM / 16, NTL = WTN / 8;
@@ -260,20 +280,50 @@ __device__ __forceinline__ void matmul_mma(MATMUL_PARAMS) {
     cp_async_wait<0>();  // only empty groups are left; retire them before exit
 
     Epilogue ep = Epilogue::at(C, gelu_out, gelu_in, bias, c_bs, c_rs, c_cs, accumulate, gelu_mode, b);
+    if (STAGED) {
+        // The tile goes through the pipeline's shared memory, rows padded to BN + 8 floats:
+        // a half-warp's float2 writes (rows g = 0..3, columns 2t) then fall in banks
+        // 8g + 2t, all distinct, and the rows' 16-byte reads in store_staged stay
+        // contiguous. The first barrier: every warp has read its last fragments from the
+        // stages this overwrites; the second: the whole tile is written before any thread
+        // reads another warp's part.
+        const int LD = BN + 8;
+        static_assert(BM * LD <= MMA_STAGES * STAGE, "the staged tile fits in the pipeline's shared memory");
+        float* tile = smem;
+        if (fault != 4) __syncthreads();
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int j = 0; j < NTL; ++j)
+            for (int j = 0; j < NTL; ++j)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                int r = m0 + wm * WTM + 16 * i + g + 8 * (q >> 1), c = n0 + wn * WTN + 8 * j + 2 * t + (q & 1);
-                if (r < M && c < N) ep.store(acc[i][j][q], r, c);
-            }
+                for (int h = 0; h < 2; ++h) {
+                    int r = wm * WTM + 16 * i + g + 8 * h, c = wn * WTN + 8 * j + 2 * t;
+                    *reinterpret_cast<float2*>(tile + r * LD + c) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                }
+        if (fault != 5) __syncthreads();
+        store_staged<BM, BN, LD, NT>(ep, tile, m0, n0, M, N, fault == 3);
+    } else {
+        // Direct: each lane stores its fragments' elements one float at a time.
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NTL; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    int r = m0 + wm * WTM + 16 * i + g + 8 * (q >> 1), c = n0 + wn * WTN + 8 * j + 2 * t + (q & 1);
+                    if (r < M && c < N) ep.store(acc[i][j][q], r, c);
+                }
+    }
 }
 
-#define MMA_KERNEL(NAME, CVT, BM, BN, WM, WN, MINB)                                        \
-    extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(MATMUL_PARAMS) { \
-        matmul_mma<CVT, BM, BN, WM, WN>(MATMUL_ARGS);                                      \
+// Each tile twice: NAME stores its output staged through shared memory (the default),
+// NAME_direct straight from the fragments (plan::matmul::MmaStore, ANDREA_CUDA_MMA_STORE).
+#define MMA_KERNEL(NAME, CVT, BM, BN, WM, WN, MINB)                                                  \
+    extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(MATMUL_PARAMS) {           \
+        matmul_mma<CVT, BM, BN, WM, WN, true>(MATMUL_ARGS);                                          \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME##_direct(MATMUL_PARAMS) { \
+        matmul_mma<CVT, BM, BN, WM, WN, false>(MATMUL_ARGS);                                         \
     }
 
 // Minimum blocks per SM: 2 for 128x128 (96 KiB each: 192 of 228 KB; <= 128 registers),

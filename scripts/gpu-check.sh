@@ -35,7 +35,10 @@
 #                     TF32 and BF16 once on the mma kernels and once on the WMMA ones:
 #                     ~1.1 TFLOP per sweep, 12 sweeps per run at 20-400 TFLOP/s,
 #                     plus uploads and a host comparison of ~330M floats per precision;
-#                     the split-K dW products again unsplit (3 x 0.17 TFLOP x 11 reps)
+#                     the split-K dW products again unsplit (3 x 0.17 TFLOP x 11 reps),
+#                     and every mma product again with the direct output store
+#                     (2 x 1.1 TFLOP x 11 reps at ~300 TFLOP/s, and the downloads
+#                     to compare bits: ~+2 s)
 #   attention-check   60 s   (est. 20)  T = 1024, 12 heads of 64, batch 16: 51 GFLOP
 #                     forward, 2.5x backward at ~8 TFLOP/s (SIMT) or ~100-200 (tensor
 #                     cores, estimated), 7 reps x 5 runs (FP32; TF32 and BF16 on the

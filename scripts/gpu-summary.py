@@ -93,6 +93,15 @@ def table(rows):
                      for p in ("tf32", "bf16")]
             out.append(f"{n:<20} {cells[0]:>22} {cells[1]:>22}")
 
+    stores = [r for r in rows if r.get("run_phase") == "gemm-check" and r.get("direct_median_ms")]
+    if stores:
+        out.append("== mma output store: ms staged through shared memory (default) vs direct fragment stores, same run")
+        for r in stores:
+            ms, d = r["median_ms"], r["direct_median_ms"]
+            same = "same bits" if r.get("direct_bit_identical") else "BITS DIFFER"
+            out.append(f"{r['name']:<20} {r['precision']:<5} {fmt(ms, 3):>9} ms vs {fmt(d, 3):>9} ms direct  "
+                       f"{d / ms:.2f}x  {same}")
+
     split = [r for r in rows if r.get("run_phase") == "gemm-check" and (r.get("split_k") or 1) > 1
              and r.get("kernel_impl", "mma") != "wmma"]
     if split:

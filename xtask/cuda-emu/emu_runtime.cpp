@@ -100,6 +100,8 @@ struct Scheduler {
     // The first error an instruction model found in this launch (0: none).
     int err = 0;
     std::string err_msg;
+    // The order warps run in between block barriers (andrea_emu_set_warp_order).
+    int warp_serial = 0;
 };
 thread_local Scheduler S;
 
@@ -161,32 +163,51 @@ void init_fiber(Fiber& f, int i) {
 }
 
 // Runs one block to completion; false on a barrier deadlock.
+//
+// Warp order. Lockstep (the default): each round runs every ready fiber to its next
+// yield (a barrier, a shuffle, a warp collective), so all warps advance together and a
+// missing __syncthreads between one warp's shared-memory writes and another's reads
+// mostly goes unseen, as on a GPU where warps happen to stay in step. Serial
+// (andrea_emu_set_warp_order(1)): each warp runs alone, through its warp-level
+// synchronisation, until all its lanes wait at a block barrier or have exited, before
+// the next warp starts; a legal GPU schedule, and the one that exposes such a missing
+// barrier (warp 0 overwrites what warp 1 has yet to read, or reads what warp 1 has yet
+// to write).
 bool run_block() {
     int n = (int)(S.bdim.x * S.bdim.y * S.bdim.z);
     S.fibers.resize(n);
     for (int i = 0; i < n; ++i) init_fiber(S.fibers[i], i);
     int warps = (n + 31) / 32;
-    for (;;) {
-        for (auto& f : S.fibers)
-            if (f.state == READY) {
-                S.cur = &f;
-                emu_switch(&S.sched_sp, f.sp);
-            }
-        bool released = false, all_done = true;
-        for (int w = 0; w < warps; ++w) {
-            int lo = w * 32, hi = std::min(n, lo + 32);
-            bool any = false, all = true;
-            for (int i = lo; i < hi; ++i) {
-                State s = S.fibers[i].state;
-                if (s == WAIT_WARP) any = true;
-                else if (s != DONE) all = false;
-            }
-            if (any && all) {
-                for (int i = lo; i < hi; ++i)
-                    if (S.fibers[i].state == WAIT_WARP) S.fibers[i].state = READY;
-                released = true;
-            }
+    auto run = [](Fiber& f) {
+        if (f.state == READY) {
+            S.cur = &f;
+            emu_switch(&S.sched_sp, f.sp);
         }
+    };
+    // Releases warp w when every lane waits at a warp barrier or has exited.
+    auto release_warp = [n](int w) {
+        int lo = w * 32, hi = std::min(n, lo + 32);
+        bool any = false, all = true;
+        for (int i = lo; i < hi; ++i) {
+            State s = S.fibers[i].state;
+            if (s == WAIT_WARP) any = true;
+            else if (s != DONE) all = false;
+        }
+        if (!(any && all)) return false;
+        for (int i = lo; i < hi; ++i)
+            if (S.fibers[i].state == WAIT_WARP) S.fibers[i].state = READY;
+        return true;
+    };
+    for (;;) {
+        if (S.warp_serial) {
+            for (int w = 0; w < warps; ++w) do {
+                    for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i) run(S.fibers[i]);
+                } while (release_warp(w));
+        } else {
+            for (auto& f : S.fibers) run(f);
+        }
+        bool released = false, all_done = true;
+        for (int w = 0; w < warps; ++w) released = release_warp(w) || released;
         bool any_block = false, all_block = true;
         for (auto& f : S.fibers) {
             if (f.state != DONE) all_done = false;
@@ -573,6 +594,10 @@ int andrea_emu_driver_counts(unsigned long long* out, int n) {
     for (int i = 0; i < n && i < C_COUNT; ++i) out[i] = driver_counts[i];
     return C_COUNT;
 }
+
+// The calling thread's warp order for its later launches (see run_block): 0 lockstep
+// (the default), 1 serial. Not a CUDA entry point; tests look it up with dlsym.
+void andrea_emu_set_warp_order(int serial) { S.warp_serial = serial; }
 
 int cuInit(unsigned) { return OK; }
 int cuDriverGetVersion(int* v) {

@@ -20,7 +20,10 @@
 //!   backward fused into its epilogue against the product + separate `gelu_backward`
 //!   (`phase: gemm_epilogue`, `median_ms` fused, `unfused_median_ms`).
 //!   TF32 and BF16 run twice, once per tensor-core kernel family
-//!   (`kernel_impl`: `mma`, the default, and `wmma`), each row naming its `kernel`.
+//!   (`kernel_impl`: `mma`, the default, and `wmma`), each row naming its `kernel`. An
+//!   mma row also times the product with the direct fragment stores
+//!   (`direct_median_ms`, against the default staged store's `median_ms`), which must
+//!   give the same bits (`direct_bit_identical`).
 //! * `attention`: forward and backward at `[B, T, 3C]`, timed per precision; every
 //!   precision against the FP32 path, and the FP32 path against the CPU backend on the
 //!   first sequence. Bounds below, at [`attention_tol`]. Each row names its kernels
@@ -46,7 +49,9 @@ use andrea_core::prelude::*;
 use andrea_cpu::CpuBackend;
 use andrea_cuda::plan::attention as att_plan;
 use andrea_cuda::plan::matmul as split_plan;
-use andrea_cuda::{AttentionKernels, CudaBackend, MatmulImpl, MatmulPrecision, Precision, SplitK};
+use andrea_cuda::{
+    AttentionKernels, CudaBackend, MatmulImpl, MatmulPrecision, MmaStore, Precision, SplitK,
+};
 use andrea_model::{Config, Model, Trainer};
 use andrea_testkit::tol::{self, Tol};
 
@@ -211,7 +216,8 @@ fn gemm(flags: &Flags) -> Res<bool> {
             let b_host = data(2 * idx as u64 + 2, k * n);
             let (a, b) = (upload(&be, &a_host)?, upload(&be, &b_host)?);
             let c = be.alloc(m * n).map_err(device("alloc"))?;
-            let run = || {
+            // The product on `be` (borrowed per call: the settings change between runs).
+            let product = |be: &CudaBackend| {
                 be.matmul(
                     mat(&a, m, k, ta),
                     mat(&b, k, n, tb),
@@ -220,7 +226,7 @@ fn gemm(flags: &Flags) -> Res<bool> {
                 )
                 .map_err(device(name))
             };
-            let secs = time(&be, reps, run)?;
+            let secs = time(&be, reps, || product(&be))?;
             let got = download(&be, View::whole(&c))?;
             let flops = 2.0 * (m * k * n) as f64;
             // Split-K as the backend plans it (ANDREA_CUDA_SPLIT_K, default auto); a split
@@ -237,18 +243,29 @@ fn gemm(flags: &Flags) -> Res<bool> {
             let unsplit_ms = if slices > 1 {
                 let policy = be.split_k();
                 be.set_split_k(SplitK::Off);
-                let run = || {
-                    be.matmul(
-                        mat(&a, m, k, ta),
-                        mat(&b, k, n, tb),
-                        None,
-                        View::new(&c, 0, [m, n]).mat(),
-                    )
-                    .map_err(device(name))
-                };
-                let t = time(&be, reps, run)?;
+                let t = time(&be, reps, || product(&be))?;
                 be.set_split_k(policy);
                 Some(t * 1e3)
+            } else {
+                None
+            };
+            // The mma kernels store their tile staged through shared memory (the default);
+            // the same product with the direct fragment stores, timed in the same run,
+            // must give the same bits (kernels/matmul_mma.cu: the expected gain).
+            let direct = if matches!(
+                kernel,
+                split_plan::MatmulKernel::MmaTf32(_) | split_plan::MatmulKernel::MmaBf16(_)
+            ) {
+                let store = be.mma_store();
+                be.set_mma_store(MmaStore::Direct);
+                let t = time(&be, reps, || product(&be))?;
+                let bits = download(&be, View::whole(&c))?;
+                be.set_mma_store(store);
+                let same = bits
+                    .iter()
+                    .zip(&got)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                Some((t * 1e3, same))
             } else {
                 None
             };
@@ -257,8 +274,14 @@ fn gemm(flags: &Flags) -> Res<bool> {
                 "precision": label, "backend": be.name(),
                 "median_ms": secs * 1e3, "tflop_per_s": flops / secs / 1e12,
                 "split_k": slices, "unsplit_median_ms": unsplit_ms,
-                "kernel": kernel.name(), "kernel_impl": imp_label,
+                "kernel": kernel.launch_name(be.mma_store()), "kernel_impl": imp_label,
+                "mma_store": be.mma_store().label(),
+                "direct_median_ms": direct.map(|d| d.0),
+                "direct_bit_identical": direct.map(|d| d.1),
             });
+            if let Some((_, same)) = direct {
+                ok &= same;
+            }
             if precision == Precision::FP32 {
                 let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
                 let (aa, ab) = (upload(&be, &abs(&a_host))?, upload(&be, &abs(&b_host))?);

@@ -249,7 +249,9 @@ mod names {
         }
         let mut names: Vec<&str> = launches.iter().map(|l| l.kernel).collect();
         for k in plan::matmul::MatmulKernel::all() {
-            names.push(k.name());
+            for store in plan::matmul::MmaStore::ALL {
+                names.push(k.launch_name(store));
+            }
         }
         names.push(
             plan::matmul::split(300, 5, 4096, plan::matmul::MatmulKernel::Simt, 2)

@@ -34,7 +34,7 @@ use driver::{CuFunction, CuModule, CuStream};
 pub use launch::RawArg;
 
 use crate::plan::attention::AttentionKernels;
-use crate::plan::matmul::{MatmulImpl, MatmulKernel, SplitK};
+use crate::plan::matmul::{MatmulImpl, MatmulKernel, MmaStore, SplitK};
 use crate::plan::reduce::SQ_MAX_PARTIALS;
 use crate::precision::Precision;
 use crate::ptx;
@@ -60,7 +60,9 @@ impl Drop for LoadedModule {
 /// (default 1) runs `matmul_gelu_backward` as the product then the separate
 /// `gelu_backward` pass, to compare with the fused epilogue on one GPU.
 /// `ANDREA_CUDA_ATTENTION=auto|simt|mma` (default `auto`: tensor cores unless the precision
-/// is FP32) picks the attention kernels ([`AttentionKernels`]). The backend is used from one thread (it
+/// is FP32) picks the attention kernels ([`AttentionKernels`]). `ANDREA_CUDA_MMA_STORE=staged|direct`
+/// (default `staged`) says how the mma matmul kernels store their output tile
+/// ([`MmaStore`]). The backend is used from one thread (it
 /// holds driver handles); its buffers are `Send`.
 pub struct CudaBackend {
     precision: Precision,
@@ -84,6 +86,8 @@ pub struct CudaBackend {
     attention_fault: bool,
     /// `ANDREA_CUDA_MATMUL` (default `mma`), or [`CudaBackend::set_matmul_impl`].
     matmul_impl: MatmulImpl,
+    /// `ANDREA_CUDA_MMA_STORE` (default `staged`), or [`CudaBackend::set_mma_store`].
+    mma_store: MmaStore,
     /// A planted fault for the mma kernels' tests (0: none).
     mma_fault: u8,
     sync_each_launch: bool,
@@ -170,6 +174,10 @@ impl CudaBackend {
             Ok(v) => MatmulImpl::parse(&v)?,
             Err(_) => MatmulImpl::Mma,
         };
+        let mma_store = match std::env::var("ANDREA_CUDA_MMA_STORE") {
+            Ok(v) => MmaStore::parse(&v)?,
+            Err(_) => MmaStore::Staged,
+        };
         let context = Context::new(device)
             .map_err(|e| driver::from_cust(e, "creating the CUDA context", &device_name, None))?;
         // cust 0.3 always makes a blocking stream (ordered with the legacy default stream),
@@ -191,6 +199,7 @@ impl CudaBackend {
             attention_kernels,
             attention_fault: false,
             matmul_impl,
+            mma_store,
             mma_fault: 0,
             sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
             functions,
@@ -286,9 +295,23 @@ impl CudaBackend {
         self.matmul_impl = imp;
     }
 
+    /// How the mma kernels store their output tile ([`MmaStore`]); the default comes from
+    /// `ANDREA_CUDA_MMA_STORE=staged|direct` (default `staged`).
+    pub fn mma_store(&self) -> MmaStore {
+        self.mma_store
+    }
+
+    /// Sets how the mma kernels store their output tile, e.g. to compare both on one GPU.
+    pub fn set_mma_store(&mut self, store: MmaStore) {
+        self.mma_store = store;
+    }
+
     /// Tests only: plants a fault in the mma kernels (1: the fragment reads ignore the
-    /// shared-memory swizzle; 2: the pipeline reads a stage before its copies land; 0:
-    /// none), to show that the mma tests catch it.
+    /// shared-memory swizzle; 2: the pipeline reads a stage before its copies land; 3:
+    /// the staged store reads each row from the row below; 4: no barrier before the
+    /// staging writes reuse the pipeline's shared memory; 5: no barrier between the
+    /// staging writes and the staged reads; 0: none), to show that the mma tests catch
+    /// it (kernels/matmul_mma.cu).
     #[doc(hidden)]
     pub fn plant_mma_fault(&mut self, fault: u8) {
         self.mma_fault = fault;
@@ -488,17 +511,16 @@ fn opt_in_shared_memory(functions: &HashMap<&'static str, CuFunction>) -> Result
         if bytes <= 48 * 1024 {
             continue;
         }
-        if let Some(&f) = functions.get(kernel.name()) {
-            // SAFETY: `f` is a kernel of a loaded module.
-            let code = unsafe {
-                driver::cuFuncSetAttribute(f, MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as c_int)
-            };
-            driver::check(code, || {
-                format!(
-                    "allowing kernel `{}` {bytes} B of dynamic shared memory",
-                    kernel.name()
-                )
-            })?;
+        for name in MmaStore::ALL.map(|s| kernel.launch_name(s)) {
+            if let Some(&f) = functions.get(name) {
+                // SAFETY: `f` is a kernel of a loaded module.
+                let code = unsafe {
+                    driver::cuFuncSetAttribute(f, MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as c_int)
+                };
+                driver::check(code, || {
+                    format!("allowing kernel `{name}` {bytes} B of dynamic shared memory")
+                })?;
+            }
         }
     }
     Ok(())

@@ -83,6 +83,7 @@ impl CudaBackend {
             c.batch,
             precision,
             self.matmul_impl,
+            self.mma_store,
             self.split_k,
             self.sms,
         )?;

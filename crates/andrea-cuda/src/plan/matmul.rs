@@ -97,6 +97,40 @@ impl MatmulImpl {
     }
 }
 
+/// How a `matmul_mma_*` kernel writes its output tile (kernels/matmul_mma.cu,
+/// `ANDREA_CUDA_MMA_STORE`): staged through the pipeline's shared memory and stored as
+/// 16-byte row groups, the epilogue applied in that pass (the default), or each lane's
+/// accumulator fragments stored element by element (`_direct`, the first version, kept
+/// so one GPU run compares both). Both give the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaStore {
+    Staged,
+    Direct,
+}
+
+impl MmaStore {
+    pub const ALL: [MmaStore; 2] = [MmaStore::Staged, MmaStore::Direct];
+
+    /// `staged` (the default) or `direct`.
+    pub fn parse(s: &str) -> Result<MmaStore> {
+        match s.trim() {
+            "staged" | "" => Ok(MmaStore::Staged),
+            "direct" => Ok(MmaStore::Direct),
+            _ => Err(andrea_core::Error::invalid(
+                "ANDREA_CUDA_MMA_STORE",
+                format!("`{s}`: expected staged or direct"),
+            )),
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            MmaStore::Staged => "staged",
+            MmaStore::Direct => "direct",
+        }
+    }
+}
+
 /// The kernel family of one product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatmulKernel {
@@ -120,6 +154,22 @@ impl MatmulKernel {
             MatmulKernel::MmaBf16(T128x128) => "matmul_mma_bf16_128x128",
             MatmulKernel::MmaBf16(T128x64) => "matmul_mma_bf16_128x64",
             MatmulKernel::MmaBf16(T64x64) => "matmul_mma_bf16_64x64",
+        }
+    }
+
+    /// The kernel that runs with output store `store`: the `_direct` twin of an mma
+    /// kernel, [`MatmulKernel::name`] otherwise (the other kernels have one store).
+    pub fn launch_name(self, store: MmaStore) -> &'static str {
+        use MmaTile::*;
+        match (self, store) {
+            (_, MmaStore::Staged) => self.name(),
+            (MatmulKernel::MmaTf32(T128x128), _) => "matmul_mma_tf32_128x128_direct",
+            (MatmulKernel::MmaTf32(T128x64), _) => "matmul_mma_tf32_128x64_direct",
+            (MatmulKernel::MmaTf32(T64x64), _) => "matmul_mma_tf32_64x64_direct",
+            (MatmulKernel::MmaBf16(T128x128), _) => "matmul_mma_bf16_128x128_direct",
+            (MatmulKernel::MmaBf16(T128x64), _) => "matmul_mma_bf16_128x64_direct",
+            (MatmulKernel::MmaBf16(T64x64), _) => "matmul_mma_bf16_64x64_direct",
+            _ => self.name(),
         }
     }
 
@@ -172,9 +222,18 @@ pub const MMA_BK: usize = 32;
 pub const MMA_STAGES: usize = 3;
 
 /// Dynamic shared memory of a `matmul_mma_*` kernel: `MMA_STAGES` FP32 tiles of A and B.
+/// The staged store reuses it for the output tile, `BM × (BN + 8)` floats
+/// ([`mma_staged_tile`]), which fits (a `static_assert` in the kernel says so too).
 pub fn mma_smem(t: MmaTile) -> u32 {
     let (bm, bn) = t.dims();
     (MMA_STAGES * (bm + bn) * MMA_BK * 4) as u32
+}
+
+/// Bytes of the staged store's output tile: rows padded by 8 floats (bank-conflict-free
+/// fragment writes, kernels/matmul_mma.cu).
+pub fn mma_staged_tile(t: MmaTile) -> u32 {
+    let (bm, bn) = t.dims();
+    (bm * (bn + 8) * 4) as u32
 }
 
 /// The mma tile of least estimated time for `batch` products of `[M, ·]·[·, N]` on
@@ -461,13 +520,15 @@ pub fn split_of(
 }
 
 /// Plans `c = a·b` for `a: [batch, M, K]`, `b: [batch, K, N]` on a GPU of `sms`
-/// multiprocessors.
+/// multiprocessors, the mma kernels storing their output by `store`.
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     a: &Operand,
     b: &Operand,
     batch: usize,
     precision: MatmulPrecision,
     imp: MatmulImpl,
+    store: MmaStore,
     split_k: SplitK,
     sms: usize,
 ) -> Result<MatmulPlan> {
@@ -481,7 +542,7 @@ pub fn plan(
         launches.push((
             0,
             Launch {
-                kernel: kernel.name(),
+                kernel: kernel.launch_name(store),
                 grid: grid(OP, n.div_ceil(bn), m.div_ceil(bm), s.slices)?,
                 block: [kernel.threads(), 1, 1],
                 smem: kernel.smem(),
@@ -494,7 +555,7 @@ pub fn plan(
         launches.push((
             b0,
             Launch {
-                kernel: kernel.name(),
+                kernel: kernel.launch_name(store),
                 grid: grid(OP, n.div_ceil(bn), m.div_ceil(bm), count)?,
                 block: [kernel.threads(), 1, 1],
                 smem: kernel.smem(),
@@ -683,6 +744,7 @@ mod tests {
             100_000,
             MatmulPrecision::Fp32,
             MatmulImpl::Mma,
+            MmaStore::Staged,
             SplitK::Fixed(4),
             132,
         )
@@ -720,7 +782,17 @@ mod tests {
                 assert_eq!(got, slices, "{name} in {precision:?}");
                 let a = contiguous(0, g.m, g.k);
                 let b = contiguous(0, g.k, g.n);
-                let p = plan(&a, &b, 1, precision, MatmulImpl::Wmma, SplitK::Auto, 132).unwrap();
+                let p = plan(
+                    &a,
+                    &b,
+                    1,
+                    precision,
+                    MatmulImpl::Wmma,
+                    MmaStore::Staged,
+                    SplitK::Auto,
+                    132,
+                )
+                .unwrap();
                 let s = p.split.map(|s| s.slices).unwrap_or(1);
                 assert_eq!(s, slices, "{name}: the plan follows split_count");
                 if let Some(s) = p.split {
@@ -752,6 +824,7 @@ mod tests {
             1,
             MatmulPrecision::Bf16,
             MatmulImpl::Wmma,
+            MmaStore::Staged,
             SplitK::Off,
             132,
         )
@@ -801,11 +874,21 @@ mod tests {
             MatmulKernel::Simt
         );
         let (a, b) = (contiguous(0, 1000, 768), contiguous(0, 768, 8512));
-        for t in MmaTile::ALL {
-            let p = plan(&a, &b, 1, Bf16, MatmulImpl::MmaFixed(t), SplitK::Off, 132).unwrap();
+        for (t, store) in MmaTile::ALL
+            .into_iter()
+            .flat_map(|t| MmaStore::ALL.map(|s| (t, s)))
+        {
+            let imp = MatmulImpl::MmaFixed(t);
+            let p = plan(&a, &b, 1, Bf16, imp, store, SplitK::Off, 132).unwrap();
             let (bm, bn) = t.dims();
             let l = &p.launches[0].1;
-            assert_eq!(l.kernel, MatmulKernel::MmaBf16(t).name());
+            let name = MatmulKernel::MmaBf16(t).name();
+            match store {
+                MmaStore::Staged => assert_eq!(l.kernel, name),
+                MmaStore::Direct => assert_eq!(l.kernel, format!("{name}_direct")),
+            }
+            // The staged output tile fits in the pipeline's shared memory.
+            assert!(mma_staged_tile(t) <= l.smem);
             assert_eq!(l.block, [t.threads(), 1, 1]);
             assert_eq!(l.smem, mma_smem(t));
             assert_eq!(
@@ -855,6 +938,22 @@ mod tests {
         assert_eq!(mma_tile(64, 64, 1, 1), T64x64);
         assert_eq!(mma_tile(128, 128, 1, 1), T64x64);
         assert_eq!(mma_tile(4096, 4096, 1, 132), T128x128);
+    }
+
+    #[test]
+    fn mma_store_setting() {
+        assert_eq!(MmaStore::parse("staged").unwrap(), MmaStore::Staged);
+        assert_eq!(MmaStore::parse("direct").unwrap(), MmaStore::Direct);
+        let e = MmaStore::parse("coalesced").unwrap_err().to_string();
+        assert!(
+            e.contains("ANDREA_CUDA_MMA_STORE") && e.contains("staged"),
+            "{e}"
+        );
+        // The non-mma kernels have one store.
+        assert_eq!(
+            MatmulKernel::TensorBf16.launch_name(MmaStore::Direct),
+            "matmul_tc_bf16"
+        );
     }
 
     #[test]
