@@ -364,8 +364,8 @@ fn driver_counts() -> Option<[u64; 9]> {
 /// the warm-up step's. Reading the norm on the host before AdamW (as the step did before
 /// `clip_scale`) or the loss straight after the forward pass (as `forward_train` does)
 /// fails it. The host-to-device copies are the tokens, the targets and the embedding
-/// backward's sorted positions (3), the first two asynchronous from page-locked staging
-/// (uploading them from pageable memory fails it); nothing is allocated or freed (the scratch, the
+/// backward's sorted positions (3), all asynchronous from page-locked staging (uploading
+/// any of them from pageable memory fails it); nothing is allocated or freed (the scratch, the
 /// split-K workspace included, has grown in the warm-up step). Counted on the emulator;
 /// skipped on a real driver, where `ANDREA_CUDA_SYNC` is the tool.
 #[test]
@@ -405,8 +405,9 @@ fn training_step_waits_for_the_device_once() {
     }
     assert_eq!(
         after[8] - before[8],
-        2,
-        "the token and target uploads should be async copies from page-locked memory"
+        3,
+        "the token, target and sorted-position uploads should be async copies from \
+         page-locked memory"
     );
     let (launches, at_prev, at_last) = (after[5], after[6], after[7]);
     assert_eq!(

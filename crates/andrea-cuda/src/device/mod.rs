@@ -98,6 +98,11 @@ pub struct CudaBackend {
     scratch: RefCell<Option<DeviceBuffer<f32>>>,
     /// Sorted token positions for the embedding backward.
     id_scratch: RefCell<Option<DeviceBuffer<u32>>>,
+    /// Their page-locked host staging, so the upload is asynchronous (as `upload_ids`'s),
+    /// and the synchronisation count when its last copy was queued: it is rewritten only
+    /// after a later wait.
+    id_staging: RefCell<Option<cust::memory::LockedBuffer<u32>>>,
+    id_staged_at: Cell<Option<u64>>,
     sq_partials: DeviceBuffer<f64>,
     sq_total: DeviceBuffer<f64>,
     /// Stream synchronisations so far: a pinned staging buffer whose copy was queued at
@@ -205,6 +210,8 @@ impl CudaBackend {
             functions,
             scratch: RefCell::new(None),
             id_scratch: RefCell::new(None),
+            id_staging: RefCell::new(None),
+            id_staged_at: Cell::new(None),
             sq_partials: sq(SQ_MAX_PARTIALS)?,
             sq_total: sq(1)?,
             syncs: Cell::new(0),
@@ -436,19 +443,44 @@ impl CudaBackend {
         Ok(s.as_ref().map(|b| b.as_device_ptr().as_raw()).unwrap_or(0))
     }
 
-    /// The id scratch buffer holding `data` (uploaded on the stream).
+    /// The id scratch buffer holding `data`, uploaded on the stream asynchronously from
+    /// page-locked staging (allocated once, grown when too small). Like `upload_ids`, it
+    /// waits for the device only when the staging's last copy was queued since the last
+    /// wait; in a training step `upload_ids` has already waited by then.
     fn id_scratch_with(&self, data: &[u32]) -> Result<driver::CuDevicePtr> {
+        const WHAT: &str = "embedding_backward: uploading the sorted token positions";
+        if self.id_staged_at.get() == Some(self.syncs.get()) {
+            // The last staged copy may still be reading the staging.
+            self.sync(WHAT)?;
+        }
         let mut s = self.id_scratch.borrow_mut();
         if s.as_ref().is_none_or(|b| b.len() < data.len()) {
             *s = None;
             *s = Some(self.alloc_buffer::<u32>(data.len().max(1))?);
         }
         let base = s.as_ref().map(|b| b.as_device_ptr().as_raw()).unwrap_or(0);
-        self.copy_to_device(
-            base,
-            data,
-            "embedding_backward: uploading the sorted token positions",
-        )?;
+        let mut staging = self.id_staging.borrow_mut();
+        if staging.as_ref().is_none_or(|b| b.len() < data.len()) {
+            *staging = None;
+            self.bind()?;
+            let len = data.len().max(1);
+            let b = cust::memory::LockedBuffer::new(&0u32, len).map_err(|e| {
+                driver::from_cust(
+                    e,
+                    "allocating page-locked host memory for the embedding backward's positions",
+                    &self.device_name,
+                    Some(len * 4),
+                )
+            })?;
+            *staging = Some(b);
+        }
+        let Some(staging) = staging.as_mut() else {
+            return Ok(base);
+        };
+        let staged = &mut staging[..data.len()];
+        staged.copy_from_slice(data);
+        self.copy_to_device(base, staged, WHAT)?;
+        self.id_staged_at.set(Some(self.syncs.get()));
         Ok(base)
     }
 
