@@ -447,6 +447,38 @@ fn memory_plan_counts_the_split_k_workspace() {
     assert_eq!(plan.total() - unsplit.total(), plan.scratch);
 }
 
+/// The evaluation and generation plans count the split-K workspace of their forward
+/// products: planned as on an H200 (132 SMs) at ANDREA-120M, one sequence of 64
+/// positions, the MLP's second linear `[64, 3072]·[3072, 768]` (12 tiles of 64x64 on 528
+/// block slots) splits K into 3 slices of `[64, 768]`, the largest forward workspace
+/// (K = 768 never splits: under two 1024-long slices); generation meets it at the
+/// 64-position prefill chunk, and 3 slices of `[1, 768]` at each decode step. Nothing
+/// without split-K. Only sizes are computed: nothing runs.
+#[test]
+fn evaluation_and_generation_plans_count_the_split_k_workspace() {
+    let name = "evaluation_and_generation_plans_count_the_split_k_workspace";
+    let Some(mut gpu) = cuda(name, Precision::BF16) else {
+        return;
+    };
+    let cfg = ModelConfig::new(8449, 1024, 768, 12, 12);
+    gpu.plan_for_multiprocessors(132);
+    gpu.set_matmul_impl(MatmulImpl::Mma);
+    let want = 3 * 64 * 768 * 4;
+    let eval = MemoryPlan::evaluation(&gpu, &cfg, 1, 64);
+    let gen = MemoryPlan::generation(&gpu, &cfg, 1, 64);
+    assert_eq!(eval.scratch, want, "{eval}");
+    assert_eq!(gen.scratch, want, "{gen}");
+    assert!(gen.to_string().contains("product scratch 0.6"), "{gen}");
+    gpu.set_split_k(SplitK::Off);
+    let (eval0, gen0) = (
+        MemoryPlan::evaluation(&gpu, &cfg, 1, 64),
+        MemoryPlan::generation(&gpu, &cfg, 1, 64),
+    );
+    assert_eq!((eval0.scratch, gen0.scratch), (0, 0));
+    assert_eq!(eval.total() - eval0.total(), want);
+    assert_eq!(gen.total() - gen0.total(), want);
+}
+
 #[test]
 fn generation_bf16_vs_cpu() {
     generation_vs_cpu("generation_bf16_vs_cpu", Precision::BF16, &BF16_TOLS);

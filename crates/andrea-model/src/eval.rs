@@ -26,6 +26,8 @@ pub(crate) struct EvalSlots {
     /// `[N]`
     losses: Act,
     pub len: usize,
+    /// Floats of product scratch the backend takes (`crate::memory::forward_scratch`).
+    pub scratch: usize,
 }
 
 impl EvalSlots {
@@ -45,6 +47,13 @@ impl EvalSlots {
             logits,
             losses,
             len: a.len,
+            // A batch of 1..=batch sequences.
+            scratch: crate::memory::forward_scratch(
+                be,
+                cfg,
+                (1..=batch).map(|b| b * seq),
+                (1..=batch).map(|b| b * seq),
+            ),
         }
     }
 }

@@ -24,11 +24,13 @@ pub struct MemoryPlan {
     pub kv_cache: usize,
     /// Token and target ids.
     pub ids: usize,
-    /// The backend's own scratch for the step's products (the CUDA backend's split-K
+    /// The backend's own scratch for the products (the CUDA backend's split-K
     /// workspace, up to 209 MB for the LM head's weight gradient at 16 × 1024 tokens):
     /// the largest any product asks for ([`andrea_core::LinalgOps::matmul_scratch_len`]),
-    /// since one buffer is reused. Training only: the forward products do not split at
-    /// these shapes.
+    /// since one buffer is reused. Evaluation and generation count their forward
+    /// products at every row count they can run (a short last batch, a short prefill
+    /// chunk, one decode row per sequence): few rows and K = 4·C (the MLP's second
+    /// linear) is where the plan splits K.
     pub scratch: usize,
 }
 
@@ -40,6 +42,29 @@ fn step_scratch<B: Backend>(backend: &B, config: &ModelConfig, tokens: usize) ->
     let (c, v) = (config.d_model, config.padded_vocab_size());
     step_gemms(tokens, c, config.mlp_dim(), v)
         .iter()
+        .map(|g| backend.matmul_scratch_len(g.m, g.k, g.n))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Floats of scratch the largest forward product asks `backend` for: the block's four
+/// at each of `block_rows`, the LM head at each of `head_rows`.
+pub(crate) fn forward_scratch<B: Backend>(
+    backend: &B,
+    config: &ModelConfig,
+    block_rows: impl IntoIterator<Item = usize>,
+    head_rows: impl IntoIterator<Item = usize>,
+) -> usize {
+    let (c, v) = (config.d_model, config.padded_vocab_size());
+    let products = |m: usize, head: bool| {
+        step_gemms(m, c, config.mlp_dim(), v)
+            .into_iter()
+            .filter(move |g| g.name.starts_with("fwd_") && (g.name == "fwd_lm_head") == head)
+    };
+    let block = block_rows.into_iter().flat_map(|m| products(m, false));
+    let head = head_rows.into_iter().flat_map(|m| products(m, true));
+    block
+        .chain(head)
         .map(|g| backend.matmul_scratch_len(g.m, g.k, g.n))
         .max()
         .unwrap_or(0)
@@ -83,7 +108,7 @@ impl MemoryPlan {
             activations: slots.len * F32,
             kv_cache: 0,
             ids: 2 * slots.batch * slots.seq * F32,
-            scratch: 0,
+            scratch: slots.scratch * F32,
         }
     }
 
@@ -110,7 +135,7 @@ impl MemoryPlan {
             activations: slots.len * F32,
             kv_cache: slots.kv_len * F32,
             ids: batch * slots.chunk * F32,
-            scratch: 0,
+            scratch: slots.scratch * F32,
         }
     }
 

@@ -32,6 +32,8 @@ pub(crate) struct CacheSlots {
     /// Floats of scratch, and of keys and values (`[n_layer, B, max_len, 2C]`).
     pub len: usize,
     pub kv_len: usize,
+    /// Floats of product scratch the backend takes (`crate::memory::forward_scratch`).
+    pub scratch: usize,
 }
 
 impl CacheSlots {
@@ -55,6 +57,13 @@ impl CacheSlots {
             logits,
             len: a.len,
             kv_len: 2 * cfg.n_layer * batch * max_len * cfg.d_model,
+            // Chunks of 1..=chunk positions per sequence; logits for the last one only.
+            scratch: crate::memory::forward_scratch(
+                be,
+                cfg,
+                (1..=chunk).map(|cn| batch * cn),
+                [batch],
+            ),
         }
     }
 }
