@@ -100,8 +100,9 @@ struct Scheduler {
     // The first error an instruction model found in this launch (0: none).
     int err = 0;
     std::string err_msg;
-    // The order warps run in between block barriers (andrea_emu_set_warp_order).
-    int warp_serial = 0;
+    // The order warps run in between block barriers (andrea_emu_set_warp_order; -1:
+    // ANDREA_EMU_WARP_ORDER=lockstep|serial, default lockstep).
+    int warp_serial = -1;
 };
 thread_local Scheduler S;
 
@@ -164,7 +165,8 @@ void init_fiber(Fiber& f, int i) {
 
 // Runs one block to completion; false on a barrier deadlock.
 //
-// Warp order. Lockstep (the default): each round runs every ready fiber to its next
+// Warp order (ANDREA_EMU_WARP_ORDER=lockstep|serial for the process, or
+// andrea_emu_set_warp_order per thread). Lockstep (the default): each round runs every ready fiber to its next
 // yield (a barrier, a shuffle, a warp collective), so all warps advance together and a
 // missing __syncthreads between one warp's shared-memory writes and another's reads
 // mostly goes unseen, as on a GPU where warps happen to stay in step. Serial
@@ -198,8 +200,13 @@ bool run_block() {
             if (S.fibers[i].state == WAIT_WARP) S.fibers[i].state = READY;
         return true;
     };
+    static const bool env_serial = [] {
+        const char* v = std::getenv("ANDREA_EMU_WARP_ORDER");
+        return v && std::strcmp(v, "serial") == 0;
+    }();
+    bool serial = S.warp_serial >= 0 ? S.warp_serial == 1 : env_serial;
     for (;;) {
-        if (S.warp_serial) {
+        if (serial) {
             for (int w = 0; w < warps; ++w) do {
                     for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i) run(S.fibers[i]);
                 } while (release_warp(w));
@@ -595,8 +602,9 @@ int andrea_emu_driver_counts(unsigned long long* out, int n) {
     return C_COUNT;
 }
 
-// The calling thread's warp order for its later launches (see run_block): 0 lockstep
-// (the default), 1 serial. Not a CUDA entry point; tests look it up with dlsym.
+// The calling thread's warp order for its later launches (see run_block): 0 lockstep,
+// 1 serial, -1 as ANDREA_EMU_WARP_ORDER says (lockstep unless `serial`). Not a CUDA
+// entry point; tests look it up with dlsym.
 void andrea_emu_set_warp_order(int serial) { S.warp_serial = serial; }
 
 int cuInit(unsigned) { return OK; }
