@@ -1,15 +1,20 @@
 //! The CPU backend's GEMM kernels side by side on the training step's 11 products
-//! (ANDREA-120M, batch 4 x 256): the `gemm` crate, andrea's AVX2 + FMA kernel and
-//! matrixmultiply, in the backend's own blocking, alternating kernel by kernel in each
-//! round so that a noisy machine disturbs them alike. One JSON line per (shape, kernel):
-//! the median GFLOP/s over `--rounds` rounds.
+//! (ANDREA-120M, batch 4 x 256): andrea's AVX-512 kernel (shared packing and the older
+//! per-block split), its AVX2 + FMA kernel, the `gemm` crate and matrixmultiply, in the
+//! backend's own threading, alternating kernel by kernel in each round so that a noisy
+//! machine disturbs them alike. One JSON line per (shape, kernel): the median GFLOP/s
+//! over `--rounds` rounds.
 //!
 //! ```text
 //! cargo run --release -p andrea-cpu --example gemm_kernels -- --threads 2 --rounds 5
 //! ```
 //!
-//! `--kernels gemm,avx2,matrixmultiply` picks the kernels, `--only fwd_fc,bwd_dw_qkv`
-//! the shapes. `ANDREA_SIMD` caps the backend's own kernels (not the two crates': they
+//! `--kernels avx512,avx512-blocks,avx2,gemm,matrixmultiply` picks the kernels, `--only fwd_fc,bwd_dw_qkv`
+//! the shapes. `--clock cpu` times by the CPU time of the process's threads (Linux:
+//! `/proc/self/task/*/schedstat`) instead of the wall clock: on a machine shared with
+//! other work, that counts only the time this process ran, so it compares kernels (and
+//! estimates % of peak) where wall times are swamped by the load; rayon's idle spinning
+//! counts as time, so the figures stay conservative. `ANDREA_SIMD` caps the backend's own kernels (not the two crates': they
 //! pick their micro-kernel from the CPU).
 
 use std::time::Instant;
@@ -34,28 +39,27 @@ fn mat(
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut threads = 2;
     let mut rounds = 5;
-    let mut kernels = vec![
-        GemmKernel::GemmCrate,
-        GemmKernel::Avx2,
-        GemmKernel::MatrixMultiply,
-    ];
+    let mut kernels = GemmKernel::ALL.to_vec();
     let mut only: Option<Vec<String>> = None;
+    let mut cpu_clock = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--threads" => threads = v.parse()?,
             "--rounds" => rounds = v.parse()?,
+            "--clock" => {
+                cpu_clock = match v.as_str() {
+                    "wall" => false,
+                    "cpu" => true,
+                    _ => return Err(format!("--clock: wall or cpu, not {v:?}").into()),
+                }
+            }
             "--only" => only = Some(v.split(',').map(String::from).collect()),
             "--kernels" => {
                 kernels = v
                     .split(',')
-                    .map(|k| match k {
-                        "gemm" => Ok(GemmKernel::GemmCrate),
-                        "avx2" => Ok(GemmKernel::Avx2),
-                        "matrixmultiply" => Ok(GemmKernel::MatrixMultiply),
-                        _ => Err(format!("unknown kernel {k:?}")),
-                    })
+                    .map(|k| GemmKernel::parse(k).ok_or(format!("unknown kernel {k:?}")))
                     .collect::<Result<_, _>>()?
             }
             _ => return Err(format!("unknown flag {flag}").into()),
@@ -65,14 +69,24 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .num_threads(threads)
         .build_global()?;
     // On a worker of the pool, as the `andrea` binary runs (no hand-over per call).
-    rayon::scope(|_| run(rounds, &kernels, only.as_deref()))
+    rayon::scope(|_| run(rounds, &kernels, only.as_deref(), cpu_clock))
 }
 
 fn run(
     rounds: usize,
     kernels: &[GemmKernel],
     only: Option<&[String]>,
+    cpu_clock: bool,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let clock = || -> Result<f64, Box<dyn std::error::Error + Send + Sync>> {
+        if cpu_clock {
+            cpu_seconds()
+        } else {
+            Ok(Instant::now()
+                .duration_since(*START.get_or_init(Instant::now))
+                .as_secs_f64())
+        }
+    };
     let base = CpuBackend::new();
     let backends: Vec<CpuBackend> = kernels
         .iter()
@@ -101,9 +115,9 @@ fn run(
                     mat(&b, k, n, p.b_transposed),
                     mat(&c, m, n, false),
                 );
-                let t0 = Instant::now();
+                let t0 = clock()?;
                 be.matmul(am, bm, None, cm)?;
-                t.push(t0.elapsed().as_secs_f64());
+                t.push(clock()? - t0);
             }
         }
         for (be, mut t) in backends.iter().zip(times) {
@@ -112,13 +126,32 @@ fn run(
             let med = t[t.len() / 2];
             println!(
                 "{{\"bench\": \"gemm_kernels\", \"shape\": \"{}_{m}x{k}x{n}\", \"kernel\": \"{}\", \
-                 \"backend\": \"{}\", \"gflops\": {:.1}, \"median_s\": {med:.5}}}",
+                 \"backend\": \"{}\", \"gflops\": {:.1}, \"median_s\": {med:.5}, \"best_gflops\": {:.1}, \"clock\": \"{}\"}}",
                 p.name,
-                be.gemm_kernel().name(),
+                be.gemm_kernel().effective().name(),
                 be.name(),
-                2.0 * (m * k * n) as f64 / med / 1e9
+                2.0 * (m * k * n) as f64 / med / 1e9,
+                2.0 * (m * k * n) as f64 / t[0] / 1e9,
+                if cpu_clock { "cpu" } else { "wall" }
             );
         }
     }
     Ok(())
+}
+
+static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Seconds this process's threads have run on a CPU (the first field of each thread's
+/// `schedstat`, nanoseconds).
+fn cpu_seconds() -> Result<f64, Box<dyn std::error::Error + Send + Sync>> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let stat = std::fs::read_to_string(task?.path().join("schedstat"))?;
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or("unreadable schedstat")?;
+    }
+    Ok(ns as f64 / 1e9)
 }

@@ -154,7 +154,7 @@ impl MemoryOps for CpuBackend {
             "cpu ({} threads, {}, gemm {})",
             self.threads(),
             crate::simd::level().name(),
-            self.gemm_kernel().name()
+            self.gemm_kernel().effective().name()
         )
     }
 

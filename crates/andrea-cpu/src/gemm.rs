@@ -1,14 +1,16 @@
-//! Matrix multiplication: matrixmultiply's single-threaded `sgemm` on blocks of C that
-//! rayon spreads over the threads.
+//! Matrix multiplication: one strided single-threaded GEMM kernel on blocks of C that
+//! rayon spreads over the threads, or, for andrea's AVX-512 kernel, one product shared
+//! out inside the kernel (`gemm_avx512::sgemm_threads`: `B` packed once for all threads).
 //!
-//! Every product of the model goes through [`sgemm_strided`], one strided function, so
+//! Every product of the model goes through [`sgemm_strided`] (or that shared form), so
 //! transposes cost nothing (they are strides) and the kernel behind it can be swapped
-//! by measurement (see benches/README.md for the numbers that chose this one).
+//! by measurement ([`GemmKernel`]; benches/README.md, "GEMM", has the numbers).
 //!
 //! Parallel split: C is cut into row blocks (or, when there are too few rows, as in
-//! generation, column blocks), one `sgemm` per block. Each element of C is computed by
-//! the same sequence of floating-point operations whatever the block it falls in, so
-//! the result is bit-identical for any thread count.
+//! generation, column blocks), one kernel call per block; the AVX-512 kernel cuts rows
+//! of whole micro-tiles. Each element of C is computed by the same sequence of
+//! floating-point operations whatever the block or thread it falls in, so the result is
+//! bit-identical for any thread count.
 
 use andrea_core::check::MatmulDims;
 use andrea_core::Matrix;
@@ -34,12 +36,11 @@ pub(crate) struct Operand {
     pub cs: usize,
 }
 
-/// The single-threaded f32 GEMM kernel behind the crate's one strided GEMM function.
+/// The f32 GEMM kernel behind the crate's one strided GEMM function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GemmKernel {
-    /// The `gemm` crate (faster on this project's build machine: see benches/README.md).
-    /// It picks its own micro-kernel from the CPU (AVX-512 where present), whatever
-    /// `ANDREA_SIMD` says.
+    /// The `gemm` crate, the default at the AVX-512 level. It picks its own micro-kernel
+    /// from the CPU (AVX-512 where present), whatever `ANDREA_SIMD` says.
     #[default]
     GemmCrate,
     /// `matrixmultiply::sgemm` (also picks its micro-kernel from the CPU).
@@ -48,31 +49,49 @@ pub enum GemmKernel {
     /// `ANDREA_SIMD=avx2` runs, so that an AVX2 measurement has AVX2 GEMMs too. Where
     /// the kernels' level is below AVX2 it falls back to the `gemm` crate.
     Avx2,
+    /// andrea's own AVX-512 kernel (`gemm_avx512` module), with `B` packed once per
+    /// block for all threads (`ANDREA_GEMM=avx512`; not the default: it measured behind
+    /// the `gemm` crate). Where the kernels' level is below AVX-512 it falls back to
+    /// [`GemmKernel::Avx2`] (and below AVX2 to the `gemm` crate).
+    Avx512,
+    /// The same AVX-512 kernel in the older split: one single-threaded call per block of
+    /// `C`, each packing its own copy of the shared operand (kept to compare).
+    Avx512Blocks,
 }
 
 impl GemmKernel {
-    /// The kernel a new backend uses: `ANDREA_GEMM` (`gemm`, `matrixmultiply` or
-    /// `avx2`) if set, else [`GemmKernel::Avx2`] when the kernels' level
-    /// (`ANDREA_SIMD`, the CPU) is exactly AVX2, else the `gemm` crate.
+    /// Every kernel, in the order `ANDREA_GEMM`'s message lists them.
+    pub const ALL: [GemmKernel; 5] = [
+        GemmKernel::Avx512,
+        GemmKernel::Avx512Blocks,
+        GemmKernel::Avx2,
+        GemmKernel::GemmCrate,
+        GemmKernel::MatrixMultiply,
+    ];
+
+    /// The kernel a new backend uses: `ANDREA_GEMM` (`avx512`, `avx512-blocks`, `avx2`,
+    /// `gemm` or `matrixmultiply`) if set, else by the kernels' level (`ANDREA_SIMD`,
+    /// the CPU): the `gemm` crate at AVX-512 (measured ahead of [`GemmKernel::Avx512`]),
+    /// [`GemmKernel::Avx2`] at AVX2, the `gemm` crate below.
     pub fn from_env() -> Self {
         static KERNEL: std::sync::OnceLock<GemmKernel> = std::sync::OnceLock::new();
         *KERNEL.get_or_init(|| {
-            let by_level = if crate::simd::level() == crate::simd::Level::Avx2 {
-                GemmKernel::Avx2
-            } else {
-                GemmKernel::GemmCrate
+            let by_level = match crate::simd::level() {
+                // andrea's AVX-512 kernel stayed behind the `gemm` crate on the step's
+                // shapes (benches/README.md, "GEMM"), so it is not the default yet.
+                crate::simd::Level::Avx512 => GemmKernel::GemmCrate,
+                crate::simd::Level::Avx2 => GemmKernel::Avx2,
+                crate::simd::Level::Baseline => GemmKernel::GemmCrate,
             };
             let Ok(want) = std::env::var("ANDREA_GEMM") else {
                 return by_level;
             };
-            match want.trim().to_ascii_lowercase().as_str() {
-                "gemm" => GemmKernel::GemmCrate,
-                "matrixmultiply" => GemmKernel::MatrixMultiply,
-                "avx2" => GemmKernel::Avx2,
-                _ => {
+            match GemmKernel::parse(&want) {
+                Some(k) => k,
+                None => {
                     eprintln!(
-                        "andrea-cpu: ignoring ANDREA_GEMM={want:?} (expected gemm, \
-                         matrixmultiply or avx2); using {}",
+                        "andrea-cpu: ignoring ANDREA_GEMM={want:?} (expected avx512, \
+                         avx512-blocks, avx2, gemm or matrixmultiply); using {}",
                         by_level.name()
                     );
                     by_level
@@ -81,12 +100,33 @@ impl GemmKernel {
         })
     }
 
+    /// The kernel `name` spells (as `ANDREA_GEMM` takes it; case and spaces ignored).
+    pub fn parse(name: &str) -> Option<Self> {
+        let name = name.trim().to_ascii_lowercase();
+        GemmKernel::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// The kernel's name as `ANDREA_GEMM` spells it.
     pub fn name(self) -> &'static str {
         match self {
             GemmKernel::GemmCrate => "gemm",
             GemmKernel::MatrixMultiply => "matrixmultiply",
             GemmKernel::Avx2 => "avx2",
+            GemmKernel::Avx512 => "avx512",
+            GemmKernel::Avx512Blocks => "avx512-blocks",
+        }
+    }
+
+    /// The kernel that runs: andrea's own kernels step down to what the kernels' level
+    /// allows (AVX-512, then AVX2, then the `gemm` crate).
+    pub fn effective(self) -> Self {
+        use crate::simd::{has_avx2_fma, has_avx512};
+        match self {
+            GemmKernel::Avx512 | GemmKernel::Avx512Blocks if !has_avx512() => {
+                GemmKernel::Avx2.effective()
+            }
+            GemmKernel::Avx2 if !has_avx2_fma() => GemmKernel::GemmCrate,
+            k => k,
         }
     }
 }
@@ -107,11 +147,20 @@ pub(crate) unsafe fn sgemm_strided(
     beta: f32,
     c: Operand,
 ) {
+    let kernel = kernel.effective();
     #[cfg(target_arch = "x86_64")]
-    if kernel == GemmKernel::Avx2 && crate::simd::has_avx2_fma() {
-        // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA.
-        unsafe { crate::gemm_avx2::sgemm(m, k, n, a, b, beta, c) };
-        return;
+    match kernel {
+        GemmKernel::Avx512 | GemmKernel::Avx512Blocks => {
+            // SAFETY: forwarded from the caller; the CPU has AVX-512 (`effective`).
+            unsafe { crate::gemm_avx512::sgemm(m, k, n, a, b, beta, c) };
+            return;
+        }
+        GemmKernel::Avx2 => {
+            // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA (`effective`).
+            unsafe { crate::gemm_avx2::sgemm(m, k, n, a, b, beta, c) };
+            return;
+        }
+        _ => {}
     }
     if kernel != GemmKernel::MatrixMultiply {
         // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and
@@ -363,7 +412,93 @@ fn matmul(g: &Gemm<'_>) {
         unsafe { v.run() };
         return;
     }
-    let blocks = blocks(&d, rayon::current_num_threads(), a.col_stride == 1);
+    // The bias (written first, then accumulated onto: `beta` 1) and the fused GELU
+    // epilogues, on rows r0..r1 and columns c0..c1 of batch entry `batch`.
+    let beta = if accumulate || bias.is_some() {
+        1.0
+    } else {
+        0.0
+    };
+    let fill_bias = |batch: usize, r0: usize, r1: usize, c0: usize, c1: usize| {
+        let Some(bias) = bias else { return };
+        for i in r0..r1 {
+            for (j, &bj) in bias.iter().enumerate().take(c1).skip(c0) {
+                // SAFETY: the check proved `c` in bounds; the caller owns this block.
+                unsafe {
+                    let p = pc
+                        .get()
+                        .add(batch * c.batch_stride + i * c.row_stride + j * c.col_stride);
+                    *p = if accumulate { *p + bj } else { bj };
+                }
+            }
+        }
+    };
+    // `c` and `out` (and `pre`) are contiguous here (checked by `Backend::linear_gelu`
+    // and `matmul_gelu_backward`), with batch 1.
+    let epilogue = |r0: usize, r1: usize, c0: usize, c1: usize| {
+        let n = c1 - c0;
+        for i in r0..r1 {
+            let off = i * c.row_stride + c0;
+            // SAFETY: the block lies in `c`, `out` and `pre` (same layout), which the
+            // caller owns.
+            unsafe {
+                if let Some(out) = gelu_out {
+                    let src = std::slice::from_raw_parts(pc.get().add(off), n);
+                    let dst = std::slice::from_raw_parts_mut(out.get().add(off), n);
+                    crate::elementwise::gelu_slice(Some(src), dst);
+                }
+                if let Some(pre) = gelu_grad_of {
+                    let x = std::slice::from_raw_parts(pre.get().add(off), n);
+                    let dc = std::slice::from_raw_parts_mut(pc.get().add(off), n);
+                    crate::elementwise::gelu_backward_slice(x, None, dc);
+                }
+            }
+        }
+    };
+    let threads = rayon::current_num_threads();
+    #[cfg(target_arch = "x86_64")]
+    if kernel.effective() == GemmKernel::Avx512
+        && d.batch == 1
+        && threads > 1
+        && crate::gemm_avx512::splits(d.m, threads)
+    {
+        // One product on all threads, `B` packed once per block for all of them.
+        let before = |r0: usize, r1: usize| fill_bias(0, r0, r1, 0, d.n);
+        let hooks = crate::gemm_avx512::Hooks {
+            before: &before,
+            after: &epilogue,
+        };
+        let fused = bias.is_some() || gelu_out.is_some() || gelu_grad_of.is_some();
+        // SAFETY: the check proved every operand in bounds and `c` injective and
+        // disjoint from `a`, `b` and `bias`; the hooks touch only their own block.
+        unsafe {
+            crate::gemm_avx512::sgemm_threads(
+                d.m,
+                d.k,
+                d.n,
+                Operand {
+                    ptr: pa,
+                    rs: a.row_stride,
+                    cs: a.col_stride,
+                },
+                Operand {
+                    ptr: pb,
+                    rs: b.row_stride,
+                    cs: b.col_stride,
+                },
+                beta,
+                Operand {
+                    ptr: pc,
+                    rs: c.row_stride,
+                    cs: c.col_stride,
+                },
+                threads,
+                fused.then_some(&hooks),
+            )
+        };
+        return;
+    }
+    let blocks = blocks(&d, threads, a.col_stride == 1);
     let run = |blk: &Block| {
         let ab = if a.batch == 1 {
             0
@@ -376,27 +511,16 @@ fn matmul(g: &Gemm<'_>) {
             blk.batch * b.batch_stride
         };
         let cb = blk.batch * c.batch_stride;
+        fill_bias(blk.batch, blk.r0, blk.r1, blk.c0, blk.c1);
         // SAFETY: the check proved every operand in bounds and `c` injective and
         // disjoint from `a`, `b` and `bias`; blocks cover disjoint parts of `c`.
         unsafe {
             let c_blk = pc.add(cb + blk.r0 * c.row_stride + blk.c0 * c.col_stride);
-            let (m, n) = (blk.r1 - blk.r0, blk.c1 - blk.c0);
-            let mut beta = if accumulate { 1.0 } else { 0.0 };
-            if let Some(bias) = bias {
-                for i in 0..m {
-                    for j in 0..n {
-                        let p = c_blk.get().add(i * c.row_stride + j * c.col_stride);
-                        let bj = bias[blk.c0 + j];
-                        *p = if accumulate { *p + bj } else { bj };
-                    }
-                }
-                beta = 1.0;
-            }
             sgemm_strided(
                 kernel,
-                m,
+                blk.r1 - blk.r0,
                 d.k,
-                n,
+                blk.c1 - blk.c0,
                 Operand {
                     ptr: pa.add(ab + blk.r0 * a.row_stride),
                     rs: a.row_stride,
@@ -414,24 +538,10 @@ fn matmul(g: &Gemm<'_>) {
                     cs: c.col_stride,
                 },
             );
-            // Fused epilogue: GELU of the block while it is still in cache. `c` is
-            // contiguous here (checked by `Backend::linear_gelu`), and so is `out`.
-            if let Some(out) = gelu_out {
-                for i in 0..m {
-                    let off = (blk.r0 + i) * c.row_stride + blk.c0;
-                    let src = std::slice::from_raw_parts(pc.get().add(off), n);
-                    let dst = std::slice::from_raw_parts_mut(out.get().add(off), n);
-                    crate::elementwise::gelu_slice(Some(src), dst);
-                }
-            }
-            if let Some(pre) = gelu_grad_of {
-                for i in 0..m {
-                    let off = (blk.r0 + i) * c.row_stride + blk.c0;
-                    let x = std::slice::from_raw_parts(pre.get().add(off), n);
-                    let dc = std::slice::from_raw_parts_mut(pc.get().add(off), n);
-                    crate::elementwise::gelu_backward_slice(x, None, dc);
-                }
-            }
+        }
+        // Fused epilogue: GELU of the block while it is still in cache.
+        if gelu_out.is_some() || gelu_grad_of.is_some() {
+            epilogue(blk.r0, blk.r1, blk.c0, blk.c1);
         }
     };
     if blocks.len() == 1 {
@@ -525,6 +635,80 @@ impl LinalgOps for CpuBackend {
         };
         self.run(|| g.run());
         Ok(())
+    }
+}
+
+/// The products a kernel's unit test runs: `(m, k, n, a, b, beta, c)`.
+#[cfg(test)]
+pub(crate) type TestProduct<'a> = &'a dyn Fn(usize, usize, usize, Operand, Operand, f32, Operand);
+
+/// `C (+)= A·B` through each of `variants` against a float64 product, on `shapes`, each
+/// operand row-major or transposed, `beta` 0 and 1: the first variant within
+/// `tol::matmul(k)` (the suite's tolerance: `k`-term f32 sums of values in [-1, 1]), the
+/// others bit-identical to it.
+#[cfg(test)]
+pub(crate) fn check_against_f64(
+    what: &str,
+    shapes: &[(usize, usize, usize)],
+    variants: &[TestProduct<'_>],
+) {
+    let mut r = andrea_testkit::random::Rand::new(7);
+    for &(m, k, n) in shapes {
+        for (ta, tb, beta) in [
+            (false, false, 0.0),
+            (true, false, 1.0),
+            (false, true, 1.0),
+            (true, true, 0.0),
+        ] {
+            let mut a = r.vec(m * k, -1.0, 1.0);
+            let mut b = r.vec(k * n, -1.0, 1.0);
+            let c0 = r.vec(m * n, -1.0, 1.0);
+            // Stored row-major `[m, k]` / `[k, n]`, or transposed (`[k, m]` / `[n, k]`).
+            let (ars, acs) = if ta { (1, m) } else { (k, 1) };
+            let (brs, bcs) = if tb { (1, k) } else { (n, 1) };
+            let op = |p: &mut [f32], rs, cs| Operand {
+                ptr: SendPtr(p.as_mut_ptr()),
+                rs,
+                cs,
+            };
+            let outs: Vec<Vec<f32>> = variants
+                .iter()
+                .map(|product| {
+                    let mut c = c0.clone();
+                    product(
+                        m,
+                        k,
+                        n,
+                        op(&mut a, ars, acs),
+                        op(&mut b, brs, bcs),
+                        beta,
+                        op(&mut c, n, 1),
+                    );
+                    c
+                })
+                .collect();
+            let want: Vec<f64> = (0..m * n)
+                .map(|e| {
+                    let (i, j) = (e / n, e % n);
+                    let dot: f64 = (0..k)
+                        .map(|p| a[i * ars + p * acs] as f64 * b[p * brs + j * bcs] as f64)
+                        .sum();
+                    dot + beta as f64 * c0[e] as f64
+                })
+                .collect();
+            let what = format!("{what} {m}x{k}x{n} ta={ta} tb={tb} beta={beta}");
+            andrea_testkit::tol::matmul(k)
+                .check(&what, &outs[0], &want)
+                .unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for (i, o) in outs.iter().enumerate().skip(1) {
+                assert_eq!(
+                    bits(&outs[0]),
+                    bits(o),
+                    "{what}: variant {i} differs from variant 0"
+                );
+            }
+        }
     }
 }
 

@@ -253,68 +253,22 @@ unsafe fn kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffer::SendPtr;
-    use andrea_testkit::random::Rand;
 
     /// `C (+)= A·B` through [`sgemm`] against a float64 product, on shapes the conformance
     /// suite does not reach: `k` across two and a half `KC` slices, `m` and `n` ending in
     /// ragged tiles and `n` past one `NC` block, each operand row-major or transposed.
-    /// Tolerance `tol::matmul(k)`: the suite's, `k`-term f32 sums of values in [-1, 1].
     #[test]
     fn matches_the_f64_product_across_k_slices_and_ragged_tiles() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
             eprintln!("SKIPPED: no AVX2 + FMA");
             return;
         }
-        let mut r = Rand::new(7);
-        for &(m, k, n) in &[(13, 2 * KC + KC / 2 + 3, 37), (7, 5, NC + 21), (1, KC, 1)] {
-            for (ta, tb, beta) in [
-                (false, false, 0.0),
-                (true, false, 1.0),
-                (false, true, 1.0),
-                (true, true, 0.0),
-            ] {
-                let mut a = r.vec(m * k, -1.0, 1.0);
-                let mut b = r.vec(k * n, -1.0, 1.0);
-                let c0 = r.vec(m * n, -1.0, 1.0);
-                let mut c = c0.clone();
-                // Stored row-major `[m, k]` / `[k, n]`, or transposed (`[k, m]` / `[n, k]`).
-                let (ars, acs) = if ta { (1, m) } else { (k, 1) };
-                let (brs, bcs) = if tb { (1, k) } else { (n, 1) };
-                let op = |p: &mut [f32], rs, cs| Operand {
-                    ptr: SendPtr(p.as_mut_ptr()),
-                    rs,
-                    cs,
-                };
-                // SAFETY: every operand holds its whole matrix at these strides; C is apart.
-                unsafe {
-                    sgemm(
-                        m,
-                        k,
-                        n,
-                        op(&mut a, ars, acs),
-                        op(&mut b, brs, bcs),
-                        beta,
-                        op(&mut c, n, 1),
-                    )
-                };
-                let want: Vec<f64> = (0..m * n)
-                    .map(|e| {
-                        let (i, j) = (e / n, e % n);
-                        let dot: f64 = (0..k)
-                            .map(|p| a[i * ars + p * acs] as f64 * b[p * brs + j * bcs] as f64)
-                            .sum();
-                        dot + beta as f64 * c0[e] as f64
-                    })
-                    .collect();
-                andrea_testkit::tol::matmul(k)
-                    .check(
-                        &format!("avx2 sgemm {m}x{k}x{n} ta={ta} tb={tb} beta={beta}"),
-                        &c,
-                        &want,
-                    )
-                    .unwrap();
-            }
-        }
+        // SAFETY: the helper passes operands holding their whole matrices, C apart.
+        let product = |m, k, n, a, b, beta, c| unsafe { sgemm(m, k, n, a, b, beta, c) };
+        crate::gemm::check_against_f64(
+            "avx2 sgemm",
+            &[(13, 2 * KC + KC / 2 + 3, 37), (7, 5, NC + 21), (1, KC, 1)],
+            &[&product],
+        );
     }
 }

@@ -3,16 +3,18 @@
 //! [`CpuBackend`]: andrea's [`andrea_core::Backend`] on the host, with ndarray-style row
 //! kernels, rayon for threads, and one strided GEMM function behind every matrix product.
 //!
-//! * **GEMM**: a single-threaded kernel on blocks of C that rayon spreads over the
-//!   threads (row blocks; column blocks when there are few rows). The kernel is the
-//!   `gemm` crate's (AVX-512 where the CPU has it, AVX2 + FMA otherwise, picked at run
-//!   time) by default and matrixmultiply's with
-//!   [`CpuBackend::with_gemm_kernel`]`(GemmKernel::MatrixMultiply)`; the figures behind
-//!   the choice are in `benches/README.md`. Transposes are strides. Both crates choose
-//!   their micro-kernel from the CPU, not from `ANDREA_SIMD`; where the kernels' level
-//!   is AVX2 (the cap, or an AVX2-only CPU) the default is andrea's own AVX2 + FMA kernel
-//!   ([`GemmKernel::Avx2`]), and `ANDREA_GEMM=gemm|matrixmultiply|avx2` overrides the
-//!   choice ([`GemmKernel::from_env`]).
+//! * **GEMM**: single-threaded kernels on blocks of C that rayon spreads over the
+//!   threads (row blocks; column blocks when there are few rows). At the AVX-512 level
+//!   the default is the `gemm` crate's kernel, which chooses its micro-kernel from the
+//!   CPU, not from `ANDREA_SIMD`; at the AVX2 level (the cap `ANDREA_SIMD=avx2`, or an
+//!   AVX2-only CPU), andrea's AVX2 + FMA kernel ([`GemmKernel::Avx2`]). andrea's own
+//!   AVX-512 kernel ([`GemmKernel::Avx512`], `gemm_avx512` module: BLIS-style packing, a
+//!   512-bit register-blocked micro-kernel, masked edges) packs each block of `B` once
+//!   and shares the rows of `C` out among the threads; it is selectable, not the default
+//!   (it measured behind the `gemm` crate). `ANDREA_GEMM=avx512|avx512-blocks|avx2|gemm|
+//!   matrixmultiply` or [`CpuBackend::with_gemm_kernel`] picks a kernel
+//!   ([`GemmKernel::from_env`]); the figures behind the choice are in
+//!   `benches/README.md`. Transposes are strides.
 //! * **Few rows** (generation: one token per sequence, up to 8 sequences): a
 //!   bandwidth-bound path that streams each weight matrix once in long contiguous runs
 //!   on every thread, with no packing (`gemv` module).
@@ -68,6 +70,8 @@ mod embedding;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod gemm_avx2;
+#[cfg(target_arch = "x86_64")]
+mod gemm_avx512;
 mod gemv;
 mod interop;
 mod layernorm;

@@ -15,32 +15,48 @@ mod matrixmultiply_kernel {
     );
 }
 
+/// The suite's products on one GEMM kernel: every product, the fused bias + GELU and
+/// GELU-backward ones, attention (whose small per-head products go through the same
+/// kernel) and determinism.
+macro_rules! products_on {
+    ($kernel:expr; $($name:ident)*) => {$(
+        #[test]
+        fn $name() {
+            #[allow(unused_imports)]
+            use andrea_testkit::__private::{ViaResult as _, ViaValue as _};
+            andrea_testkit::__private::run_test(
+                stringify!($name),
+                || (&andrea_testkit::__private::Probe::new(
+                    andrea_cpu::CpuBackend::new().with_gemm_kernel($kernel),
+                ))
+                    .make_backend(),
+                andrea_testkit::suite::$name,
+            );
+        }
+    )*};
+}
+
 mod avx2_gemm_kernel {
-    //! The suite's products with andrea's own AVX2 + FMA GEMM kernel (the default under
-    //! `ANDREA_SIMD=avx2`, which `.ci/run` also runs the whole suite with): every
-    //! product, the fused bias + GELU and GELU-backward ones, and attention, whose small
-    //! per-head products go through the same kernel. The suite's shapes (up to 300)
-    //! leave ragged 6 x 16 tiles and take the general packing of strided and transposed
+    //! andrea's own AVX2 + FMA GEMM kernel (the default under `ANDREA_SIMD=avx2`, which
+    //! `.ci/run` also runs the whole suite with). The suite's shapes (up to 300) leave
+    //! ragged 6 x 16 tiles and take the general packing of strided and transposed
     //! operands; the kernel's `k` slices (384) and `n` blocks are crossed by the unit
     //! test in `src/gemm_avx2.rs`.
-    use andrea_cpu::{CpuBackend, GemmKernel};
+    products_on!(andrea_cpu::GemmKernel::Avx2;
+        matmul linear_gelu matmul_gelu_backward attention_forward attention_backward determinism);
+}
 
-    macro_rules! products {
-        ($($name:ident)*) => {$(
-            #[test]
-            fn $name() {
-                #[allow(unused_imports)]
-                use andrea_testkit::__private::{ViaResult as _, ViaValue as _};
-                andrea_testkit::__private::run_test(
-                    stringify!($name),
-                    || (&andrea_testkit::__private::Probe::new(
-                        CpuBackend::new().with_gemm_kernel(GemmKernel::Avx2),
-                    ))
-                        .make_backend(),
-                    andrea_testkit::suite::$name,
-                );
-            }
-        )*};
-    }
-    products!(matmul linear_gelu matmul_gelu_backward attention_forward attention_backward determinism);
+mod avx512_gemm_kernel {
+    //! andrea's own AVX-512 GEMM kernel, `B` packed once for all threads (under
+    //! `ANDREA_SIMD=avx2` it falls back to the AVX2 kernel). Ragged tiles, masked edges
+    //! and transposed operands come from the suite's shapes; the `k` slices and `n`
+    //! blocks from the unit test in `src/gemm_avx512.rs`.
+    products_on!(andrea_cpu::GemmKernel::Avx512;
+        matmul linear_gelu matmul_gelu_backward attention_forward attention_backward determinism);
+}
+
+mod avx512_blocks_gemm_kernel {
+    //! The AVX-512 kernel in the per-block split (each block packs its own operands).
+    products_on!(andrea_cpu::GemmKernel::Avx512Blocks;
+        matmul linear_gelu matmul_gelu_backward determinism);
 }
