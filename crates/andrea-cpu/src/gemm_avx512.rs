@@ -22,10 +22,32 @@
 //! depend on the thread count or on the split. It differs from the other kernels' in the
 //! last bits (another summation order), within the GEMM tolerance.
 //!
-//! **Blocking**, chosen by alternating runs of `cargo run --release -p andrea-cpu
-//! --example gemm_kernels` (see the table below, filled by measurement); the tuning
-//! variable `ANDREA_GEMM_AVX512_BLOCKING="14x32,kc=384,mc=140,nc=3072"` overrides it for
-//! such runs (read once per process; bad values are reported and ignored).
+//! **Blocking**: 14 x 32 (28 accumulators + 2 `B` vectors of the 32 registers; its
+//! inner loop checked in the disassembly: 2 aligned loads, 14 broadcasts, 28 FMAs per
+//! step of `k`, no spills), `KC = 384`, `MC = 140`, `NC = 3072`, `B`'s micro-panel
+//! innermost-resident (`A`'s micro-panels stream from L2), `C`'s tile prefetched. The
+//! tuning variable `ANDREA_GEMM_AVX512_BLOCKING="14x32,kc=384,mc=140,nc=3072,pf=1,
+//! aouter=0"` overrides any of them (read once per process; bad values are reported and
+//! ignored). Measured, as the median ratio to the `gemm` crate's kernel in the same
+//! process (`cargo run --release -p andrea-cpu --example gemm_kernels -- --kernels
+//! avx512,gemm`, alternating per round), on a machine loaded to 5-7 by other builds
+//! (2026-12-02, 02:14-02:24 UTC), so the differences below are within the noise:
+//!
+//! | blocking | 2 threads, 11 shapes | 1 thread, 4 shapes |
+//! |---|---|---|
+//! | 14x32, KC 384 (chosen) | 0.887 | 0.870, 0.833 |
+//! | 14x32, KC 256 | 0.874 | 0.893, 0.836 |
+//! | 14x32, KC 256, `A` micro-panel in L1 (`aouter=1`), NC 1536 | 0.856 | 0.938, 0.927 |
+//! | 14x32, KC 384, `aouter=1`, NC 1024 | 0.880 | 0.861 |
+//! | 12x32, KC 384 / 192 | 0.819 | 0.852 / 0.768 |
+//! | 8x48, KC 384 / 256 `aouter=1` | 0.900 / 0.793 | 0.868 |
+//! | 6x64, KC 384 / 256 | 0.901 / - | 0.906 / 0.942 |
+//! | 14x32, KC 128 | - | 0.790 |
+//!
+//! The micro-kernel alone, on panels in L1 (best of 400 batches of 50 calls), ran at
+//! 183-202 GFLOP/s on one core for every tile and `KC` 64-256, level with the one-core
+//! FMA peak read by `peaks` in the same minutes (201): the gap to the `gemm` crate is in
+//! the memory traffic around it, which this loaded machine could not resolve.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
