@@ -19,6 +19,11 @@
 //! ends with `synchronize`, so GPU times are of finished work. Without a device the
 //! columns are skipped with a printed message; on a
 //! GPU machine, `-- cuda-` runs only them (the bench binary in `cargo xtask gpu-bundle`).
+//!
+//! Attention on the CPU has a second column per group, `cpu-<n>t-<products>`, for the
+//! kernel of its per-head products that is not the default (`ANDREA_ATTENTION_PRODUCTS`),
+//! and a group `attention_tiny` at the tiny model's shape (B 8, T 256, 4 heads of 32)
+//! with both.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -418,7 +423,10 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
     )
     .unwrap();
     let losses = be.alloc(BT).unwrap();
-    // Reads the logits, writes their gradient (targets and losses: 8 bytes a row).
+    // Counted: each logit read once, each gradient element written once, and the targets
+    // and losses (8 bytes a row). The kernel reads each row three times (max, sum, then
+    // the gradient), but a row is 34 KB: the second and third reads come from L1/L2 and
+    // are not counted.
     let name = format!("softmax_cross_entropy_{BT}x{V}");
     g.throughput(footprint(label, &name, 8 * BT * V + 8 * BT));
     g.bench_function(BenchmarkId::new(label, name), |bch| {
@@ -429,6 +437,24 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
                 V,
                 View::whole(&losses),
                 Some(View::new(&dlogits, 0, [BT, V])),
+                1.0 / BT as f32,
+            )
+            .unwrap();
+            sync(be)
+        })
+    });
+    // As the model calls it: the gradient over the logits, in place (the same bytes).
+    let name = format!("softmax_cross_entropy_in_place_{BT}x{V}");
+    g.throughput(footprint(label, &name, 8 * BT * V + 8 * BT));
+    g.bench_function(BenchmarkId::new(label, name), |bch| {
+        bch.iter(|| {
+            let lv = View::new(&logits, 0, [BT, V]);
+            be.softmax_cross_entropy(
+                lv,
+                View::whole(&targets),
+                V,
+                View::whole(&losses),
+                Some(lv),
                 1.0 / BT as f32,
             )
             .unwrap();
@@ -717,6 +743,17 @@ fn benches(c: &mut Criterion) {
     let cpu = CpuBackend::new();
     bench_backend(c, &cpu, &format!("cpu-{}t", cpu.threads()));
     bench_own_copies(c);
+    // Attention's per-head products on both kernels (`ANDREA_ATTENTION_PRODUCTS`), at
+    // ANDREA-120M's heads (64) and the tiny model's (B 8 x T 256, 4 heads of 32).
+    use andrea_cpu::AttentionProducts;
+    for products in [AttentionProducts::Small, AttentionProducts::Sgemm] {
+        let be = CpuBackend::new().with_attention_products(products);
+        let label = format!("cpu-{}t-{}", be.threads(), products.name());
+        if products != cpu.attention_products() {
+            bench_attention(c, &be, &label, "attention", [B, T, H, C / H]);
+        }
+        bench_attention(c, &be, &label, "attention_tiny", [8, T, 4, 32]);
+    }
     let mm = CpuBackend::new().with_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply);
     bench_gemms(c, &mm, &format!("cpu-{}t-matrixmultiply", mm.threads()));
     bench_gemm_crate(c);

@@ -1,8 +1,9 @@
 //! Fused causal attention, one task per (batch entry, head).
 //!
-//! Forward, per task: `S = q·kᵀ` (`[Tq, Tk]`, by `sgemm` into a thread-local scratch),
-//! causal softmax of `S/sqrt(D)` in place, `out = P·v` (by `sgemm`, straight into the
-//! output heads). Only the row log-sum-exps `L: [B, H, Tq]` are kept for the backward
+//! Forward, per task: `S = q·kᵀ` (`[Tq, Tk]`, into a thread-local scratch), causal
+//! softmax of `S/sqrt(D)` in place, `out = P·v` (straight into the output heads). The
+//! products run on the `attention_products` kernel (or the general `sgemm`, by
+//! [`AttentionProducts`]). Only the row log-sum-exps `L: [B, H, Tq]` are kept for the backward
 //! pass, not the `[B, H, T, T]` probabilities.
 //!
 //! Backward, per task: recompute `P = exp(S/sqrt(D) - L)` (masked entries 0), then
@@ -17,8 +18,9 @@ use rayon::prelude::*;
 use andrea_core::check::AttentionDims;
 use andrea_core::Heads;
 
+use crate::attention_products::{product, AttentionProducts};
 use crate::buffer::{CpuBuffer, SendPtr};
-use crate::gemm::{sgemm_strided, GemmKernel, Operand};
+use crate::gemm::{GemmKernel, Operand};
 use crate::simd::{self, multiversion};
 use crate::softmax::{softmax_row_in_place, visible};
 
@@ -94,9 +96,14 @@ fn local(s: &mut [f32], cols: usize) -> Operand {
 /// skips most of the masked upper triangle (for T = 256, 62.5% of the full T×T work).
 const QUERY_BLOCK: usize = 64;
 
+/// A softmax row kernel: `(row, visible, scale) -> base-2 lse`.
+type SoftmaxRow = fn(&mut [f32], usize, f32) -> f32;
+/// An exponential row kernel: `(row, scale2, m2) -> Σ`, unsafe for its instruction set.
+type ExpRow = unsafe fn(&mut [f32], f32, f32) -> f32;
+
 /// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
-/// keeping each row's log-sum-exp, in base 2 (the `avx512` module's kernel where the CPU has it,
-/// same bits).
+/// keeping each row's log-sum-exp, in base 2 (the `avx512` or `avx2` module's kernel where
+/// the CPU has it, same bits).
 fn causal_softmax(
     s: &mut [f32],
     lse: &mut [f32],
@@ -106,13 +113,25 @@ fn causal_softmax(
     pos_offset: usize,
     scale: f32,
 ) {
+    // The intrinsics row kernel for this CPU, if any (each returns the base-2 lse).
     #[cfg(target_arch = "x86_64")]
-    if simd::has_avx512() && scale >= 0.0 {
-        for (r, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
-            let n = visible(first_row + r, tq, tk, Some(pos_offset));
-            // SAFETY: the CPU has AVX-512; n >= 1.
+    let row_kernel: Option<SoftmaxRow> = if scale < 0.0 {
+        None
+    } else if simd::has_avx512() {
+        // SAFETY (both): the CPU has the kernel's instruction set; n >= 1.
+        Some(|row, n, scale| {
             let (m, sum) = unsafe { crate::avx512::softmax_row(None, row, n, scale) };
-            *l = m + sum.log2();
+            m + sum.log2()
+        })
+    } else if simd::has_avx2_fma() {
+        Some(|row, n, scale| unsafe { crate::avx2::softmax_row(None, row, n, scale) })
+    } else {
+        None
+    };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = row_kernel {
+        for (r, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
+            *l = kernel(row, visible(first_row + r, tq, tk, Some(pos_offset)), scale);
         }
         return;
     }
@@ -120,14 +139,23 @@ fn causal_softmax(
 }
 
 /// `P = 2^(S·scale·log2 e - L)` (L in base 2) on the causal part of rows `first_row..` (stride `t`, `width`
-/// computed columns), 0 elsewhere among those columns (AVX-512 where the CPU has it).
+/// computed columns), 0 elsewhere among those columns (the intrinsics kernels where the
+/// CPU has AVX-512 or AVX2).
 fn recompute(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
     #[cfg(target_arch = "x86_64")]
-    if simd::has_avx512() {
+    let row_kernel: Option<ExpRow> = if simd::has_avx512() {
+        Some(crate::avx512::exp_shifted_row)
+    } else if simd::has_avx2_fma() {
+        Some(crate::avx2::exp_shifted_row)
+    } else {
+        None
+    };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = row_kernel {
         for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
             let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
-            // SAFETY: the CPU has AVX-512.
-            unsafe { crate::avx512::exp_shifted_row(vis, scale * LOG2_E, l) };
+            // SAFETY: the CPU has the kernel's instruction set.
+            unsafe { kernel(vis, scale * LOG2_E, l) };
             masked.fill(0.0);
         }
         return;
@@ -187,7 +215,7 @@ pub(crate) fn forward(
     lse: &mut [f32],
     pos_offset: usize,
     d: AttentionDims,
-    kernel: GemmKernel,
+    (kernel, products): (GemmKernel, AttentionProducts),
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
@@ -205,12 +233,23 @@ pub(crate) fn forward(
                 unsafe {
                     let qb = head_rows(q, b, h, i0);
                     let kt = transposed(head(k, b, h));
-                    sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(s_blk, tk));
+                    product(
+                        products,
+                        kernel,
+                        rows,
+                        hd,
+                        kend,
+                        qb,
+                        kt,
+                        0.0,
+                        local(s_blk, tk),
+                    );
                 }
                 causal_softmax(s_blk, &mut lse[i0..i1], i0, tq, tk, pos_offset, scale);
                 unsafe {
                     let ob = head_rows(out, b, h, i0);
-                    sgemm_strided(
+                    product(
+                        products,
                         kernel,
                         rows,
                         kend,
@@ -245,7 +284,7 @@ pub(crate) fn backward(
     [q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7],
     lse: &[f32],
     d: AttentionDims,
-    kernel: GemmKernel,
+    (kernel, products): (GemmKernel, AttentionProducts),
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (t, hd) = (d.q_len, d.head_dim);
@@ -267,22 +306,53 @@ pub(crate) fn backward(
                 let (qb, dob) = (head_rows(q, b, h, i0), head_rows(dout, b, h, i0));
                 unsafe {
                     let kt = transposed(head(k, b, h));
-                    sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(p_blk, t));
+                    product(
+                        products,
+                        kernel,
+                        rows,
+                        hd,
+                        kend,
+                        qb,
+                        kt,
+                        0.0,
+                        local(p_blk, t),
+                    );
                 }
                 recompute(p_blk, &lse[i0..i1], i0, t, kend, scale);
                 unsafe {
                     // dP = dO·vᵀ
                     let vt = transposed(head(v, b, h));
-                    sgemm_strided(kernel, rows, hd, kend, dob, vt, 0.0, local(dp_blk, t));
+                    product(
+                        products,
+                        kernel,
+                        rows,
+                        hd,
+                        kend,
+                        dob,
+                        vt,
+                        0.0,
+                        local(dp_blk, t),
+                    );
                     // dv[..kend] += Pᵀ·dO
                     let pt = transposed(local(p_blk, t));
-                    sgemm_strided(kernel, kend, rows, hd, pt, dob, 1.0, head(dv, b, h));
+                    product(
+                        products,
+                        kernel,
+                        kend,
+                        rows,
+                        hd,
+                        pt,
+                        dob,
+                        1.0,
+                        head(dv, b, h),
+                    );
                 }
                 softmax_grad_rows(p_blk, dp_blk, t, kend, scale);
                 unsafe {
                     // dq[block] = dS·k[..kend], dk[..kend] += dSᵀ·q[block]
                     let dqb = head_rows(dq, b, h, i0);
-                    sgemm_strided(
+                    product(
+                        products,
                         kernel,
                         rows,
                         kend,
@@ -293,7 +363,17 @@ pub(crate) fn backward(
                         dqb,
                     );
                     let dst = transposed(local(dp_blk, t));
-                    sgemm_strided(kernel, kend, rows, hd, dst, qb, 1.0, head(dk, b, h));
+                    product(
+                        products,
+                        kernel,
+                        kend,
+                        rows,
+                        hd,
+                        dst,
+                        qb,
+                        1.0,
+                        head(dk, b, h),
+                    );
                 }
             }
         });
@@ -326,7 +406,7 @@ impl AttentionOps for CpuBackend {
         // SAFETY: the workspace is checked disjoint from every other argument.
         let lse = unsafe { write(&lse) };
         let [q, k, v, out] = [q, k, v, out].map(|h| HeadsPtr::of(&h));
-        self.run(|| forward(q, k, v, out, lse, pos_offset, d, self.kernel));
+        self.run(|| forward(q, k, v, out, lse, pos_offset, d, self.products()));
         Ok(())
     }
 
@@ -361,7 +441,7 @@ impl AttentionOps for CpuBackend {
         // SAFETY: read-only here; outputs are checked disjoint from it.
         let lse = unsafe { read(&lse) };
         let heads = [q, k, v, dout, dq, dk, dv].map(|h| HeadsPtr::of(&h));
-        self.run(|| backward(heads, lse, d, self.kernel));
+        self.run(|| backward(heads, lse, d, self.products()));
         Ok(())
     }
 }

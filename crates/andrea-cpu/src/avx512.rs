@@ -129,29 +129,34 @@ unsafe fn exp_shifted(src: *const f32, dst: *mut f32, n: usize, scale2: f32, m2:
     // `x·scale2 - m2 <= max·scale2 - m2`, a rounding error of `m2`: at most 126 while
     // |m2| < 2^24 (a NaN passes through the clamp either way).
     // SAFETY: the caller's.
-    unsafe {
-        if m2.abs() < 16_777_216.0 {
-            exp_shifted_with::<false>(src, dst, n, scale2, m2)
-        } else {
-            exp_shifted_with::<true>(src, dst, n, scale2, m2)
-        }
-    }
+    unsafe { exp_pass_clamped(src, dst, n, scale2, m2, Sink::Store) }
 }
 
-/// [`exp_shifted`] with [`pow2_below::<HI>`].
+/// What an exponential pass does with `e = 2^(src·scale2 - m2)`: store it, or only sum it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    Store,
+    SumOnly,
+}
+
+/// [`exp_shifted`] with [`pow2_below::<HI>`], and what becomes of each `e` ([`Sink`]):
+/// the sum is `Σ e` in every case, in the same lanes and order.
 ///
 /// # Safety
-/// As [`exp_shifted`], and with `!HI` every `src[i]·scale2 - m2` is at most 126.
+/// As [`exp_shifted`] (`dst` unused with [`Sink::SumOnly`]), and with `!HI` every
+/// `src[i]·scale2 - m2` is at most 126.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn exp_shifted_with<const HI: bool>(
+unsafe fn exp_pass<const HI: bool>(
     src: *const f32,
     dst: *mut f32,
     n: usize,
     scale2: f32,
     m2: f32,
+    sink: Sink,
 ) -> f32 {
     let (vs, vm) = (_mm512_set1_ps(scale2), _mm512_set1_ps(-m2));
+    let store = sink == Sink::Store;
     let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let mut i = 0;
     // Two blocks of 32 per pass: four independent exp chains in flight.
@@ -162,10 +167,12 @@ unsafe fn exp_shifted_with<const HI: bool>(
             let e1 = pow2_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + L)), vs, vm));
             let e2 = pow2_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 2 * L)), vs, vm));
             let e3 = pow2_below::<HI>(_mm512_fmadd_ps(_mm512_loadu_ps(src.add(i + 3 * L)), vs, vm));
-            _mm512_storeu_ps(dst.add(i), e0);
-            _mm512_storeu_ps(dst.add(i + L), e1);
-            _mm512_storeu_ps(dst.add(i + 2 * L), e2);
-            _mm512_storeu_ps(dst.add(i + 3 * L), e3);
+            if store {
+                _mm512_storeu_ps(dst.add(i), e0);
+                _mm512_storeu_ps(dst.add(i + L), e1);
+                _mm512_storeu_ps(dst.add(i + 2 * L), e2);
+                _mm512_storeu_ps(dst.add(i + 3 * L), e3);
+            }
             a0 = _mm512_add_ps(a0, e0);
             a1 = _mm512_add_ps(a1, e1);
             a0 = _mm512_add_ps(a0, e2);
@@ -188,9 +195,9 @@ unsafe fn exp_shifted_with<const HI: bool>(
                 _mm512_maskz_loadu_ps(k, src.add(i))
             };
             let e = pow2_below::<HI>(_mm512_fmadd_ps(x, vs, vm));
-            if full {
+            if store && full {
                 _mm512_storeu_ps(dst.add(i), e);
-            } else {
+            } else if store {
                 _mm512_mask_storeu_ps(dst.add(i), k, e);
             }
             e
@@ -204,6 +211,61 @@ unsafe fn exp_shifted_with<const HI: bool>(
         i += L;
     }
     sum_lanes(a0, a1)
+}
+
+/// `dst[..n] = src[..n]·k`, by non-temporal stores from `dst`'s first 64-byte boundary
+/// on (masked stores before it and for the tail), then a store fence.
+///
+/// # Safety
+/// `src` is valid for `n` reads and `dst` for `n` writes, disjoint.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn stream_scaled(src: *const f32, dst: *mut f32, n: usize, k: f32) {
+    let vk = _mm512_set1_ps(k);
+    let head = ((64 - dst as usize % 64) % 64 / 4).min(n);
+    // SAFETY (whole body): every access is below n, masked where fewer than 16 are left;
+    // the streamed addresses are 64-byte aligned.
+    unsafe {
+        if head > 0 {
+            let m = first(head);
+            _mm512_mask_storeu_ps(dst, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src), vk));
+        }
+        let mut i = head;
+        while i + L <= n {
+            _mm512_stream_ps(dst.add(i), _mm512_mul_ps(_mm512_loadu_ps(src.add(i)), vk));
+            i += L;
+        }
+        if i < n {
+            let m = first(n - i);
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src.add(i)), vk);
+            _mm512_mask_storeu_ps(dst.add(i), m, v);
+        }
+        _mm_sfence();
+    }
+}
+
+/// [`exp_pass`] with the upper clamp chosen as [`exp_shifted`] chooses it.
+///
+/// # Safety
+/// As [`exp_pass`], without the condition on `HI`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn exp_pass_clamped(
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    scale2: f32,
+    m2: f32,
+    sink: Sink,
+) -> f32 {
+    // SAFETY: the caller's; see `exp_shifted` for when the clamp is needed.
+    unsafe {
+        if m2.abs() < 16_777_216.0 {
+            exp_pass::<false>(src, dst, n, scale2, m2, sink)
+        } else {
+            exp_pass::<true>(src, dst, n, scale2, m2, sink)
+        }
+    }
 }
 
 /// `row = 2^(row·scale2 - m2)`, in place; returns the sum (as [`simd::pow2_shifted`],
@@ -263,7 +325,7 @@ unsafe fn zero(x: *mut f32, n: usize) {
 }
 
 /// The start of a row's source: `src`, which must hold `n` elements, or `dst` itself.
-fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
+pub(crate) fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
     match src {
         Some(s) => {
             assert!(s.len() >= n, "a source row of {} for {n}", s.len());
@@ -320,16 +382,47 @@ pub(crate) unsafe fn cross_entropy_row(
     assert!(target < vocab && vocab <= dst.len());
     let s_ptr = source(src, dst, vocab);
     let d = dst.as_mut_ptr();
-    // SAFETY: as in `softmax_row`; `target < vocab`.
+    // SAFETY: as in `softmax_row`; `target < vocab`; the row buffer holds `vocab`.
     unsafe {
         let x_t = *s_ptr.add(target);
         let m2 = max(s_ptr, vocab) * LOG2_E;
-        let sum = exp_shifted(s_ptr, d, vocab, LOG2_E, m2);
-        let loss = crate::softmax::loss_of(m2, sum, x_t);
-        scale_in_place(d, vocab, grad_scale / sum);
+        let loss = if src.is_none() {
+            // In place: the row's lines are in cache from the max; `e` into the row,
+            // then scaled there.
+            let sum = exp_pass_clamped(s_ptr, d, vocab, LOG2_E, m2, Sink::Store);
+            scale_in_place(d, vocab, grad_scale / sum);
+            crate::softmax::loss_of(m2, sum, x_t)
+        } else {
+            // From a source: `e` into a row buffer that stays in L1/L2, then `e·k`
+            // streamed to `dst` once (`stream_scaled`: no read for ownership of `dst`).
+            // Writing `e` into `dst` and scaling it there read every line of `dst` from
+            // memory first and ran at 29% of a copy (benches/README.md).
+            crate::softmax::with_row_scratch(vocab, |buf| {
+                let sum = exp_pass_clamped(s_ptr, buf.as_mut_ptr(), vocab, LOG2_E, m2, Sink::Store);
+                stream_scaled(buf.as_ptr(), d, vocab, grad_scale / sum);
+                crate::softmax::loss_of(m2, sum, x_t)
+            })
+        };
         *d.add(target) -= grad_scale;
         zero(d.add(vocab), dst.len() - vocab);
         loss
+    }
+}
+
+/// The loss of one row of logits, `ln Σ e^x - x_target` over `x[..vocab]`, without its
+/// gradient (the same bits as [`cross_entropy_row`]'s loss).
+///
+/// # Safety
+/// The CPU has AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+pub(crate) unsafe fn cross_entropy_loss_row(x: &[f32], target: usize, vocab: usize) -> f32 {
+    assert!(target < vocab && vocab <= x.len());
+    let p = x.as_ptr();
+    // SAFETY: `p` holds vocab elements; nothing is written.
+    unsafe {
+        let m2 = max(p, vocab) * LOG2_E;
+        let sum = exp_pass_clamped(p, std::ptr::null_mut(), vocab, LOG2_E, m2, Sink::SumOnly);
+        crate::softmax::loss_of(m2, sum, x[target])
     }
 }
 
@@ -585,6 +678,9 @@ mod tests {
                 // SAFETY: AVX-512 checked above.
                 let lg = unsafe { cross_entropy_row(Some(&xp), &mut got, target, len, 0.25) };
                 assert_eq!(lg.to_bits(), lw.to_bits(), "loss len {len} target {target}");
+                // SAFETY: as above.
+                let lo = unsafe { cross_entropy_loss_row(&xp, target, len) };
+                assert_eq!(lo.to_bits(), lw.to_bits(), "loss only, len {len}");
                 for i in 0..pad {
                     assert_eq!(got[i].to_bits(), want[i].to_bits(), "len {len} at {i}");
                 }

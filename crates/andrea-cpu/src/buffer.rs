@@ -151,10 +151,11 @@ impl MemoryOps for CpuBackend {
 
     fn name(&self) -> String {
         format!(
-            "cpu ({} threads, {}, gemm {})",
+            "cpu ({} threads, {}, gemm {}, attention products {})",
             self.threads(),
             crate::simd::level().name(),
-            self.gemm_kernel().effective().name()
+            self.gemm_kernel().effective().name(),
+            self.attention_products().name()
         )
     }
 

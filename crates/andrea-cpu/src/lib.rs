@@ -29,12 +29,14 @@
 //! * **Fused ops**: attention runs one task per (batch, head) with a thread-local
 //!   `T×T` scratch and keeps only the log-sum-exp per row for the backward pass;
 //!   LayerNorm is one pass per row after its statistics; softmax + cross-entropy
-//!   computes loss and gradient in one pass, optionally overwriting the logits.
+//!   computes loss and gradient with one write per element, optionally overwriting the
+//!   logits.
 //! * **SIMD**: the crate builds for baseline x86-64; hot loops are compiled a second time
 //!   for AVX2 + FMA, some (measured faster) a third time for AVX-512, and the copy the CPU
 //!   supports is chosen at run time (the `simd` module docs). Softmax, softmax +
 //!   cross-entropy and GELU have AVX-512 kernels written with intrinsics (`avx512`
-//!   module: masked tails, `vscalefps`, tree sums). The copies give the same bits. The
+//!   module: masked tails, `vscalefps`, tree sums), and softmax and softmax +
+//!   cross-entropy AVX2 + FMA ones too (`avx2` module). The copies give the same bits. The
 //!   environment variable `ANDREA_SIMD=avx2` (or `baseline`, `avx512`) caps the level
 //!   the kernels use, read once per process, to test or measure the narrower copies on a
 //!   wider CPU; [`andrea_core::MemoryOps::name`] reports the level in use.
@@ -62,6 +64,9 @@
 //! ```
 
 mod attention;
+mod attention_products;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod buffer;
@@ -83,6 +88,7 @@ mod softmax;
 
 use andrea_core::{Error, Result};
 
+pub use attention_products::AttentionProducts;
 pub use buffer::{CpuBuffer, CpuIds};
 pub use gemm::GemmKernel;
 
@@ -92,6 +98,7 @@ pub use gemm::GemmKernel;
 pub struct CpuBackend {
     pool: Option<rayon::ThreadPool>,
     kernel: GemmKernel,
+    attention_products: AttentionProducts,
 }
 
 impl Default for CpuBackend {
@@ -106,6 +113,7 @@ impl CpuBackend {
         CpuBackend {
             pool: None,
             kernel: GemmKernel::from_env(),
+            attention_products: AttentionProducts::from_env(),
         }
     }
 
@@ -128,6 +136,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Some(pool),
             kernel: GemmKernel::from_env(),
+            attention_products: AttentionProducts::from_env(),
         })
     }
 
@@ -141,6 +150,23 @@ impl CpuBackend {
     /// The GEMM kernel in use.
     pub fn gemm_kernel(&self) -> GemmKernel {
         self.kernel
+    }
+
+    /// The same backend with another kernel for attention's per-head products (the
+    /// default is [`AttentionProducts::from_env`]; both compute the same products).
+    pub fn with_attention_products(mut self, products: AttentionProducts) -> Self {
+        self.attention_products = products;
+        self
+    }
+
+    /// The kernel of attention's per-head products in use.
+    pub fn attention_products(&self) -> AttentionProducts {
+        self.attention_products
+    }
+
+    /// What the attention kernels need to know of the products' kernels.
+    fn products(&self) -> (GemmKernel, AttentionProducts) {
+        (self.kernel, self.attention_products)
     }
 
     /// Number of threads ops run on.

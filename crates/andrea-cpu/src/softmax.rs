@@ -7,10 +7,10 @@ use std::f32::consts::{LN_2, LOG2_E};
 
 use andrea_core::IGNORE_INDEX;
 
-#[cfg(target_arch = "x86_64")]
-use crate::avx512;
 use crate::par::rows_per_task;
 use crate::simd::{self, multiversion, MulAdd};
+#[cfg(target_arch = "x86_64")]
+use crate::{avx2, avx512};
 
 use andrea_core::{check, Ids, LossOps, Result, SoftmaxOps, Tensor};
 
@@ -59,6 +59,21 @@ multiversion! {
     }
 }
 
+thread_local! {
+    /// Per-thread row buffer of the loss's kernels, grown on first use, then reused.
+    static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's row buffer of at least `n` elements.
+pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    ROW.with_borrow_mut(|b| {
+        if b.len() < n {
+            b.resize(n, 0.0);
+        }
+        f(&mut b[..n])
+    })
+}
+
 /// Rows ahead whose source the AVX-512 softmax prefetches.
 const PREFETCH_ROWS: usize = 2;
 
@@ -77,6 +92,7 @@ pub(crate) fn softmax(
         .for_each(|(t, y)| {
             let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
             let avx512 = cfg!(target_arch = "x86_64") && simd::has_avx512() && scale >= 0.0;
+            let avx2 = cfg!(target_arch = "x86_64") && simd::has_avx2_fma() && scale >= 0.0;
             let ahead = |i: usize| (i + PREFETCH_ROWS) * k_len;
             for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
                 let n = visible(t * rows + i, q_len, k_len, causal);
@@ -89,6 +105,12 @@ pub(crate) fn softmax(
                 if avx512 {
                     // SAFETY: the CPU has AVX-512; n >= 1 (a causal row sees its own key).
                     unsafe { avx512::softmax_row(src, row, n, scale) };
+                    continue;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if avx2 {
+                    // SAFETY: the CPU has AVX2 and FMA; n >= 1.
+                    unsafe { avx2::softmax_row(src, row, n, scale) };
                     continue;
                 }
                 softmax_row(src, row, n, scale);
@@ -179,7 +201,7 @@ pub(crate) fn cross_entropy(
                 *l = if t == IGNORE_INDEX {
                     0.0
                 } else {
-                    cross_entropy_loss_row(row, t, vocab)
+                    loss_row(row, t, vocab)
                 }
             }),
         Some(None) => logits
@@ -194,6 +216,22 @@ pub(crate) fn cross_entropy(
                 *l = cross_entropy_row(Some(row), g, t, vocab, grad_scale)
             }),
     }
+}
+
+/// The loss of one row (target not ignored), by the intrinsics kernels where the CPU has
+/// AVX-512 or AVX2 (same bits).
+fn loss_row(row: &[f32], target: u32, vocab: usize) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512; the caller checked target < vocab.
+        return unsafe { avx512::cross_entropy_loss_row(row, target as usize, vocab) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA; the caller checked target < vocab.
+        return unsafe { avx2::cross_entropy_loss_row(row, target as usize, vocab) };
+    }
+    cross_entropy_loss_row(row, target, vocab)
 }
 
 /// The loss of one row of logits (`src`, or `g` itself when `None`), then `g` becomes
@@ -213,6 +251,11 @@ fn cross_entropy_row(
     if simd::has_avx512() {
         // SAFETY: the CPU has AVX-512; the caller checked target < vocab.
         return unsafe { avx512::cross_entropy_row(src, g, target as usize, vocab, grad_scale) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA; the caller checked target < vocab.
+        return unsafe { avx2::cross_entropy_row(src, g, target as usize, vocab, grad_scale) };
     }
     if let Some(src) = src {
         g.copy_from_slice(src);
