@@ -21,10 +21,14 @@
 //! depends on the sizes alone, so the bits do not depend on the thread count, and the
 //! AVX2 and AVX-512 copies agree.
 //!
-//! Expected time (an estimate, not measured on its own): the tiny model's attention at
-//! `B 8, T 256, 4 heads of 32` does `7 × 2 × 8·4 × 32 × Σ_blocks 64·kend` ≈ 0.9 GFLOP per
-//! layer forward and backward together, about 8 ms at this machine's 115 GFLOP/s
-//! 256-bit FMA peak (2 vCPUs), if the tiles ran at peak.
+//! Expected time (an estimate): the tiny model's attention at `B 8, T 256, 4 heads of
+//! 32` does `7 × 2 × 8·4 × 32 × Σ_blocks 64·kend` ≈ 0.9 GFLOP per layer forward and
+//! backward together, about 8 ms at this machine's 115 GFLOP/s 256-bit FMA peak (2
+//! vCPUs) if the tiles ran at peak. Measured (tiny step, `andrea bench train`, loaded
+//! machine): not faster than the `gemm` crate's AVX-512 kernel or andrea's AVX2 one
+//! behind `sgemm_strided`, so `Sgemm` stays the default. The tiles are what the
+//! compiler makes of the generic body; intrinsics and the packing of `A` are what is
+//! left to try.
 
 use std::cell::RefCell;
 
@@ -34,21 +38,23 @@ use crate::simd::{self, multiversion, MulAdd};
 /// Which kernel the attention's per-head products run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionProducts {
-    /// This module's register-tiled kernel (the default).
+    /// This module's register-tiled kernel. Not the default: on the tiny model's step
+    /// it was not faster than `Sgemm` (measured, benches/README.md "Memory-bound ops and
+    /// attention, issue 17 second session"); kept selectable to compare on other CPUs.
     Small,
-    /// The crate's general `sgemm_strided` with the backend's [`GemmKernel`], as before
-    /// the small kernel: kept so one build can compare the two.
+    /// The crate's general `sgemm_strided` with the backend's [`GemmKernel`] (the
+    /// default).
     Sgemm,
 }
 
 impl AttentionProducts {
-    /// `ANDREA_ATTENTION_PRODUCTS` (`small` or `sgemm`) if set, else [`Self::Small`].
+    /// `ANDREA_ATTENTION_PRODUCTS` (`small` or `sgemm`) if set, else [`Self::Sgemm`].
     /// An unknown value is reported on stderr and ignored.
     pub fn from_env() -> Self {
         static CHOICE: std::sync::OnceLock<AttentionProducts> = std::sync::OnceLock::new();
         *CHOICE.get_or_init(|| {
             let Ok(want) = std::env::var("ANDREA_ATTENTION_PRODUCTS") else {
-                return AttentionProducts::Small;
+                return AttentionProducts::Sgemm;
             };
             match want.trim().to_ascii_lowercase().as_str() {
                 "small" => AttentionProducts::Small,
@@ -56,9 +62,9 @@ impl AttentionProducts {
                 _ => {
                     eprintln!(
                         "andrea-cpu: ignoring ANDREA_ATTENTION_PRODUCTS={want:?} (expected \
-                         small or sgemm); using small"
+                         small or sgemm); using sgemm"
                     );
-                    AttentionProducts::Small
+                    AttentionProducts::Sgemm
                 }
             }
         })

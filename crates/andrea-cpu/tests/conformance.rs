@@ -60,3 +60,31 @@ mod avx512_blocks_gemm_kernel {
     products_on!(andrea_cpu::GemmKernel::Avx512Blocks;
         matmul linear_gelu matmul_gelu_backward determinism);
 }
+
+mod small_attention_products {
+    //! The suite's attention cases with the register-tiled kernel of attention's per-head
+    //! products (`AttentionProducts::Small`, not the default): its packing of strided
+    //! and transposed operands, ragged row and column tiles, and accumulation into
+    //! `dk`/`dv` over query blocks. Sizes past the suite's are in the unit test of
+    //! `src/attention_products.rs`.
+    use andrea_cpu::{AttentionProducts, CpuBackend};
+
+    macro_rules! attention {
+        ($($name:ident)*) => {$(
+            #[test]
+            fn $name() {
+                #[allow(unused_imports)]
+                use andrea_testkit::__private::{ViaResult as _, ViaValue as _};
+                andrea_testkit::__private::run_test(
+                    stringify!($name),
+                    || (&andrea_testkit::__private::Probe::new(
+                        CpuBackend::new().with_attention_products(AttentionProducts::Small),
+                    ))
+                        .make_backend(),
+                    andrea_testkit::suite::$name,
+                );
+            }
+        )*};
+    }
+    attention!(attention_forward attention_backward determinism);
+}
