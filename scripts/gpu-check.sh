@@ -44,6 +44,10 @@
 #                     cores, estimated), 7 reps x 5 runs (FP32; TF32 and BF16 on the
 #                     tensor-core kernels and again on the SIMT ones), and the CPU
 #                     reference on one sequence (~8 GFLOP on 16 cores)
+#   decode-check      20 s   (est. 3)   one query over 1024 cached keys, 12 heads of 64, batch
+#                     1 and 16, BF16 and FP32: the split-KV decode kernels vs the row-tiled
+#                     forward (ANDREA_CUDA_DECODE=off), 7 x 20 calls of 0.01-0.1 ms each,
+#                     plus uploads of 2 x 50 MB of K/V per precision
 #   train-check       75 s   (est. 25)  ANDREA-120M, 16 x 1024, 2 steps x FP32/TF32/BF16
 #                     + 1 repeated step: 9.9 TFLOP a step at an estimated 15-30 TFLOP/s,
 #                     0.35-0.7 s each, plus 4 model initialisations of 92M parameters
@@ -104,6 +108,7 @@ if [ "$MODE" = emulator ]; then
     CFG_BIG=configs/tiny.toml
     GEMM_ARGS=(--tokens 64 --d-model 64 --vocab 192 --reps 1)
     ATT_ARGS=(--batch 1 --seq 40 --heads 2 --head-dim 32 --reps 1)
+    DEC_ARGS=(--batch 2 --keys 70 --heads 2 --head-dim 32 --reps 1 --inner 1)
     TRAIN_ARGS=(--config configs/tiny.toml --batch 2 --seq 32 --steps 2)
     BENCH_SEQ=32
     BENCH_SHAPE=(--batch-size 2 --seq-len 32 --steps 1 --warmup 0)
@@ -114,6 +119,7 @@ else
     CFG_BIG=configs/andrea-120m.toml
     GEMM_ARGS=(--tokens 16384 --reps 10)
     ATT_ARGS=(--batch 16 --seq 1024 --heads 12 --head-dim 64 --reps 5)
+    DEC_ARGS=(--batch 16 --keys 1024 --heads 12 --head-dim 64 --reps 5 --inner 20)
     TRAIN_ARGS=(--config configs/andrea-120m.toml --batch 16 --seq 1024 --steps 2)
     BENCH_SEQ=1024
     BENCH_SHAPE=(--batch-size 16 --seq-len 1024 --steps 5 --warmup 2)
@@ -247,6 +253,7 @@ done
 # ---- (c), (d) production shapes -----------------------------------------------------------
 phase gemm-check 75 20 -- ./gpu_check gemm "${GEMM_ARGS[@]}"
 phase attention-check 60 20 -- ./gpu_check attention "${ATT_ARGS[@]}"
+phase decode-check 20 5 -- ./gpu_check decode "${DEC_ARGS[@]}"
 phase train-check 75 20 -- ./gpu_check train "${TRAIN_ARGS[@]}"
 
 # ---- andrea's training speed -----------------------------------------------------------------

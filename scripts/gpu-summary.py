@@ -145,6 +145,21 @@ def table(rows):
             out.append(f"forward + backward {p:<5} {kern:<5} {fmt(ms, 3):>9} ms vs SDPA "
                        f"{fmt(ref, 3):>9} ms: {speedup}{goal}")
 
+    dec = [r for r in rows if r.get("phase") == "decode_attention" and "median_ms" in r]
+    if dec:
+        out.append("== decode attention (1 query, KV cache): split-KV kernels vs off (row-tiled), "
+                   "ms and K/V GB/s (HBM ~4300)")
+        by = {}
+        for r in dec:
+            by.setdefault((r["name"], r["precision"]), {})[r["kernel"]] = r
+        for (n, p), k in by.items():
+            s, o = k.get("split"), k.get("off")
+            gain = f"{o['median_ms'] / s['median_ms']:.2f}x" if s and o else "-"
+            chunks = s.get("chunks") if s else None
+            out.append(f"{n:<24} {p:<5} split ({chunks or '-'} chunks) "
+                       f"{fmt(s and s['median_ms'], 4):>8} ms {fmt(s and s['gb_per_s'], 0):>6} GB/s   "
+                       f"off {fmt(o and o['median_ms'], 4):>8} ms {fmt(o and o['gb_per_s'], 0):>6} GB/s   {gain}")
+
     trains = [r for r in rows if r.get("bench") == "train_step" and r.get("run_phase", "").startswith("bench-train")]
     peers = [r for r in rows if r.get("phase") == "train" and r.get("implementation") == "pytorch"]
     if trains or peers:

@@ -512,6 +512,7 @@ fn bench_attention<Bk: Backend>(
     let shape = andrea_core::AttentionShape {
         batch: b,
         heads: h,
+        head_dim: d,
         q_len: t,
         k_len: t,
     };

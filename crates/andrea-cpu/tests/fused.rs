@@ -39,6 +39,7 @@ fn run(batch: usize, t: usize, heads: usize, hd: usize) {
     let shape = AttentionShape {
         batch,
         heads,
+        head_dim: hd,
         q_len: t,
         k_len: t,
     };
@@ -102,6 +103,7 @@ fn fused_generation_attention_equals_the_default_composition() {
     let shape = AttentionShape {
         batch,
         heads,
+        head_dim: hd,
         q_len: tq,
         k_len: tk,
     };

@@ -4,6 +4,7 @@
 //! ```text
 //! gpu_check gemm      [--tokens 16384] [--d-model 768] [--vocab 8512] [--reps 10]
 //! gpu_check attention [--batch 16] [--seq 1024] [--heads 12] [--head-dim 64] [--reps 5]
+//! gpu_check decode    [--batch 16] [--keys 1024] [--heads 12] [--head-dim 64] [--reps 5] [--inner 20]
 //! gpu_check train     [--config andrea-120m.toml] [--batch 16] [--seq 1024] [--steps 2]
 //! gpu_check loads
 //! ```
@@ -30,6 +31,11 @@
 //!   (`kernel`: `mma`, the tensor-core kernels TF32 and BF16 select, or `simt`); TF32 and
 //!   BF16 are timed a second time on the SIMT kernels (`ANDREA_CUDA_ATTENTION=simt`), so
 //!   one run compares old and new.
+//! * `decode`: one generation step's attention (1 query over `--keys` cached keys) at batch
+//!   1 and `--batch`, in BF16 and FP32, on the split-KV decode kernels
+//!   (kernels/attention_decode.cu; `chunks` says into how many the keys were cut) and with
+//!   them off (`ANDREA_CUDA_DECODE=off`: the row-tiled forward), `gb_per_s` the K/V
+//!   bytes read per second; the two outputs checked against each other.
 //! * `train`: training steps of a model from the same seed on the same synthetic batch in
 //!   FP32, TF32 and BF16: loss and gradient norm per step side by side, and the first
 //!   TF32 step repeated on a fresh model, which must give the same bits (the backend is
@@ -48,9 +54,11 @@ use andrea_core::config::{step_gemms, StepGemm};
 use andrea_core::prelude::*;
 use andrea_cpu::CpuBackend;
 use andrea_cuda::plan::attention as att_plan;
+use andrea_cuda::plan::decode as att_decode;
 use andrea_cuda::plan::matmul as split_plan;
 use andrea_cuda::{
-    AttentionKernels, CudaBackend, MatmulImpl, MatmulPrecision, MmaStore, Precision, SplitK,
+    AttentionKernels, CudaBackend, DecodeAttention, MatmulImpl, MatmulPrecision, MmaStore,
+    Precision, SplitK,
 };
 use andrea_model::{Config, Model, Trainer};
 use andrea_testkit::tol::{self, Tol};
@@ -397,6 +405,7 @@ fn attention_pass<B: Backend>(
     let ashape = AttentionShape {
         batch: b,
         heads: h,
+        head_dim: d,
         q_len: t,
         k_len: t,
     };
@@ -585,6 +594,110 @@ fn attention(flags: &Flags) -> Res<bool> {
     Ok(ok)
 }
 
+// ---- decode attention -----------------------------------------------------------------
+
+/// One generation step's attention: 1 new query row per sequence over a cache of `tk`
+/// keys, `[B, Tk, C]` keys and values, timed over `inner` back-to-back calls (a call is
+/// microseconds; one synchronize per batch of calls). Returns out and seconds per call.
+fn decode_pass(
+    be: &CudaBackend,
+    [b, tk, h, d]: [usize; 4],
+    host: &[Vec<f32>; 3],
+    reps: usize,
+    inner: usize,
+) -> Res<(Vec<f32>, f64)> {
+    let c = h * d;
+    let [q, k, v] = [
+        upload(be, &host[0])?,
+        upload(be, &host[1])?,
+        upload(be, &host[2])?,
+    ];
+    let out = be.alloc(b * c).map_err(device("alloc"))?;
+    let shape = AttentionShape {
+        batch: b,
+        heads: h,
+        head_dim: d,
+        q_len: 1,
+        k_len: tk,
+    };
+    let ws = be
+        .alloc(be.attention_workspace_len(shape).max(1))
+        .map_err(device("alloc"))?;
+    let bad = || format!("[{b}, {tk}, {c}] does not split into {h} heads");
+    let hv = |buf, t: usize| Heads::from_tensor(View::new(buf, 0, [b, t, c]), h).ok_or_else(bad);
+    let (qh, kh, vh, oh) = (hv(&q, 1)?, hv(&k, tk)?, hv(&v, tk)?, hv(&out, 1)?);
+    let s = time(be, reps, || {
+        for _ in 0..inner {
+            be.attention_forward(qh, kh, vh, oh, View::whole(&ws), tk - 1)
+                .map_err(device("attention_forward"))?;
+        }
+        Ok(())
+    })?;
+    Ok((download(be, View::whole(&out))?, s / inner as f64))
+}
+
+/// `decode`: the split-KV decode kernels against the row-tiled forward they replace
+/// (`ANDREA_CUDA_DECODE=off`: the mma forward in BF16, the SIMT one in FP32) at batch 1
+/// and `--batch`, 1 query over `--keys` cached keys: time, K/V bytes per second, and the
+/// two outputs against each other (the split is FP32: within twice the FP32 tolerance of
+/// the SIMT forward, within the operand bound of [`attention_tol`] of the mma one).
+fn decode(flags: &Flags) -> Res<bool> {
+    let batches = [1, flags.usize("batch", 16)?];
+    let tk = flags.usize("keys", 1024)?.max(1);
+    let h = flags.usize("heads", 12)?;
+    let d = flags.usize("head-dim", 64)?;
+    let reps = flags.usize("reps", 5)?.max(1);
+    let inner = flags.usize("inner", 20)?.max(1);
+    let mut ok = true;
+    for (label, precision) in [("bf16", Precision::BF16), ("fp32", Precision::FP32)] {
+        let mut be = backend(precision)?;
+        for b in batches {
+            let c = h * d;
+            let host = [
+                data(201, b * c),
+                data(202, b * tk * c),
+                data(203, b * tk * c),
+            ];
+            let dims = andrea_core::check::AttentionDims {
+                batch: b,
+                heads: h,
+                head_dim: d,
+                q_len: 1,
+                k_len: tk,
+            };
+            let plan = att_decode::decode(&dims, be.multiprocessors()).map_err(device("plan"))?;
+            let bytes = (2 * b * h * tk * d * 4) as f64;
+            be.set_decode_attention(DecodeAttention::Split);
+            let (split, split_s) = decode_pass(&be, [b, tk, h, d], &host, reps, inner)?;
+            be.set_decode_attention(DecodeAttention::Off);
+            let (off, off_s) = decode_pass(&be, [b, tk, h, d], &host, reps, inner)?;
+            be.set_decode_attention(DecodeAttention::Split);
+            let name = format!("decode_{b}x{tk}x{h}x{d}");
+            let chunks = plan.map(|p| p.chunks);
+            for (kernel, secs) in [("split", split_s), ("off", off_s)] {
+                emit(serde_json::json!({
+                    "phase": "decode_attention", "name": name, "precision": label,
+                    "kernel": kernel, "chunks": if kernel == "split" { chunks } else { None },
+                    "median_ms": secs * 1e3, "gb_per_s": bytes / secs / 1e9,
+                }));
+            }
+            let u = match precision.matmul {
+                MatmulPrecision::Fp32 => U24,
+                m => unit_roundoff(m),
+            };
+            let (tol, _) = attention_tol(tk, d, u);
+            let (mut row, pass) =
+                compare_row("decode_attention", "split vs off", &split, &off, tol);
+            row["phase"] = "decode_attention".into();
+            row["precision"] = label.into();
+            row["name"] = name.into();
+            ok &= pass;
+            emit(row);
+        }
+    }
+    Ok(ok)
+}
+
 // ---- training steps -------------------------------------------------------------------
 
 /// One training step: (loss, gradient norm before clipping, seconds).
@@ -702,12 +815,13 @@ fn loads() -> Res<bool> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first() else {
-        eprintln!("usage: gpu_check gemm|attention|train|loads [--flag value ...]");
+        eprintln!("usage: gpu_check gemm|attention|decode|train|loads [--flag value ...]");
         return ExitCode::from(2);
     };
     let result = Flags::parse(&args[1..]).and_then(|f| match cmd.as_str() {
         "gemm" => gemm(&f),
         "attention" => attention(&f),
+        "decode" => decode(&f),
         "train" => train(&f),
         "loads" => loads(),
         other => Err(format!("unknown check `{other}`")),

@@ -26,6 +26,7 @@ pub mod precision;
 pub mod ptx;
 
 pub use plan::attention::AttentionKernels;
+pub use plan::decode::DecodeAttention;
 pub use plan::matmul::{MatmulImpl, MmaStore, MmaTile, SplitK};
 pub use precision::{MatmulPrecision, Precision};
 

@@ -34,7 +34,7 @@ macro_rules! modules {
 }
 
 modules! {
-    "adamw" "attention" "attention_mma" "bias" "elementwise" "embedding" "gelu" "layernorm"
+    "adamw" "attention" "attention_decode" "attention_mma" "bias" "elementwise" "embedding" "gelu" "layernorm"
     "loss" "matmul" "matmul_mma" "norm" "softmax" "tc_selftest"
 }
 

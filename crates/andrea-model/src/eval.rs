@@ -62,6 +62,7 @@ fn attention_shape(cfg: &ModelConfig, batch: usize, seq: usize) -> AttentionShap
     AttentionShape {
         batch,
         heads: cfg.n_head,
+        head_dim: cfg.head_dim(),
         q_len: seq,
         k_len: seq,
     }

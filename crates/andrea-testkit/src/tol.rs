@@ -18,6 +18,8 @@
 
 use std::fmt;
 
+pub mod operands;
+
 /// f32 unit roundoff, `2⁻²⁴`.
 pub const U: f64 = 1.0 / 16_777_216.0;
 
@@ -56,6 +58,19 @@ impl Tol {
         got: &[T],
         want: &[f64],
     ) -> Result<(), String> {
+        self.check_plus(name, got, want, &[])
+    }
+
+    /// As [`Tol::check`], with `extra[i]` added to element i's bound (a per-element
+    /// bound such as [`operands`]'; missing entries count as 0).
+    pub fn check_plus<T: Copy + Into<f64>>(
+        &self,
+        name: &str,
+        got: &[T],
+        want: &[f64],
+        extra: &[f64],
+    ) -> Result<(), String> {
+        let bound = |i: usize, w: f64| self.bound(w) + extra.get(i).copied().unwrap_or(0.0);
         if got.len() != want.len() {
             return Err(format!(
                 "{name}: got {} elements, the reference has {}",
@@ -67,7 +82,7 @@ impl Tol {
         let mut failed = 0usize;
         for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
             let g: f64 = g.into();
-            let ratio = match (g - w).abs() / self.bound(w) {
+            let ratio = match (g - w).abs() / bound(i, w) {
                 // Equal values under an exact tolerance, or NaN where the reference
                 // left a NaN untouched (poisoned memory around an output).
                 r if r.is_nan() && (g == w || (g.is_nan() && w.is_nan())) => 0.0,
@@ -89,10 +104,14 @@ impl Tol {
                 let (g, w) = (got[i].into(), want[i]);
                 Err(format!(
                     "{name}: {failed} of {} elements out of tolerance; worst at index {i}: \
-                     got {g:e}, want {w:e}, |diff| {:.3e} > bound {:.3e} ({self})",
+                     got {g:e}, want {w:e}, |diff| {:.3e} > bound {:.3e} ({self}{})",
                     got.len(),
                     (g - w).abs(),
-                    self.bound(w),
+                    bound(i, w),
+                    match extra.get(i) {
+                        Some(e) => format!(" + operand bound {e:.1e}"),
+                        None => String::new(),
+                    },
                 ))
             }
             _ => Ok(()),

@@ -10,6 +10,8 @@ use crate::error::Result;
 pub struct AttentionShape {
     pub batch: usize,
     pub heads: usize,
+    /// Size of each head's query, key and value vectors.
+    pub head_dim: usize,
     /// Number of query positions.
     pub q_len: usize,
     /// Number of key positions (`>= q_len`; more in generation with a KV cache).
@@ -40,7 +42,10 @@ impl AttentionShape {
 pub trait AttentionOps: MemoryOps {
     /// Floats of workspace [`AttentionOps::attention_forward`] needs for `shape`; the
     /// forward pass leaves there what [`AttentionOps::attention_backward`] reads. The
-    /// default keeps the attention probabilities ([`AttentionShape::probs_len`]).
+    /// default keeps the attention probabilities ([`AttentionShape::probs_len`]). A
+    /// backend's answer must not decrease as `k_len` grows (a KV cache sizes it once at
+    /// its longest), but may depend on `q_len` in any way (a cache asks for every
+    /// `q_len` it will run).
     fn attention_workspace_len(&self, shape: AttentionShape) -> usize {
         shape.probs_len()
     }
@@ -117,6 +122,7 @@ pub mod check {
             super::AttentionShape {
                 batch: self.batch,
                 heads: self.heads,
+                head_dim: self.head_dim,
                 q_len: self.q_len,
                 k_len: self.k_len,
             }

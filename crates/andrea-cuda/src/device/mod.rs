@@ -34,6 +34,7 @@ use driver::{CuFunction, CuModule, CuStream};
 pub use launch::RawArg;
 
 use crate::plan::attention::AttentionKernels;
+use crate::plan::decode::DecodeAttention;
 use crate::plan::matmul::{MatmulImpl, MatmulKernel, MmaStore, SplitK};
 use crate::plan::reduce::SQ_MAX_PARTIALS;
 use crate::precision::Precision;
@@ -60,7 +61,9 @@ impl Drop for LoadedModule {
 /// (default 1) runs `matmul_gelu_backward` as the product then the separate
 /// `gelu_backward` pass, to compare with the fused epilogue on one GPU.
 /// `ANDREA_CUDA_ATTENTION=auto|simt|mma` (default `auto`: tensor cores unless the precision
-/// is FP32) picks the attention kernels ([`AttentionKernels`]). `ANDREA_CUDA_MMA_STORE=staged|direct`
+/// is FP32) picks the attention kernels ([`AttentionKernels`]); `ANDREA_CUDA_DECODE=split|off`
+/// (default `split`) whether generation's few-row steps run the split-KV decode kernels
+/// ([`DecodeAttention`]). `ANDREA_CUDA_MMA_STORE=staged|direct`
 /// (default `staged`) says how the mma matmul kernels store their output tile
 /// ([`MmaStore`]). The backend is used from one thread (it
 /// holds driver handles); its buffers are `Send`.
@@ -84,6 +87,10 @@ pub struct CudaBackend {
     /// A planted fault for the attention tests: the tensor-core forward's causal mask
     /// lets each query see one key too many.
     attention_fault: bool,
+    /// `ANDREA_CUDA_DECODE` (default `split`), or [`CudaBackend::set_decode_attention`].
+    decode: DecodeAttention,
+    /// A planted fault for the decode tests (0: none; kernels/attention_decode.cu).
+    decode_fault: u8,
     /// `ANDREA_CUDA_MATMUL` (default `mma`), or [`CudaBackend::set_matmul_impl`].
     matmul_impl: MatmulImpl,
     /// `ANDREA_CUDA_MMA_STORE` (default `staged`), or [`CudaBackend::set_mma_store`].
@@ -175,6 +182,10 @@ impl CudaBackend {
             Ok(v) => AttentionKernels::parse(&v)?,
             Err(_) => AttentionKernels::Auto,
         };
+        let decode = match std::env::var("ANDREA_CUDA_DECODE") {
+            Ok(v) => DecodeAttention::parse(&v)?,
+            Err(_) => DecodeAttention::Split,
+        };
         let matmul_impl = match std::env::var("ANDREA_CUDA_MATMUL") {
             Ok(v) => MatmulImpl::parse(&v)?,
             Err(_) => MatmulImpl::Mma,
@@ -203,6 +214,8 @@ impl CudaBackend {
             gelu_backward_fault: false,
             attention_kernels,
             attention_fault: false,
+            decode,
+            decode_fault: 0,
             matmul_impl,
             mma_store,
             mma_fault: 0,
@@ -282,6 +295,24 @@ impl CudaBackend {
     #[doc(hidden)]
     pub fn plant_attention_fault(&mut self, on: bool) {
         self.attention_fault = on;
+    }
+
+    /// Whether generation's few-row attention runs the split-KV kernels
+    /// (kernels/attention_decode.cu); the default comes from `ANDREA_CUDA_DECODE=split|off`.
+    pub fn decode_attention(&self) -> DecodeAttention {
+        self.decode
+    }
+
+    /// Switches the split-KV decode kernels on or off, e.g. to compare both on one GPU.
+    pub fn set_decode_attention(&mut self, decode: DecodeAttention) {
+        self.decode = decode;
+    }
+
+    /// Tests only: plants a fault in the split-KV decode kernels (1: each chunk reads one
+    /// key past its end; 2: the combine drops the last chunk; 0: none).
+    #[doc(hidden)]
+    pub fn plant_decode_fault(&mut self, fault: u8) {
+        self.decode_fault = fault;
     }
 
     /// Tests only: makes the split-K reduce skip the last slice, to show that the split-K

@@ -1,7 +1,9 @@
 //! Fused causal attention: forward (online softmax, keeps only the row log-sum-exps)
 //! and backward (recomputes the probabilities), on the SIMT kernels (kernels/attention.cu)
 //! or the tensor-core ones (kernels/attention_mma.cu), as
-//! [`crate::plan::attention::AttentionKernels`] and the precision decide.
+//! [`crate::plan::attention::AttentionKernels`] and the precision decide; generation's
+//! few-row forwards on the split-KV kernels (kernels/attention_decode.cu) where
+//! [`crate::plan::decode::decode`] says so and [`crate::DecodeAttention`] allows.
 
 use andrea_core::{check, AttentionOps, AttentionShape, HeadsOf, Result, Tensor};
 
@@ -9,6 +11,7 @@ use super::buffer::{addr, ptr};
 use super::launch::Args;
 use super::CudaBackend;
 use crate::plan::attention::MmaOperands;
+use crate::plan::decode::{self, DecodeAttention, DecodePlan};
 use crate::plan::{attention, int, long};
 
 impl CudaBackend {
@@ -36,10 +39,69 @@ fn heads(h: &HeadsOf<'_, CudaBackend>) -> (u64, i64, i64) {
     )
 }
 
+impl CudaBackend {
+    /// The split-KV forward: partials per key chunk into the workspace after the lse,
+    /// then the combine into `out` and the lse (kernels/attention_decode.cu).
+    fn attention_decode(
+        &self,
+        p: &DecodePlan,
+        [q, k, v, out]: [&HeadsOf<'_, Self>; 4],
+        workspace: &Tensor<'_, Self>,
+        pos_offset: usize,
+    ) -> Result<()> {
+        const OP: &str = "attention_forward";
+        let ws = ptr(workspace);
+        let (ml, po) = (ws + 4 * p.ml_offset as u64, ws + 4 * p.o_offset as u64);
+        let (h, tq) = (int(OP, "heads", q.heads)?, int(OP, "queries", q.seq)?);
+        let hd = int(OP, "head_dim", q.head_dim)?;
+        let fault = self.decode_fault as i32;
+        let mut a = Args::new();
+        for x in [q, k, v] {
+            a = a.ptr(heads(x).0);
+        }
+        a = a
+            .ptr(ml)
+            .ptr(po)
+            .int(h)
+            .int(tq)
+            .int(int(OP, "keys", k.seq)?)
+            .int(hd);
+        for x in [q, k, v] {
+            let (_, bs, ss) = heads(x);
+            a = a.long(bs).long(ss);
+        }
+        a = a
+            .int(int(OP, "position offset", pos_offset)?)
+            .float(1.0 / (q.head_dim as f32).sqrt())
+            .int(int(OP, "keys per chunk", p.chunk)?)
+            .int(int(OP, "chunks", p.chunks)?)
+            .int(fault);
+        self.launch(&p.split, a)?;
+        let (_, o_bs, o_ss) = heads(out);
+        let rows = q.batch * q.heads * q.seq;
+        let a = Args::new()
+            .ptr(ml)
+            .ptr(po)
+            .ptr(heads(out).0)
+            .ptr(ws)
+            .int(h)
+            .int(tq)
+            .int(hd)
+            .int(int(OP, "chunks", p.chunks)?)
+            .long(o_bs)
+            .long(o_ss)
+            .int(int(OP, "query rows", rows)?)
+            .int(fault);
+        self.launch(&p.combine, a)
+    }
+}
+
 impl AttentionOps for CudaBackend {
-    /// The row log-sum-exps, [`AttentionShape::lse_len`].
+    /// The row log-sum-exps, [`AttentionShape::lse_len`], then for the few-row shapes of
+    /// generation the split-KV partials ([`decode::workspace_len`]; counted whether or not
+    /// the split is switched on, so switching never changes buffer sizes).
     fn attention_workspace_len(&self, s: AttentionShape) -> usize {
-        s.lse_len()
+        decode::workspace_len(s, self.sms)
     }
 
     /// One float per query row (`D_t = dO_t·O_t` of the tensor-core backward; the same
@@ -61,6 +123,11 @@ impl AttentionOps for CudaBackend {
         let d = check::attention_forward(&q, &k, &v, &out, &workspace, pos_offset, |s| {
             self.attention_workspace_len(s)
         })?;
+        if self.decode == DecodeAttention::Split {
+            if let Some(p) = decode::decode(&d, self.sms)? {
+                return self.attention_decode(&p, [&q, &k, &v, &out], &workspace, pos_offset);
+            }
+        }
         let mma = match self.attention_mma() {
             Some(ops) => attention::mma_forward(&d, ops)?,
             None => None,

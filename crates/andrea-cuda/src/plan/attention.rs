@@ -14,6 +14,10 @@
 //!   for head sizes 32, 64 and 128 (the backward not for TF32 with 128: see
 //!   [`mma_supported`]); what [`crate::Precision::FAST`] and [`crate::Precision::BF16`]
 //!   use. [`AttentionKernels`] (`ANDREA_CUDA_ATTENTION=auto|simt|mma`) forces either.
+//!
+//! Generation's steps of a few query rows over a long KV cache take neither where
+//! [`super::decode`] splits the keys (kernels/attention_decode.cu); its partials follow the
+//! lse in the workspace.
 
 use super::{grid, int, Launch, DEFAULT_SMEM_LIMIT};
 use crate::precision::MatmulPrecision;
@@ -417,6 +421,7 @@ mod tests {
         let s = AttentionShape {
             batch: 2,
             heads: 3,
+            head_dim: 4,
             q_len: 5,
             k_len: 9,
         };

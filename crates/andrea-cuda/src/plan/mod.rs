@@ -9,6 +9,7 @@
 //! op, never a truncated launch.
 
 pub mod attention;
+pub mod decode;
 pub mod elementwise;
 pub mod embedding;
 pub mod matmul;

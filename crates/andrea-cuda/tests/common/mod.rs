@@ -98,6 +98,7 @@ pub fn attention_pass<B: Backend>(
     let shape = AttentionShape {
         batch: b,
         heads: h,
+        head_dim: d,
         q_len: t,
         k_len: t,
     };

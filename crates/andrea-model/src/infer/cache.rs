@@ -40,13 +40,21 @@ impl CacheSlots {
     /// The scratch of a cache for `batch` sequences of up to `max_len` positions.
     pub fn new<B: Backend>(be: &B, cfg: &ModelConfig, batch: usize, max_len: usize) -> Self {
         let chunk = max_len.min(PREFILL_CHUNK);
-        let workspace_len = be
-            .attention_workspace_len(AttentionShape {
-                batch,
-                heads: cfg.n_head,
-                q_len: chunk,
-                k_len: max_len,
+        // A pass runs 1..=chunk new positions over at most max_len keys; the backend's
+        // workspace may depend on the row count in any way (the CUDA backend's decode
+        // kernels keep per-chunk partials for a few rows only), and grows with the keys.
+        let workspace_len = (1..=chunk)
+            .map(|q_len| {
+                be.attention_workspace_len(AttentionShape {
+                    batch,
+                    heads: cfg.n_head,
+                    head_dim: cfg.head_dim(),
+                    q_len,
+                    k_len: max_len,
+                })
             })
+            .max()
+            .unwrap_or(0)
             .max(1);
         let mut a = Arena::default();
         let blocks = ScratchSlots::new(&mut a, cfg, batch * chunk, workspace_len);
@@ -242,6 +250,7 @@ impl<B: Backend> Model<B> {
         let shape = AttentionShape {
             batch: cache.batch,
             heads: cfg.n_head,
+            head_dim: cfg.head_dim(),
             q_len: cn,
             k_len: pos + cn,
         };

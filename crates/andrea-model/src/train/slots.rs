@@ -55,6 +55,7 @@ impl TrainSlots {
         let shape = AttentionShape {
             batch,
             heads: cfg.n_head,
+            head_dim: cfg.head_dim(),
             q_len: seq,
             k_len: seq,
         };
@@ -103,6 +104,7 @@ impl TrainSlots {
         AttentionShape {
             batch,
             heads: self.n_head,
+            head_dim: self.d_model / self.n_head,
             q_len: self.seq,
             k_len: self.seq,
         }

@@ -1,14 +1,18 @@
 //! attention_forward (training and generation with a KV cache) and attention_backward.
 //! `q`, `k`, `v` in [-1, 1] are the three thirds of one packed `[B, T, 3·C]` activation
 //! (as the model's fused QKV projection leaves them) or three `[B, T, C]` tensors; the
-//! gradients go to the same two layouts. Head sizes are not powers of two.
+//! gradients go to the same two layouts. Head sizes are mostly not powers of two, now and
+//! then the tensor-core sizes 32, 64, 128; under TF32 or BF16 operands
+//! ([`Config::operands`]) only those, with the per-element bound of
+//! [`tol::operands`] on top of the FP32 tolerance.
 
 use andrea_core::{AttentionShape, Backend, Heads, View};
 use proptest::prelude::*;
 
 use super::linalg::poison;
 use super::{
-    buffer, close, fail, read_all, run, size, size_or_big, to_f64, view, Case, Config, OrFail,
+    buffer, close_plus, fail, read_all, run, size, size_or_big, to_f64, view, Case, Config,
+    Operands, OrFail,
 };
 use crate::random::Rand;
 use crate::{reference, tol};
@@ -25,12 +29,23 @@ struct AttnCase {
     seed: u64,
 }
 
-fn attn_case() -> impl Strategy<Value = AttnCase> {
+/// The head sizes tensor-core kernels are written for.
+const TENSOR_CORE_HEAD_DIMS: [usize; 3] = [32, 64, 128];
+
+fn head_dim(operands: Operands) -> BoxedStrategy<usize> {
+    let tc = prop::sample::select(TENSOR_CORE_HEAD_DIMS.to_vec());
+    match operands {
+        Operands::Fp32 => prop_oneof![6 => size(24), 1 => tc].boxed(),
+        _ => tc.boxed(),
+    }
+}
+
+fn attn_case(operands: Operands) -> impl Strategy<Value = AttnCase> {
     (
         size(3),
         size_or_big(20, 80),
         size(4),
-        size(24),
+        head_dim(operands),
         any::<bool>(),
         0..3usize,
         any::<u64>(),
@@ -153,7 +168,8 @@ fn expected(host: &[Vec<f32>], cs: &AttnCase, parts: &[Vec<f64>; 3]) -> Vec<Vec<
 
 /// Training-time causal attention (`pos_offset = 0`).
 pub fn attention_forward<B: Backend>(be: &B, cfg: &Config) -> Case {
-    run(cfg, "attention_forward", attn_case(), |cs| {
+    let u = cfg.operands.unit_roundoff();
+    run(cfg, "attention_forward", attn_case(cfg.operands), |cs| {
         let mut r = Rand::new(cs.seed);
         let (off, n) = (cs.offset, cs.b * cs.t * cs.h * cs.d);
         let host = qkv_host(&mut r, &cs, false);
@@ -166,6 +182,7 @@ pub fn attention_forward<B: Backend>(be: &B, cfg: &Config) -> Case {
         let shape = AttentionShape {
             batch: cs.b,
             heads: cs.h,
+            head_dim: cs.d,
             q_len: cs.t,
             k_len: cs.t,
         };
@@ -178,8 +195,12 @@ pub fn attention_forward<B: Backend>(be: &B, cfg: &Config) -> Case {
         let mut want = to_f64(&out);
         let dims = (cs.b, cs.t, cs.t, cs.h, cs.d);
         reference::attention_forward(&mut want[off..off + n], &q64, &k64, &v64, dims, 0);
-        close(
+        let mut extra = vec![0.0; want.len()];
+        extra[off..off + n]
+            .copy_from_slice(&tol::operands::attention_out(dims, 0, &q64, &k64, &v64, u));
+        close_plus(
             tol::attention_out(cs.t, cs.d),
+            &extra,
             "attention_forward: out",
             &read_all(be, &o_buf)?,
             &want,
@@ -188,9 +209,13 @@ pub fn attention_forward<B: Backend>(be: &B, cfg: &Config) -> Case {
 }
 
 /// One generation step: `Tq` new queries at positions `pos_offset..`, keys and values
-/// the first `pos_offset + Tq` rows of `[B, T_max, C]` KV caches.
+/// the first `pos_offset + Tq` rows of `[B, T_max, C]` KV caches. The cache is often
+/// short, now and then longer than a few tiles of keys (where a backend may split the
+/// keys, as the CUDA backend's decode kernels do).
 pub fn attention_generation<B: Backend>(be: &B, cfg: &Config) -> Case {
-    let case = (attn_case(), size(4), 0..=16usize, 0..4usize);
+    let u = cfg.operands.unit_roundoff();
+    let pos = prop_oneof![3 => 0..=16usize, 1 => 17..=100usize];
+    let case = (attn_case(cfg.operands), size(4), pos, 0..4usize);
     run(cfg, "attention_generation", case, |(cs, tq, pos, extra)| {
         let mut r = Rand::new(cs.seed);
         let (c, tk) = (cs.h * cs.d, pos + tq);
@@ -219,6 +244,7 @@ pub fn attention_generation<B: Backend>(be: &B, cfg: &Config) -> Case {
         let shape = AttentionShape {
             batch: cs.b,
             heads: cs.h,
+            head_dim: cs.d,
             q_len: tq,
             k_len: tk,
         };
@@ -234,17 +260,13 @@ pub fn attention_generation<B: Backend>(be: &B, cfg: &Config) -> Case {
         };
         let mut want = vec![0.0; out.len()];
         let dims = (cs.b, tq, tk, cs.h, cs.d);
-        reference::attention_forward(
-            &mut want,
-            &to_f64(&q),
-            &prefix(&kc),
-            &prefix(&vc),
-            dims,
-            pos,
-        );
+        let (q64, k64, v64) = (to_f64(&q), prefix(&kc), prefix(&vc));
+        reference::attention_forward(&mut want, &q64, &k64, &v64, dims, pos);
+        let op_bound = tol::operands::attention_out(dims, pos, &q64, &k64, &v64, u);
         let name = "attention_forward (generation): out";
-        close(
+        close_plus(
             tol::attention_out(tk, cs.d),
+            &op_bound,
             name,
             &read_all(be, &o_buf)?,
             &want,
@@ -254,7 +276,8 @@ pub fn attention_generation<B: Backend>(be: &B, cfg: &Config) -> Case {
 
 /// The backward pass after the backend's own forward pass (which leaves its workspace).
 pub fn attention_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
-    run(cfg, "attention_backward", attn_case(), |cs| {
+    let u = cfg.operands.unit_roundoff();
+    run(cfg, "attention_backward", attn_case(cfg.operands), |cs| {
         let mut r = Rand::new(cs.seed);
         let c = cs.h * cs.d;
         let n = cs.b * cs.t * c;
@@ -284,6 +307,7 @@ pub fn attention_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
         let shape = AttentionShape {
             batch: cs.b,
             heads: cs.h,
+            head_dim: cs.d,
             q_len: cs.t,
             k_len: cs.t,
         };
@@ -319,8 +343,9 @@ pub fn attention_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
             (cs.b, cs.t, cs.t, cs.h, cs.d),
             0,
         );
-        close(
+        close_plus(
             tol::attention_out(cs.t, cs.d),
+            &tol::operands::attention_out((cs.b, cs.t, cs.t, cs.h, cs.d), 0, &q64, &k64, &v64, u),
             "attention_forward: out",
             &read_all(be, &o_buf)?,
             &out,
@@ -339,14 +364,19 @@ pub fn attention_backward<B: Backend>(be: &B, cfg: &Config) -> Case {
             (cs.b, cs.t, cs.h, cs.d),
         );
         let want = expected(&ghost, &cs, &g);
+        // The operand bounds, laid out as the gradients (0 around them).
+        let zeros: Vec<Vec<f32>> = ghost.iter().map(|g| vec![0.0; g.len()]).collect();
+        let dims = (cs.b, cs.t, cs.h, cs.d);
+        let bounds = tol::operands::attention_grads(dims, &q64, &k64, &v64, &dout, u);
+        let extra = expected(&zeros, &cs, &bounds);
         let t = tol::attention_grad(cs.t, cs.d);
-        for (i, (buf, want)) in grads.bufs.iter().zip(&want).enumerate() {
+        for (i, ((buf, want), extra)) in grads.bufs.iter().zip(&want).zip(&extra).enumerate() {
             let name = if cs.packed {
                 "attention_backward: d(qkv)".to_string()
             } else {
                 format!("attention_backward: {}", ["dq", "dk", "dv"][i])
             };
-            close(t, &name, &read_all(be, buf)?, want)?;
+            close_plus(t, extra, &name, &read_all(be, buf)?, want)?;
         }
         Ok(())
     })

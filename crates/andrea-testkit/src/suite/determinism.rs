@@ -205,6 +205,7 @@ pub fn determinism<B: Backend>(be: &B, _cfg: &Config) -> Case {
         let shape = AttentionShape {
             batch: b,
             heads: h,
+            head_dim: d,
             q_len: t,
             k_len: t,
         };

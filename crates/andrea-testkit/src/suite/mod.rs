@@ -55,11 +55,40 @@ use proptest::test_runner::{Config as ProptestConfig, TestError, TestRunner};
 
 use crate::Tol;
 
-/// How much of the suite to run.
+/// How much of the suite to run, and what arithmetic to expect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Proptest cases per op.
     pub cases: u32,
+    /// The operand format of the backend's attention products. Only the attention
+    /// functions read it: with TF32 or BF16 operands they draw the head sizes tensor-core
+    /// kernels take (32, 64, 128) and add the per-element bound of
+    /// [`crate::tol::operands`] to the FP32 tolerances. Default [`Operands::Fp32`].
+    pub operands: Operands,
+}
+
+/// The operand format a backend's attention products round to (accumulation is FP32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Operands {
+    /// FP32 operands: the suite's FP32 tolerances, every head size.
+    #[default]
+    Fp32,
+    /// TF32 tensor cores (10-bit mantissa).
+    Tf32,
+    /// BF16 tensor cores (7-bit mantissa).
+    Bf16,
+}
+
+impl Operands {
+    /// The unit roundoff the operand bound is derived from: 0 for FP32 (the FP32
+    /// tolerance alone), 2⁻¹¹ for TF32, 2⁻⁸ for BF16.
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            Self::Fp32 => 0.0,
+            Self::Tf32 => 2f64.powi(-11),
+            Self::Bf16 => 2f64.powi(-8),
+        }
+    }
 }
 
 impl Config {
@@ -73,12 +102,23 @@ impl Config {
             Some(_) => ProptestConfig::default().cases,
             None => Self::DEFAULT_CASES,
         };
-        Config { cases }
+        Config {
+            cases,
+            operands: Operands::Fp32,
+        }
     }
 
     /// A config with `cases` cases per op.
     pub fn with_cases(cases: u32) -> Self {
-        Config { cases }
+        Config {
+            cases,
+            operands: Operands::Fp32,
+        }
+    }
+
+    /// This config for a backend whose attention products round operands to `operands`.
+    pub fn with_operands(self, operands: Operands) -> Self {
+        Config { operands, ..self }
     }
 
     fn proptest(&self) -> ProptestConfig {
@@ -170,6 +210,11 @@ pub(crate) fn read_all<B: Backend>(be: &B, buf: &B::Buffer) -> Result<Vec<f32>, 
 /// Compares with the reference under `tol`.
 pub(crate) fn close(tol: Tol, name: &str, got: &[f32], want: &[f64]) -> Case {
     tol.check(name, got, want).map_err(fail)
+}
+
+/// Compares with the reference under `tol` plus `extra[i]` for element i.
+pub(crate) fn close_plus(tol: Tol, extra: &[f64], name: &str, got: &[f32], want: &[f64]) -> Case {
+    tol.check_plus(name, got, want, extra).map_err(fail)
 }
 
 pub(crate) use crate::reference::to_f64;

@@ -30,6 +30,7 @@ pub fn bad_input_attention<B: Backend>(be: &B, _cfg: &Config) -> Case {
     let shape = AttentionShape {
         batch: b,
         heads: h,
+        head_dim: c / h,
         q_len: t,
         k_len: t,
     };
