@@ -25,7 +25,7 @@
 #
 # Phases, in priority order, with their cap and the expected time on an H200 (how the
 # estimate is reached is next to each). Caps add up to more than the budget on purpose:
-# estimates add up to about 420 s, so a normal run ends inside 9 minutes.
+# estimates add up to about 435 s, so a normal run ends inside 9 minutes.
 #   device            10 s   (est. 3)   nvidia-smi, driver, how the kernels loaded (fatbin: no JIT)
 #   test-*            60 s each (est. 60 in all) the test binaries, ANDREA_REQUIRE_DEVICE=1
 #   sanitizer-*       30 s each (est. 45 in all) compute-sanitizer memcheck, racecheck,
@@ -63,6 +63,7 @@
 #                     eval loss and greedy text on the CPU and on the GPU (FP32)
 #   largest-batch     45 s   (est. 30)  120M training at 32, 64, 128 x 1024 until one fails
 #   bench-decode      25 s   (est. 10)  120M, batch 1, KV cache
+#   bench-decode-off  25 s   (est. 10)  the same with ANDREA_CUDA_DECODE=off (no split-KV attention)
 #   peer-train-compile 90 s  (est. 70)  torch.compile'd bf16 step (time-boxed: a timeout is
 #                     a note, not a failure)
 #   ops-bench         90 s   (est. 85)  criterion: the ops bench's CUDA columns (with the
@@ -371,6 +372,8 @@ largest() {
 export -f largest
 phase largest-batch 45 20 -- largest
 phase bench-decode 25 8 -- ./andrea --backend cuda bench decode --config "$CFG_BIG" "${DECODE_ARGS[@]}" --json
+# The same with the split-KV decode attention off (the row-tiled forward), for the comparison.
+phase bench-decode-off 25 8 -- env ANDREA_CUDA_DECODE=off ./andrea --backend cuda bench decode --config "$CFG_BIG" "${DECODE_ARGS[@]}" --json
 
 # ---- time-boxed extras --------------------------------------------------------------------------------
 phase peer-train-compile 90 40 --soft -- peer train --config "$CFG_BIG" "${PEER_SHAPE[@]}" --mode bf16 --compile

@@ -193,7 +193,9 @@ def table(rows):
         if r.get("phase") == "largest_batch":
             out.append(f"== largest batch that fits: {r['largest_fitting']} x seq (tried {r['tried']})")
         if r.get("bench") == "decode":
-            out.append(f"== decode: {fmt(r['tokens_per_s'], 0)} tok/s ({r['config']}, batch {r['batch']})")
+            split = "off" if r.get("run_phase", "").endswith("-off") else "split"
+            out.append(f"== decode: {fmt(r['tokens_per_s'], 0)} tok/s ({r['config']}, batch {r['batch']}, "
+                       f"decode attention {split})")
         if r.get("phase") == "cpu_vs_gpu":
             out.append(f"== cpu vs gpu: {r['check']}: {'ok' if r['pass'] else 'DIFFERENT'} "
                        + (f"(rel {r['rel_diff']:.1e})" if "rel_diff" in r else
