@@ -44,10 +44,10 @@ pub const DECODE_MAX_HEAD_DIM: usize = 128;
 pub const DECODE_TILE: usize = 32;
 /// Chunks (one warp each) per block.
 pub const DECODE_WARPS: usize = 4;
-/// Warps per SM the split aims at: enough independent loads in flight to keep HBM busy
-/// (one warp streams 16 KiB of K and V per 32-key tile at D = 64; 8 warps an SM are 27%
-/// occupancy on an H200, ~17 MB in flight GPU-wide, several times the bandwidth-latency
-/// product of ~4 MB).
+/// Warps per SM the split aims at, for enough loads in flight to keep HBM busy: 8 of an
+/// H200's 64 warp slots an SM, 1056 warps on 132 SMs; at a few KiB of K/V loads in
+/// flight each that is ~2-4 MB, about HBM's bandwidth × latency (4.3 TB/s × ~0.6 µs ≈
+/// 2.6 MB). An estimate: `gpu_check decode` on a GPU decides.
 pub const DECODE_WARPS_PER_SM: usize = 8;
 
 /// The chunk count [`decode_chunks`] aims at before rounding: enough warps for
