@@ -11,7 +11,7 @@
 //!   andrea          the release `andrea` binary with `--features cuda,nccl` (NCCL
 //!                   loaded at run time: the 1-rank NCCL row)
 //!   gpu_check       production-shape checks and timings (andrea-cuda/examples/gpu_check.rs)
-//!   bench/ops       the ops bench with its CUDA columns (criterion, bench profile)
+//!   bench/ops       the ops bench with its CUDA columns (criterion, release profile)
 //!   peers/          the PyTorch peer scripts (benches/pytorch)
 //!   configs/        tiny.toml and andrea-120m.toml
 //!   kernels/        <module>.fatbin, the machine code every binary above loads
@@ -196,7 +196,7 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
             "gpu_check",
         ),
         (
-            "bench",
+            "build",
             "andrea-benches",
             "cuda",
             "--bench",
@@ -206,12 +206,10 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
         ),
     ];
     for (command, package, features, flag, kind, name, dst) in singles {
+        // All three in the release profile, so they share one build of their dependencies
+        // (`cargo bench --no-run` would build the bench profile's own copy: +2 minutes).
         let mut args = vec![command, "-p", package, "--features", features, flag, name];
-        args.push(if command == "bench" {
-            "--no-run"
-        } else {
-            "--release"
-        });
+        args.push("--release");
         let built = cargo_build(root, &target_dir, fatbins, &args)?;
         let (exe, _, _) = built
             .iter()
