@@ -45,32 +45,46 @@ fn randn(n: usize, seed: u64) -> Vec<f32> {
     andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
 }
 
-/// The memory-bound ops' footprints (bytes read + written per call), by bench name, as
-/// the CPU column registers them: `bench_own_copies` then times a copy of each op's own
-/// footprint in the same run (`memory_bound/copy-<threads>t/<op>`), so every op is
-/// compared with a copy that sits in the same level of the cache hierarchy.
-static FOOTPRINTS: std::sync::Mutex<Vec<(String, usize)>> = std::sync::Mutex::new(Vec::new());
+/// Footprints (bytes read + written per call) of memory-bound ops benched by the CPU
+/// column whose own-size copy is still to be timed, and the ops whose copy was timed.
+/// The copy runs right after its op ([`own_copy`]), seconds apart rather than minutes,
+/// so a load that comes and goes on a shared machine disturbs op and copy alike, and
+/// the copy sits in the same level of the cache hierarchy as the op's data.
+static FOOTPRINTS: std::sync::Mutex<Footprints> = std::sync::Mutex::new(Footprints {
+    pending: Vec::new(),
+    copied: Vec::new(),
+});
 
-/// `Throughput::Bytes(bytes)` for op `name`, and its footprint noted for the own-size copy.
+struct Footprints {
+    /// (op name, bytes) whose copy is to be timed next.
+    pending: Vec<(String, usize)>,
+    /// Ops whose copy was timed (an op benched again by another CPU column gets none).
+    copied: Vec<String>,
+}
+
+/// `Throughput::Bytes(bytes)` for op `name`, and its footprint noted for the own-size
+/// copy that [`own_copy`] times next.
 fn footprint(label: &str, name: &str, bytes: usize) -> Throughput {
     if label.starts_with("cpu-") {
         let mut f = FOOTPRINTS.lock().unwrap();
-        if !f.iter().any(|(n, _)| n == name) {
-            f.push((name.to_string(), bytes));
+        if !f.copied.iter().any(|n| n == name) {
+            f.pending.push((name.to_string(), bytes));
         }
     }
     Throughput::Bytes(bytes as u64)
 }
 
-/// A 2-thread copy of `bytes / 2` bytes (so `bytes` of traffic) per memory-bound op of
-/// [`FOOTPRINTS`], in the group and under the name of that op, column `copy-<threads>t`.
-fn bench_own_copies(c: &mut Criterion) {
+/// A copy of `bytes / 2` bytes (so `bytes` of traffic) on the backend's threads for the
+/// op whose [`footprint`] was just noted, in the same group under the op's name, column
+/// `copy-<threads>t`: `memory_bound/copy-2t/<op>` next to `memory_bound/cpu-2t/<op>`.
+fn own_copy(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, label: &str) {
     use rayon::prelude::*;
+    if !label.starts_with("cpu-") {
+        return;
+    }
+    let pending = std::mem::take(&mut FOOTPRINTS.lock().unwrap().pending);
     let threads = rayon::current_num_threads();
-    let mut g = c.benchmark_group("memory_bound");
-    group_settings(&mut g);
-    let ops = FOOTPRINTS.lock().unwrap().clone();
-    for (name, bytes) in ops {
+    for (name, bytes) in pending {
         let n = bytes / 8;
         let src = randn(n, 40);
         let mut dst = vec![0.0f32; n];
@@ -82,8 +96,8 @@ fn bench_own_copies(c: &mut Criterion) {
                     .for_each(|(d, s)| d.copy_from_slice(s));
             })
         });
+        FOOTPRINTS.lock().unwrap().copied.push(name);
     }
-    g.finish();
 }
 
 fn config(c: &mut Criterion) -> &mut Criterion {
@@ -198,6 +212,7 @@ fn bench_remaining<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
                 sync(be)
             })
         });
+        own_copy(&mut g, label);
     };
 
     // Reads probs and dprobs, writes dx.
@@ -319,6 +334,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     let name = format!("gelu_backward_{BT}x{}", 4 * C);
     g.throughput(footprint(label, &name, 12 * n));
     g.bench_function(BenchmarkId::new(label, name), |bch| {
@@ -327,6 +343,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     let r = BT * C;
     let (a, bb) = (upload(be, &randn(r, 5)), upload(be, &randn(r, 6)));
     let out = be.alloc(r).unwrap();
@@ -339,6 +356,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     let gamma = upload(be, &randn(C, 7));
     let beta = upload(be, &randn(C, 8));
     let (mean, rstd) = (be.alloc(BT).unwrap(), be.alloc(BT).unwrap());
@@ -362,6 +380,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     be.layernorm(
         xs,
         View::whole(&gamma),
@@ -393,6 +412,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     let sm = B * H * T * T;
     let s = upload(be, &randn(sm, 9));
     let p = be.alloc(sm).unwrap();
@@ -414,6 +434,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     let logits = upload(be, &randn(BT * V, 10));
     let dlogits = be.alloc(BT * V).unwrap();
     let targets = be.alloc_ids(BT).unwrap();
@@ -443,6 +464,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     // As the model calls it: the gradient over the logits, in place (the same bytes).
     let name = format!("softmax_cross_entropy_in_place_{BT}x{V}");
     g.throughput(footprint(label, &name, 8 * BT * V + 8 * BT));
@@ -461,6 +483,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     // AdamW over a 7M-parameter slice (one block's weights): reads p, g, m, v, writes p, m, v.
     let np = 7 * 1024 * 1024;
     let (pp, gg) = (upload(be, &randn(np, 11)), upload(be, &randn(np, 12)));
@@ -489,6 +512,7 @@ fn bench_rest<B: Backend>(c: &mut Criterion, be: &B, label: &str) {
             sync(be)
         })
     });
+    own_copy(&mut g, label);
     g.finish();
 
     bench_attention(c, be, label, "attention", [B, T, H, C / H]);
@@ -743,7 +767,6 @@ fn benches(c: &mut Criterion) {
     bench_peak(c);
     let cpu = CpuBackend::new();
     bench_backend(c, &cpu, &format!("cpu-{}t", cpu.threads()));
-    bench_own_copies(c);
     // Attention's per-head products on both kernels (`ANDREA_ATTENTION_PRODUCTS`), at
     // ANDREA-120M's heads (64) and the tiny model's (B 8 x T 256, 4 heads of 32).
     use andrea_cpu::AttentionProducts;
