@@ -8,7 +8,12 @@
 //!
 //! Parallel split: C is cut into row blocks (or, when there are too few rows, as in
 //! generation, column blocks), one kernel call per block; the AVX-512 kernel cuts rows
-//! of whole micro-tiles. Each element of C is computed by the same sequence of
+//! of whole micro-tiles. A product with a bias or a GELU epilogue (`linear_gelu`) is cut
+//! instead into fixed tiles of `FUSED_TILE` (256 x 128), each computed with `beta` 0
+//! (or 1 to accumulate), then given its bias (`c_ij = Σ_k a_ik·b_kj + bias_j`, one
+//! vectorised pass) and its GELU while it is in L2: on the tiny model's MLP product
+//! (2048 x 128 x 512) that took `linear_gelu` from about half a plain product's rate to
+//! about three quarters. Each element of C is computed by the same sequence of
 //! floating-point operations whatever the block or thread it falls in, so the result is
 //! bit-identical for any thread count.
 
@@ -27,6 +32,14 @@ use crate::CpuBackend;
 /// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
 /// height matrixmultiply uses, so blocks do not end in ragged micro-tiles.
 const BLOCK_ALIGN: usize = 16;
+
+/// Rows and columns of the tiles of C a product with a bias or GELU epilogue is cut
+/// into: the same tiles whatever the thread count (so each element sees the same
+/// operations), each small enough that its product, bias and GELU run in L2 (1 MB per
+/// core on the Zen 5 host of issue 17): C's tile 128 KB, `out`'s 128 KB, `A`'s rows 128
+/// KB at `k` 128. 64 x 512, 128 x 128, 128 x 256, 256 x 256 and 512 x 128 measured
+/// within the noise of 256 x 128 (benches/results/20261202T0630Z-train-tiny).
+const FUSED_TILE: (usize, usize) = (256, 128);
 
 /// A strided operand: pointer to element (0, 0) and (row, column) strides.
 #[derive(Clone, Copy)]
@@ -412,8 +425,9 @@ fn matmul(g: &Gemm<'_>) {
         unsafe { v.run() };
         return;
     }
-    // The bias (written first, then accumulated onto: `beta` 1) and the fused GELU
-    // epilogues, on rows r0..r1 and columns c0..c1 of batch entry `batch`.
+    // Outside the tiled path below (batched, strided C, or the AVX-512 kernel's shared
+    // split): the bias (written first, then accumulated onto: `beta` 1) and the fused
+    // GELU epilogues, on rows r0..r1 and columns c0..c1 of batch entry `batch`.
     let beta = if accumulate || bias.is_some() {
         1.0
     } else {
@@ -456,6 +470,69 @@ fn matmul(g: &Gemm<'_>) {
         }
     };
     let threads = rayon::current_num_threads();
+    // A bias or GELU epilogue, whatever the kernel: fixed tiles of C, each finished
+    // while in cache. Not `matmul_gelu_backward`'s GELU': it measured no faster tiled
+    // (its cost is the read of `pre` from memory; benches/results/
+    // 20261202T0630Z-train-tiny).
+    if (bias.is_some() || gelu_out.is_some())
+        && gelu_grad_of.is_none()
+        && d.batch == 1
+        && c.col_stride == 1
+    {
+        let tile = |r0: usize, r1: usize, c0: usize, c1: usize| {
+            let n = c1 - c0;
+            // SAFETY: the check proved every operand in bounds and `c` injective and
+            // disjoint from `a`, `b` and `bias`; tiles cover disjoint parts of `c` (and
+            // of `out`, in `c`'s layout).
+            unsafe {
+                sgemm_strided(
+                    kernel,
+                    r1 - r0,
+                    d.k,
+                    n,
+                    Operand {
+                        ptr: pa.add(r0 * a.row_stride),
+                        rs: a.row_stride,
+                        cs: a.col_stride,
+                    },
+                    Operand {
+                        ptr: pb.add(c0 * b.col_stride),
+                        rs: b.row_stride,
+                        cs: b.col_stride,
+                    },
+                    if accumulate { 1.0 } else { 0.0 },
+                    Operand {
+                        ptr: pc.add(r0 * c.row_stride + c0),
+                        rs: c.row_stride,
+                        cs: 1,
+                    },
+                );
+                if let Some(bias) = bias {
+                    let bias = &bias[c0..c1];
+                    for i in r0..r1 {
+                        let row =
+                            std::slice::from_raw_parts_mut(pc.get().add(i * c.row_stride + c0), n);
+                        for (x, &bj) in row.iter_mut().zip(bias) {
+                            *x += bj;
+                        }
+                    }
+                }
+            }
+            epilogue(r0, r1, c0, c1);
+        };
+        let (rows, cols) = FUSED_TILE;
+        let (rt, ct) = (d.m.div_ceil(rows), d.n.div_ceil(cols));
+        let run = |t: usize| {
+            let (r0, c0) = (t / ct * rows, t % ct * cols);
+            tile(r0, (r0 + rows).min(d.m), c0, (c0 + cols).min(d.n));
+        };
+        if rt * ct == 1 || threads == 1 {
+            (0..rt * ct).for_each(run);
+        } else {
+            (0..rt * ct).into_par_iter().for_each(run);
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if kernel.effective() == GemmKernel::Avx512
         && d.batch == 1
@@ -715,6 +792,93 @@ pub(crate) fn check_against_f64(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tiled path of products with a bias or GELU: `matmul` and `matmul_add` with a
+    /// bias, and `linear_gelu`, on 2 x 2 tiles of [`FUSED_TILE`] with ragged last ones,
+    /// against a float64 product (`out` against `GELU(pre) = x/2·(1 + tanh(√(2/π)·(x +
+    /// 0.044715·x³)))`), on 1 and 2 threads, which must agree bit for bit.
+    #[test]
+    fn tiled_bias_and_gelu_match_the_f64_product_on_ragged_tiles() {
+        use andrea_core::{DeviceMemory, MemoryOps, View};
+        let (rows, cols) = FUSED_TILE;
+        let (m, k, n) = (rows + 37, 45, cols + 19);
+        let mut r = andrea_testkit::random::Rand::new(11);
+        let (a, b, bias, c0) = (
+            r.vec(m * k, -1.0, 1.0),
+            r.vec(k * n, -1.0, 1.0),
+            r.vec(n, -1.0, 1.0),
+            r.vec(m * n, -1.0, 1.0),
+        );
+        let product: Vec<f64> = (0..m * n)
+            .map(|e| {
+                let (i, j) = (e / n, e % n);
+                let dot: f64 = (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                    .sum();
+                dot + bias[j] as f64
+            })
+            .collect();
+        let gelu = |x: f64| {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        };
+        let run = |threads: usize| {
+            let be = CpuBackend::with_threads(threads).unwrap();
+            let up = |v: &[f32]| {
+                let buf = be.alloc(v.len()).unwrap();
+                be.upload(v, View::whole(&buf)).unwrap();
+                buf
+            };
+            let down = |buf: &CpuBuffer| {
+                let mut v = vec![0.0; buf.len()];
+                be.download(View::whole(buf), &mut v).unwrap();
+                v
+            };
+            let (a, b, bias) = (up(&a), up(&b), up(&bias));
+            let (am, bm) = (
+                View::new(&a, 0, [m, k]).mat(),
+                View::new(&b, 0, [k, n]).mat(),
+            );
+            let bias = View::whole(&bias);
+            let (set, add) = (be.alloc(m * n).unwrap(), up(&c0));
+            be.matmul(am, bm, Some(bias), View::new(&set, 0, [m, n]).mat())
+                .unwrap();
+            be.matmul_add(am, bm, Some(bias), View::new(&add, 0, [m, n]).mat())
+                .unwrap();
+            let (pre, out) = (be.alloc(m * n).unwrap(), be.alloc(m * n).unwrap());
+            be.linear_gelu(
+                am,
+                bm,
+                bias,
+                View::new(&pre, 0, [m, n]),
+                View::new(&out, 0, [m, n]),
+            )
+            .unwrap();
+            [down(&set), down(&add), down(&pre), down(&out)]
+        };
+        let one = run(1);
+        let what = |name: &str| format!("{name} {m}x{k}x{n}");
+        let tol = andrea_testkit::tol::matmul(k);
+        tol.check(&what("matmul + bias"), &one[0], &product)
+            .unwrap();
+        let added: Vec<f64> = product
+            .iter()
+            .zip(&c0)
+            .map(|(p, &c)| p + c as f64)
+            .collect();
+        tol.check(&what("matmul_add + bias"), &one[1], &added)
+            .unwrap();
+        tol.check(&what("linear_gelu pre"), &one[2], &product)
+            .unwrap();
+        let gelu_ref: Vec<f64> = product.iter().map(|&x| gelu(x)).collect();
+        andrea_testkit::tol::gelu()
+            .plus(tol, 1.2)
+            .check(&what("linear_gelu out"), &one[3], &gelu_ref)
+            .unwrap();
+        let bits =
+            |v: &[Vec<f32>; 4]| -> Vec<u32> { v.iter().flatten().map(|x| x.to_bits()).collect() };
+        assert!(bits(&one) == bits(&run(2)), "1 and 2 threads differ");
+    }
 
     #[test]
     fn split_covers_everything_in_aligned_blocks() {
