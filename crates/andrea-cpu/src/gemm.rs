@@ -12,8 +12,9 @@
 //! instead into fixed tiles of `FUSED_TILE` (256 x 128), each computed with `beta` 0
 //! (or 1 to accumulate), then given its bias (`c_ij = Σ_k a_ik·b_kj + bias_j`, one
 //! vectorised pass) and its GELU while it is in L2: on the tiny model's MLP product
-//! (2048 x 128 x 512) that took `linear_gelu` from about half a plain product's rate to
-//! about three quarters. Each element of C is computed by the same sequence of
+//! (2048 x 128 x 512) that took `linear_gelu` from under half a plain product's rate to
+//! two thirds or more. `matmul_gelu_backward` at small `k` runs on andrea's AVX-512
+//! kernel instead ([`GemmKernel::for_gelu_grad`]). Each element of C is computed by the same sequence of
 //! floating-point operations whatever the block or thread it falls in, so the result is
 //! bit-identical for any thread count.
 
@@ -127,6 +128,22 @@ impl GemmKernel {
             GemmKernel::Avx2 => "avx2",
             GemmKernel::Avx512 => "avx512",
             GemmKernel::Avx512Blocks => "avx512-blocks",
+        }
+    }
+
+    /// The kernel of `matmul_gelu_backward` with inner size `k`: the `gemm` crate's
+    /// products hand it to andrea's AVX-512 kernel where the kernels' level has AVX-512
+    /// and `k <= 256`. At small `k` the product is short (`2k` flops per element of C)
+    /// beside the epilogue's reads of `pre`, and the AVX-512 kernel's shared split
+    /// multiplies each `MC`-row block by `GELU'(pre)` while it is in cache, where the
+    /// `gemm` crate's column blocks (2 MB each on 2 threads) are read back from memory.
+    /// Measured (benches/results/20261202T0630Z-train-tiny): at `k` 128 (the tiny
+    /// model, 2048 x 128 x 512) 1.4-1.7x the `gemm` crate's rate; at `k` 768
+    /// (ANDREA-120M, 1024 x 768 x 3072) about 7% behind it, where the product dominates.
+    pub fn for_gelu_grad(self, k: usize) -> Self {
+        match self {
+            GemmKernel::GemmCrate if k <= 256 && crate::simd::has_avx512() => GemmKernel::Avx512,
+            k => k,
         }
     }
 
@@ -708,7 +725,16 @@ impl LinalgOps for CpuBackend {
         // SAFETY: `pre` checked in bounds and disjoint from `dpre`, both contiguous.
         let pre_ptr = SendPtr(unsafe { read(&pre) }.as_ptr() as *mut f32);
         let g = unsafe {
-            Gemm::new(&dy, &w, None, &dpre.mat(), false, d, self.kernel).with_gelu_grad_of(pre_ptr)
+            Gemm::new(
+                &dy,
+                &w,
+                None,
+                &dpre.mat(),
+                false,
+                d,
+                self.kernel.for_gelu_grad(d.k),
+            )
+            .with_gelu_grad_of(pre_ptr)
         };
         self.run(|| g.run());
         Ok(())
@@ -792,6 +818,99 @@ pub(crate) fn check_against_f64(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use andrea_core::{DeviceMemory, MemoryOps, View};
+
+    /// `Σ_p a[i·a_rs + p]·b[p·b_rs + j·b_cs]` in float64, `[m, n]` row-major (`a`
+    /// row-major `[m, k]`, `b` at the given strides).
+    fn f64_product(
+        a: &[f32],
+        b: &[f32],
+        (m, k, n): (usize, usize, usize),
+        b_rs: usize,
+        b_cs: usize,
+    ) -> Vec<f64> {
+        (0..m * n)
+            .map(|e| {
+                let (i, j) = (e / n, e % n);
+                (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * b_rs + j * b_cs] as f64)
+                    .sum()
+            })
+            .collect()
+    }
+
+    fn upload(be: &CpuBackend, v: &[f32]) -> CpuBuffer {
+        let buf = be.alloc(v.len()).unwrap();
+        be.upload(v, View::whole(&buf)).unwrap();
+        buf
+    }
+
+    fn download(be: &CpuBackend, buf: &CpuBuffer) -> Vec<f32> {
+        let mut v = vec![0.0; buf.len()];
+        be.download(View::whole(buf), &mut v).unwrap();
+        v
+    }
+
+    /// `matmul_gelu_backward` at `k` 128, the size whose product goes to the AVX-512
+    /// kernel's shared split ([`GemmKernel::for_gelu_grad`]), as the model calls it (`w`
+    /// stored `[n, k]`, read transposed), against a float64 `(dy·w)·GELU'(pre)` with
+    /// `GELU'(x) = (1 + tanh u)/2 + x/2·(1 - tanh² u)·√(2/π)·(1 + 3·0.044715·x²)`, `u =
+    /// √(2/π)·(x + 0.044715·x³)`; on 1, 2 and 3 threads, which must agree bit for bit.
+    #[test]
+    fn gelu_grad_product_matches_the_f64_product_on_every_thread_count() {
+        let (m, k, n) = (300, 128, 150);
+        let want_kernel = if crate::simd::has_avx512() {
+            GemmKernel::Avx512
+        } else {
+            GemmKernel::GemmCrate
+        };
+        assert_eq!(GemmKernel::GemmCrate.for_gelu_grad(k), want_kernel);
+        assert_eq!(
+            GemmKernel::GemmCrate.for_gelu_grad(768),
+            GemmKernel::GemmCrate
+        );
+        let mut r = andrea_testkit::random::Rand::new(12);
+        // `w` within ±1/k, so that |dy·w| <= 1 as `tol::matmul_gelu_backward` assumes.
+        let (dy, w, pre) = (
+            r.vec(m * k, -1.0, 1.0),
+            r.vec(n * k, -1.0 / k as f32, 1.0 / k as f32),
+            r.vec(m * n, -4.0, 4.0),
+        );
+        let gelu_grad = |x: f64| {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let t = (c * (x + 0.044715 * x * x * x)).tanh();
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
+        };
+        let want: Vec<f64> = f64_product(&dy, &w, (m, k, n), 1, k)
+            .iter()
+            .zip(&pre)
+            .map(|(dot, &x)| dot * gelu_grad(x as f64))
+            .collect();
+        let run = |threads: usize| {
+            let be = CpuBackend::with_threads(threads).unwrap();
+            let up = |v: &[f32]| upload(&be, v);
+            let (dyb, wb, preb, dpre) = (up(&dy), up(&w), up(&pre), be.alloc(m * n).unwrap());
+            be.matmul_gelu_backward(
+                View::new(&dyb, 0, [m, k]).mat(),
+                View::new(&wb, 0, [n, k]).mat().t(),
+                View::new(&preb, 0, [m, n]),
+                View::new(&dpre, 0, [m, n]),
+            )
+            .unwrap();
+            download(&be, &dpre)
+        };
+        let one = run(1);
+        andrea_testkit::tol::matmul_gelu_backward(k)
+            .check(&format!("matmul_gelu_backward {m}x{k}x{n}"), &one, &want)
+            .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for threads in [2, 3] {
+            assert!(
+                bits(&one) == bits(&run(threads)),
+                "1 and {threads} threads differ"
+            );
+        }
+    }
 
     /// The tiled path of products with a bias or GELU: `matmul` and `matmul_add` with a
     /// bias, and `linear_gelu`, on 2 x 2 tiles of [`FUSED_TILE`] with ragged last ones,
@@ -799,7 +918,6 @@ mod tests {
     /// 0.044715·x³)))`), on 1 and 2 threads, which must agree bit for bit.
     #[test]
     fn tiled_bias_and_gelu_match_the_f64_product_on_ragged_tiles() {
-        use andrea_core::{DeviceMemory, MemoryOps, View};
         let (rows, cols) = FUSED_TILE;
         let (m, k, n) = (rows + 37, 45, cols + 19);
         let mut r = andrea_testkit::random::Rand::new(11);
@@ -809,14 +927,10 @@ mod tests {
             r.vec(n, -1.0, 1.0),
             r.vec(m * n, -1.0, 1.0),
         );
-        let product: Vec<f64> = (0..m * n)
-            .map(|e| {
-                let (i, j) = (e / n, e % n);
-                let dot: f64 = (0..k)
-                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
-                    .sum();
-                dot + bias[j] as f64
-            })
+        let product: Vec<f64> = f64_product(&a, &b, (m, k, n), n, 1)
+            .iter()
+            .enumerate()
+            .map(|(e, dot)| dot + bias[e % n] as f64)
             .collect();
         let gelu = |x: f64| {
             let c = (2.0 / std::f64::consts::PI).sqrt();
@@ -824,16 +938,8 @@ mod tests {
         };
         let run = |threads: usize| {
             let be = CpuBackend::with_threads(threads).unwrap();
-            let up = |v: &[f32]| {
-                let buf = be.alloc(v.len()).unwrap();
-                be.upload(v, View::whole(&buf)).unwrap();
-                buf
-            };
-            let down = |buf: &CpuBuffer| {
-                let mut v = vec![0.0; buf.len()];
-                be.download(View::whole(buf), &mut v).unwrap();
-                v
-            };
+            let up = |v: &[f32]| upload(&be, v);
+            let down = |buf: &CpuBuffer| download(&be, buf);
             let (a, b, bias) = (up(&a), up(&b), up(&bias));
             let (am, bm) = (
                 View::new(&a, 0, [m, k]).mat(),
