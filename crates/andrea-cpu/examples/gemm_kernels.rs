@@ -1,5 +1,6 @@
 //! The CPU backend's GEMM kernels side by side on the training step's 11 products
-//! (ANDREA-120M, batch 4 x 256): andrea's AVX-512 kernel (shared packing and the older
+//! (ANDREA-120M, batch 4 x 256; `--model tiny`: configs/tiny.toml's, batch 8 x 256):
+//! andrea's AVX-512 kernel (shared packing and the older
 //! per-block split), its AVX2 + FMA kernel, the `gemm` crate and matrixmultiply, in the
 //! backend's own threading, alternating kernel by kernel in each round so that a noisy
 //! machine disturbs them alike. One JSON line per (shape, kernel): the median GFLOP/s
@@ -42,6 +43,8 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut kernels = GemmKernel::ALL.to_vec();
     let mut only: Option<Vec<String>> = None;
     let mut cpu_clock = false;
+    // (tokens, d_model, MLP width, vocabulary) of the step's products.
+    let mut dims = ANDREA_120M;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -53,6 +56,13 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     "wall" => false,
                     "cpu" => true,
                     _ => return Err(format!("--clock: wall or cpu, not {v:?}").into()),
+                }
+            }
+            "--model" => {
+                dims = match v.as_str() {
+                    "andrea-120m" => ANDREA_120M,
+                    "tiny" => TINY,
+                    _ => return Err(format!("--model: andrea-120m or tiny, not {v:?}").into()),
                 }
             }
             "--only" => only = Some(v.split(',').map(String::from).collect()),
@@ -69,10 +79,16 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .num_threads(threads)
         .build_global()?;
     // On a worker of the pool, as the `andrea` binary runs (no hand-over per call).
-    rayon::scope(|_| run(rounds, &kernels, only.as_deref(), cpu_clock))
+    rayon::scope(|_| run(dims, rounds, &kernels, only.as_deref(), cpu_clock))
 }
 
+/// ANDREA-120M at batch 4 x 256: (tokens, d_model, MLP width, vocabulary).
+const ANDREA_120M: (usize, usize, usize, usize) = (1024, 768, 3072, 8449);
+/// configs/tiny.toml at batch 8 x 256.
+const TINY: (usize, usize, usize, usize) = (2048, 128, 512, 8449);
+
 fn run(
+    (tokens, d_model, mlp, vocab): (usize, usize, usize, usize),
     rounds: usize,
     kernels: &[GemmKernel],
     only: Option<&[String]>,
@@ -92,7 +108,26 @@ fn run(
         .iter()
         .map(|&k| CpuBackend::new().with_gemm_kernel(k))
         .collect();
-    for p in step_gemms(1024, 768, 3072, 8449) {
+    // The step's products, then the two fused MLP products on their shapes (`fwd_fc`'s
+    // with bias and GELU, `bwd_dx_fc_proj`'s times GELU'), to set against the plain ones.
+    let gemms = step_gemms(tokens, d_model, mlp, vocab);
+    let fused = [
+        (Fused::LinearGelu, "fused_linear_gelu", "fwd_fc"),
+        (
+            Fused::GeluBackward,
+            "fused_matmul_gelu_backward",
+            "bwd_dx_fc_proj",
+        ),
+    ]
+    .map(|(f, name, like)| {
+        let mut g = *gemms
+            .iter()
+            .find(|g| g.name == like)
+            .expect("a step product");
+        g.name = name;
+        (g, f)
+    });
+    for (p, op) in gemms.iter().map(|&g| (g, Fused::No)).chain(fused) {
         if only.is_some_and(|o| !o.iter().any(|n| n == p.name)) {
             continue;
         }
@@ -107,6 +142,10 @@ fn run(
         let (a, b, c) = (base.alloc(m * k)?, base.alloc(k * n)?, base.alloc(m * n)?);
         base.upload(&fill(m * k, 1), View::whole(&a))?;
         base.upload(&fill(k * n, 2), View::whole(&b))?;
+        // The bias, and `out` (linear_gelu) or `pre` (matmul_gelu_backward).
+        let (bias, other) = (base.alloc(n)?, base.alloc(m * n)?);
+        base.upload(&fill(n, 3), View::whole(&bias))?;
+        base.upload(&fill(m * n, 4), View::whole(&other))?;
         let mut times = vec![Vec::new(); backends.len()];
         for _ in 0..rounds + 1 {
             for (be, t) in backends.iter().zip(&mut times) {
@@ -116,7 +155,16 @@ fn run(
                     mat(&c, m, n, false),
                 );
                 let t0 = clock()?;
-                be.matmul(am, bm, None, cm)?;
+                let (bias, other, ct) = (
+                    View::whole(&bias),
+                    View::new(&other, 0, [m, n]),
+                    View::new(&c, 0, [m, n]),
+                );
+                match op {
+                    Fused::No => be.matmul(am, bm, None, cm)?,
+                    Fused::LinearGelu => be.linear_gelu(am, bm, bias, ct, other)?,
+                    Fused::GeluBackward => be.matmul_gelu_backward(am, bm, other, ct)?,
+                }
                 t.push(clock()? - t0);
             }
         }
@@ -137,6 +185,17 @@ fn run(
         }
     }
     Ok(())
+}
+
+/// Which op a measured product runs.
+#[derive(Clone, Copy)]
+enum Fused {
+    /// `matmul`.
+    No,
+    /// `linear_gelu` (bias and GELU fused).
+    LinearGelu,
+    /// `matmul_gelu_backward` (times GELU' fused).
+    GeluBackward,
 }
 
 static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();

@@ -8,7 +8,13 @@
 //!
 //! Parallel split: C is cut into row blocks (or, when there are too few rows, as in
 //! generation, column blocks), one kernel call per block; the AVX-512 kernel cuts rows
-//! of whole micro-tiles. Each element of C is computed by the same sequence of
+//! of whole micro-tiles. A product with a bias or a GELU epilogue (`linear_gelu`) is cut
+//! instead into fixed tiles of `FUSED_TILE` (256 x 128), each computed with `beta` 0
+//! (or 1 to accumulate), then given its bias (`c_ij = Σ_k a_ik·b_kj + bias_j`, one
+//! vectorised pass) and its GELU while it is in L2: on the tiny model's MLP product
+//! (2048 x 128 x 512) that took `linear_gelu` from under half a plain product's rate to
+//! two thirds or more. `matmul_gelu_backward` at small `k` runs on andrea's AVX-512
+//! kernel instead ([`GemmKernel::for_gelu_grad`]). Each element of C is computed by the same sequence of
 //! floating-point operations whatever the block or thread it falls in, so the result is
 //! bit-identical for any thread count.
 
@@ -27,6 +33,14 @@ use crate::CpuBackend;
 /// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
 /// height matrixmultiply uses, so blocks do not end in ragged micro-tiles.
 const BLOCK_ALIGN: usize = 16;
+
+/// Rows and columns of the tiles of C a product with a bias or GELU epilogue is cut
+/// into: the same tiles whatever the thread count (so each element sees the same
+/// operations), each small enough that its product, bias and GELU run in L2 (1 MB per
+/// core on the Zen 5 host of issue 17): C's tile 128 KB, `out`'s 128 KB, `A`'s rows 128
+/// KB at `k` 128. 64 x 512, 128 x 128, 128 x 256, 256 x 256 and 512 x 128 measured
+/// within the noise of 256 x 128 (benches/results/20261202T0630Z-train-tiny).
+const FUSED_TILE: (usize, usize) = (256, 128);
 
 /// A strided operand: pointer to element (0, 0) and (row, column) strides.
 #[derive(Clone, Copy)]
@@ -114,6 +128,22 @@ impl GemmKernel {
             GemmKernel::Avx2 => "avx2",
             GemmKernel::Avx512 => "avx512",
             GemmKernel::Avx512Blocks => "avx512-blocks",
+        }
+    }
+
+    /// The kernel of `matmul_gelu_backward` with inner size `k`: the `gemm` crate's
+    /// products hand it to andrea's AVX-512 kernel where the kernels' level has AVX-512
+    /// and `k <= 256`. At small `k` the product is short (`2k` flops per element of C)
+    /// beside the epilogue's reads of `pre`, and the AVX-512 kernel's shared split
+    /// multiplies each `MC`-row block by `GELU'(pre)` while it is in cache, where the
+    /// `gemm` crate's column blocks (2 MB each on 2 threads) are read back from memory.
+    /// Measured (benches/results/20261202T0630Z-train-tiny): at `k` 128 (the tiny
+    /// model, 2048 x 128 x 512) 1.4-1.7x the `gemm` crate's rate; at `k` 768
+    /// (ANDREA-120M, 1024 x 768 x 3072) about 7% behind it, where the product dominates.
+    pub fn for_gelu_grad(self, k: usize) -> Self {
+        match self {
+            GemmKernel::GemmCrate if k <= 256 && crate::simd::has_avx512() => GemmKernel::Avx512,
+            k => k,
         }
     }
 
@@ -412,8 +442,9 @@ fn matmul(g: &Gemm<'_>) {
         unsafe { v.run() };
         return;
     }
-    // The bias (written first, then accumulated onto: `beta` 1) and the fused GELU
-    // epilogues, on rows r0..r1 and columns c0..c1 of batch entry `batch`.
+    // Outside the tiled path below (batched, strided C, or the AVX-512 kernel's shared
+    // split): the bias (written first, then accumulated onto: `beta` 1) and the fused
+    // GELU epilogues, on rows r0..r1 and columns c0..c1 of batch entry `batch`.
     let beta = if accumulate || bias.is_some() {
         1.0
     } else {
@@ -456,6 +487,69 @@ fn matmul(g: &Gemm<'_>) {
         }
     };
     let threads = rayon::current_num_threads();
+    // A bias or GELU epilogue, whatever the kernel: fixed tiles of C, each finished
+    // while in cache. Not `matmul_gelu_backward`'s GELU': it measured no faster tiled
+    // (its cost is the read of `pre` from memory; benches/results/
+    // 20261202T0630Z-train-tiny).
+    if (bias.is_some() || gelu_out.is_some())
+        && gelu_grad_of.is_none()
+        && d.batch == 1
+        && c.col_stride == 1
+    {
+        let tile = |r0: usize, r1: usize, c0: usize, c1: usize| {
+            let n = c1 - c0;
+            // SAFETY: the check proved every operand in bounds and `c` injective and
+            // disjoint from `a`, `b` and `bias`; tiles cover disjoint parts of `c` (and
+            // of `out`, in `c`'s layout).
+            unsafe {
+                sgemm_strided(
+                    kernel,
+                    r1 - r0,
+                    d.k,
+                    n,
+                    Operand {
+                        ptr: pa.add(r0 * a.row_stride),
+                        rs: a.row_stride,
+                        cs: a.col_stride,
+                    },
+                    Operand {
+                        ptr: pb.add(c0 * b.col_stride),
+                        rs: b.row_stride,
+                        cs: b.col_stride,
+                    },
+                    if accumulate { 1.0 } else { 0.0 },
+                    Operand {
+                        ptr: pc.add(r0 * c.row_stride + c0),
+                        rs: c.row_stride,
+                        cs: 1,
+                    },
+                );
+                if let Some(bias) = bias {
+                    let bias = &bias[c0..c1];
+                    for i in r0..r1 {
+                        let row =
+                            std::slice::from_raw_parts_mut(pc.get().add(i * c.row_stride + c0), n);
+                        for (x, &bj) in row.iter_mut().zip(bias) {
+                            *x += bj;
+                        }
+                    }
+                }
+            }
+            epilogue(r0, r1, c0, c1);
+        };
+        let (rows, cols) = FUSED_TILE;
+        let (rt, ct) = (d.m.div_ceil(rows), d.n.div_ceil(cols));
+        let run = |t: usize| {
+            let (r0, c0) = (t / ct * rows, t % ct * cols);
+            tile(r0, (r0 + rows).min(d.m), c0, (c0 + cols).min(d.n));
+        };
+        if rt * ct == 1 || threads == 1 {
+            (0..rt * ct).for_each(run);
+        } else {
+            (0..rt * ct).into_par_iter().for_each(run);
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if kernel.effective() == GemmKernel::Avx512
         && d.batch == 1
@@ -631,7 +725,16 @@ impl LinalgOps for CpuBackend {
         // SAFETY: `pre` checked in bounds and disjoint from `dpre`, both contiguous.
         let pre_ptr = SendPtr(unsafe { read(&pre) }.as_ptr() as *mut f32);
         let g = unsafe {
-            Gemm::new(&dy, &w, None, &dpre.mat(), false, d, self.kernel).with_gelu_grad_of(pre_ptr)
+            Gemm::new(
+                &dy,
+                &w,
+                None,
+                &dpre.mat(),
+                false,
+                d,
+                self.kernel.for_gelu_grad(d.k),
+            )
+            .with_gelu_grad_of(pre_ptr)
         };
         self.run(|| g.run());
         Ok(())
@@ -715,6 +818,173 @@ pub(crate) fn check_against_f64(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use andrea_core::{DeviceMemory, MemoryOps, View};
+
+    /// `Σ_p a[i·a_rs + p]·b[p·b_rs + j·b_cs]` in float64, `[m, n]` row-major (`a`
+    /// row-major `[m, k]`, `b` at the given strides).
+    fn f64_product(
+        a: &[f32],
+        b: &[f32],
+        (m, k, n): (usize, usize, usize),
+        b_rs: usize,
+        b_cs: usize,
+    ) -> Vec<f64> {
+        (0..m * n)
+            .map(|e| {
+                let (i, j) = (e / n, e % n);
+                (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * b_rs + j * b_cs] as f64)
+                    .sum()
+            })
+            .collect()
+    }
+
+    fn upload(be: &CpuBackend, v: &[f32]) -> CpuBuffer {
+        let buf = be.alloc(v.len()).unwrap();
+        be.upload(v, View::whole(&buf)).unwrap();
+        buf
+    }
+
+    fn download(be: &CpuBackend, buf: &CpuBuffer) -> Vec<f32> {
+        let mut v = vec![0.0; buf.len()];
+        be.download(View::whole(buf), &mut v).unwrap();
+        v
+    }
+
+    /// `matmul_gelu_backward` at `k` 128, the size whose product goes to the AVX-512
+    /// kernel's shared split ([`GemmKernel::for_gelu_grad`]), as the model calls it (`w`
+    /// stored `[n, k]`, read transposed), against a float64 `(dy·w)·GELU'(pre)` with
+    /// `GELU'(x) = (1 + tanh u)/2 + x/2·(1 - tanh² u)·√(2/π)·(1 + 3·0.044715·x²)`, `u =
+    /// √(2/π)·(x + 0.044715·x³)`; on 1, 2 and 3 threads, which must agree bit for bit.
+    #[test]
+    fn gelu_grad_product_matches_the_f64_product_on_every_thread_count() {
+        let (m, k, n) = (300, 128, 150);
+        let want_kernel = if crate::simd::has_avx512() {
+            GemmKernel::Avx512
+        } else {
+            GemmKernel::GemmCrate
+        };
+        assert_eq!(GemmKernel::GemmCrate.for_gelu_grad(k), want_kernel);
+        assert_eq!(
+            GemmKernel::GemmCrate.for_gelu_grad(768),
+            GemmKernel::GemmCrate
+        );
+        let mut r = andrea_testkit::random::Rand::new(12);
+        // `w` within ±1/k, so that |dy·w| <= 1 as `tol::matmul_gelu_backward` assumes.
+        let (dy, w, pre) = (
+            r.vec(m * k, -1.0, 1.0),
+            r.vec(n * k, -1.0 / k as f32, 1.0 / k as f32),
+            r.vec(m * n, -4.0, 4.0),
+        );
+        let gelu_grad = |x: f64| {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let t = (c * (x + 0.044715 * x * x * x)).tanh();
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
+        };
+        let want: Vec<f64> = f64_product(&dy, &w, (m, k, n), 1, k)
+            .iter()
+            .zip(&pre)
+            .map(|(dot, &x)| dot * gelu_grad(x as f64))
+            .collect();
+        let run = |threads: usize| {
+            let be = CpuBackend::with_threads(threads).unwrap();
+            let up = |v: &[f32]| upload(&be, v);
+            let (dyb, wb, preb, dpre) = (up(&dy), up(&w), up(&pre), be.alloc(m * n).unwrap());
+            be.matmul_gelu_backward(
+                View::new(&dyb, 0, [m, k]).mat(),
+                View::new(&wb, 0, [n, k]).mat().t(),
+                View::new(&preb, 0, [m, n]),
+                View::new(&dpre, 0, [m, n]),
+            )
+            .unwrap();
+            download(&be, &dpre)
+        };
+        let one = run(1);
+        andrea_testkit::tol::matmul_gelu_backward(k)
+            .check(&format!("matmul_gelu_backward {m}x{k}x{n}"), &one, &want)
+            .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for threads in [2, 3] {
+            assert!(
+                bits(&one) == bits(&run(threads)),
+                "1 and {threads} threads differ"
+            );
+        }
+    }
+
+    /// The tiled path of products with a bias or GELU: `matmul` and `matmul_add` with a
+    /// bias, and `linear_gelu`, on 2 x 2 tiles of [`FUSED_TILE`] with ragged last ones,
+    /// against a float64 product (`out` against `GELU(pre) = x/2·(1 + tanh(√(2/π)·(x +
+    /// 0.044715·x³)))`), on 1 and 2 threads, which must agree bit for bit.
+    #[test]
+    fn tiled_bias_and_gelu_match_the_f64_product_on_ragged_tiles() {
+        let (rows, cols) = FUSED_TILE;
+        let (m, k, n) = (rows + 37, 45, cols + 19);
+        let mut r = andrea_testkit::random::Rand::new(11);
+        let (a, b, bias, c0) = (
+            r.vec(m * k, -1.0, 1.0),
+            r.vec(k * n, -1.0, 1.0),
+            r.vec(n, -1.0, 1.0),
+            r.vec(m * n, -1.0, 1.0),
+        );
+        let product: Vec<f64> = f64_product(&a, &b, (m, k, n), n, 1)
+            .iter()
+            .enumerate()
+            .map(|(e, dot)| dot + bias[e % n] as f64)
+            .collect();
+        let gelu = |x: f64| {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        };
+        let run = |threads: usize| {
+            let be = CpuBackend::with_threads(threads).unwrap();
+            let up = |v: &[f32]| upload(&be, v);
+            let down = |buf: &CpuBuffer| download(&be, buf);
+            let (a, b, bias) = (up(&a), up(&b), up(&bias));
+            let (am, bm) = (
+                View::new(&a, 0, [m, k]).mat(),
+                View::new(&b, 0, [k, n]).mat(),
+            );
+            let bias = View::whole(&bias);
+            let (set, add) = (be.alloc(m * n).unwrap(), up(&c0));
+            be.matmul(am, bm, Some(bias), View::new(&set, 0, [m, n]).mat())
+                .unwrap();
+            be.matmul_add(am, bm, Some(bias), View::new(&add, 0, [m, n]).mat())
+                .unwrap();
+            let (pre, out) = (be.alloc(m * n).unwrap(), be.alloc(m * n).unwrap());
+            be.linear_gelu(
+                am,
+                bm,
+                bias,
+                View::new(&pre, 0, [m, n]),
+                View::new(&out, 0, [m, n]),
+            )
+            .unwrap();
+            [down(&set), down(&add), down(&pre), down(&out)]
+        };
+        let one = run(1);
+        let what = |name: &str| format!("{name} {m}x{k}x{n}");
+        let tol = andrea_testkit::tol::matmul(k);
+        tol.check(&what("matmul + bias"), &one[0], &product)
+            .unwrap();
+        let added: Vec<f64> = product
+            .iter()
+            .zip(&c0)
+            .map(|(p, &c)| p + c as f64)
+            .collect();
+        tol.check(&what("matmul_add + bias"), &one[1], &added)
+            .unwrap();
+        tol.check(&what("linear_gelu pre"), &one[2], &product)
+            .unwrap();
+        let gelu_ref: Vec<f64> = product.iter().map(|&x| gelu(x)).collect();
+        andrea_testkit::tol::gelu()
+            .plus(tol, 1.2)
+            .check(&what("linear_gelu out"), &one[3], &gelu_ref)
+            .unwrap();
+        let bits =
+            |v: &[Vec<f32>; 4]| -> Vec<u32> { v.iter().flatten().map(|x| x.to_bits()).collect() };
+        assert!(bits(&one) == bits(&run(2)), "1 and 2 threads differ");
+    }
 
     #[test]
     fn split_covers_everything_in_aligned_blocks() {
