@@ -32,7 +32,7 @@ const L: usize = 16;
 /// of `w`; the bits of `gemv::dot::<Fused>`.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F. (Bounds are checked by the slices.)
+/// The CPU must have AVX-512 F. (Bounds are asserted.)
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
     let Band {
@@ -47,22 +47,35 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
     assert!(w.len() >= (cols - 1) * ws + k);
     for j0 in (0..cols).step_by(L) {
         let rows = L.min(cols - j0);
-        // A short last block repeats its last row; the repeats' dots are not stored.
-        let row = |r: usize| &w[(j0 + r.min(rows - 1)) * ws..][..k];
-        let wr: [&[f32]; L] = std::array::from_fn(row);
+        // SAFETY: row j0 + r, r < rows, starts inside `w` and has k floats (asserted).
+        let first = unsafe { w.as_ptr().add(j0 * ws) };
         for i in 0..m {
             let xi = &x[i * k..][..k];
             let out = &mut dots[i * cols + j0..][..rows];
-            // Safe to call: this function enables the same features.
-            sixteen_dots(xi, &wr, out);
+            // Row r at a fixed stride in a full block (the compiler keeps one pointer and
+            // the stride, not sixteen pointers); a short last block repeats its last
+            // row, whose dots are not stored.
+            // SAFETY: rows j0..j0 + rows of `w` have k floats each (asserted); the CPU
+            // has AVX-512 F (this function's contract).
+            unsafe {
+                if rows == L {
+                    sixteen_dots(xi, |r| first.wrapping_add(r * ws), out);
+                } else {
+                    sixteen_dots(xi, |r| first.wrapping_add(r.min(rows - 1) * ws), out);
+                }
+            }
         }
     }
 }
 
-/// The dots of `x` with sixteen rows, the first `out.len()` stored.
+/// The dots of `x` with the sixteen rows `row(0..16)`, the first `out.len()` stored.
+///
+/// # Safety
+/// `row(r)` must point at `x.len()` readable floats for every `r < 16`; the CPU must have
+/// AVX-512 F.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-fn sixteen_dots(x: &[f32], w: &[&[f32]; L], out: &mut [f32]) {
+unsafe fn sixteen_dots(x: &[f32], row: impl Fn(usize) -> *const f32, out: &mut [f32]) {
     let k = x.len();
     let body = k - k % L;
     let mut acc = [_mm512_setzero_ps(); L];
@@ -70,9 +83,10 @@ fn sixteen_dots(x: &[f32], w: &[&[f32]; L], out: &mut [f32]) {
     while c < body {
         // SAFETY: c + 16 <= body <= k, the length of x and of every row.
         let xv = unsafe { _mm512_loadu_ps(x.as_ptr().add(c)) };
-        for r in 0..L {
-            let wv = unsafe { _mm512_loadu_ps(w[r].as_ptr().add(c)) };
-            acc[r] = _mm512_fmadd_ps(xv, wv, acc[r]);
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: row r has k floats (the caller's promise); c + 16 <= k.
+            let wv = unsafe { _mm512_loadu_ps(row(r).add(c)) };
+            *a = _mm512_fmadd_ps(xv, wv, *a);
         }
         c += L;
     }
@@ -107,9 +121,10 @@ fn sixteen_dots(x: &[f32], w: &[&[f32]; L], out: &mut [f32]) {
     let sums = _mm512_permutexvar_ps(order, mixed);
     // The tail: the last k mod 16 products of each row, a serial fused sum from 0.
     let mut tail = [0.0f32; L];
-    for (t, wr) in tail.iter_mut().zip(w) {
-        for (&a, &b) in x[body..].iter().zip(&wr[body..]) {
-            *t = a.mul_add(b, *t);
+    for (r, t) in tail.iter_mut().enumerate() {
+        for (c, &a) in x.iter().enumerate().skip(body) {
+            // SAFETY: row r has k floats; c < k.
+            *t = a.mul_add(unsafe { *row(r).add(c) }, *t);
         }
     }
     // SAFETY: `tail` is 16 floats.
