@@ -1,7 +1,7 @@
 //! `andrea bench train|decode`: tokens per second of full training steps or of KV-cache
 //! decoding on a freshly initialised model, measured by `andrea_model::bench` (warm-up,
-//! then the median over the timed steps). `--profile` runs the training steps on
-//! `andrea::core::timed::Timed` and prints where a step spends its time, op by op.
+//! then the median over the timed steps). `--profile` runs the training or decode steps
+//! on `andrea::core::timed::Timed` and prints where a step spends its time, op by op.
 
 use andrea::model::bench::{self, BenchReport, DecodeBench, TrainBench};
 use andrea::Backend;
@@ -19,9 +19,6 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
             "--seq-len must be in 1..={} (the context length), --batch-size and --steps at least 1",
             config.context_length
         );
-    }
-    if args.profile && args.kind != BenchKind::Train {
-        bail!("--profile applies to `andrea bench train`");
     }
     let mut profile = None;
     crate::limits::check_step(&config, args.batch_size, seq)?;
@@ -49,7 +46,13 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
                 steps: args.steps,
                 seed: args.seed,
             };
-            bench::decode(backend, config, &plan)?
+            if args.profile {
+                let (report, p) = bench::decode_profile(backend, config, &plan)?;
+                profile = Some(p);
+                report
+            } else {
+                bench::decode(backend, config, &plan)?
+            }
         }
     };
     if args.json {

@@ -410,9 +410,10 @@ pub struct BenchArgs {
     /// Print one JSON object (with `tokens_per_s`).
     #[arg(long)]
     pub json: bool,
-    /// Training: time every op of the timed steps (the backend synchronised around each)
-    /// and print a per-op table per step: calls, ms, % of the step, GFLOP/s or GB/s.
-    /// With --json, the table's rows go into the object as `profile`.
+    /// Time every op of the timed steps (the backend synchronised around each) and print
+    /// a per-op table per step (per token of each sequence when decoding): calls, ms,
+    /// % of the step, GFLOP/s or GB/s. With --json, the table's rows go into the object
+    /// as `profile`.
     #[arg(long)]
     pub profile: bool,
 }

@@ -218,11 +218,45 @@ fn bench_train_profile_prints_every_op() {
     let embedding = ops.iter().find(|o| o["op"] == "embedding").unwrap();
     // One embedding per step, over the 2 timed steps (the warm-up is not counted).
     assert_eq!(embedding["calls"], 2, "{r}");
-    fails_with(
-        dir,
-        &["bench", "decode", "--config", "tiny.toml", "--profile"],
+}
+
+#[test]
+fn bench_decode_profile_prints_every_op() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("tiny.toml"), TINY).unwrap();
+    // A cache of 8 positions after a 5-token prompt holds 3 steps: the 7 steps refill
+    // it twice, and the refills' ops must not be counted.
+    let args = [
+        "bench",
+        "decode",
+        "--config",
+        "tiny.toml",
+        "--seq-len",
+        "8",
+        "--prompt-len",
+        "5",
+        "--steps",
+        "7",
+        "--warmup",
+        "2",
         "--profile",
+    ];
+    let text = String::from_utf8(ok(dir, &args).stdout).unwrap();
+    for op in ["matmul", "attention_forward", "(outside the ops)", "GB/s"] {
+        assert!(text.contains(op), "no `{op}` in:\n{text}");
+    }
+    assert!(
+        !text.contains("backward"),
+        "a decode runs no backward op:\n{text}"
     );
+    let json = ok(dir, &[&args[..], &["--json"]].concat());
+    let r: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let ops = r["profile"].as_array().unwrap();
+    let embedding = ops.iter().find(|o| o["op"] == "embedding").unwrap();
+    // One embedding per step, over the 7 timed steps (neither the warm-up nor the
+    // prompt refills counted).
+    assert_eq!(embedding["calls"], 7, "{r}");
 }
 
 #[test]

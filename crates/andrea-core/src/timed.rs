@@ -6,7 +6,9 @@
 //! the op's work: FLOPs for the products and attention, bytes moved for the
 //! memory-bound ops. The model runs on it unchanged (`Trainer<Timed<B>>`), which is what
 //! `andrea bench train --profile` does to print where a real training step spends its
-//! time (`andrea_model::bench::train_profile`).
+//! time (`andrea_model::bench::train_profile`), and `andrea bench decode --profile` for a
+//! decoded token (`decode_profile`, which pauses the counts over the untimed prompt
+//! refills between tokens: [`Timed::pause`]).
 //!
 //! It lives here, in the crate every layer depends on, because it needs nothing but the
 //! traits: the model's bench and the CLI use it without a new crate and without knowing
@@ -83,6 +85,10 @@ pub struct Timed<B> {
     inner: B,
     stats: RefCell<Vec<OpStats>>,
     since: Cell<Instant>,
+    /// When [`Timed::pause`] was called, while paused.
+    paused_at: Cell<Option<Instant>>,
+    /// Time spent paused since `since`, left out of the wall time.
+    paused: Cell<Duration>,
 }
 
 impl<B: MemoryOps> Timed<B> {
@@ -92,6 +98,8 @@ impl<B: MemoryOps> Timed<B> {
             inner,
             stats: RefCell::new(Vec::new()),
             since: Cell::new(Instant::now()),
+            paused_at: Cell::new(None),
+            paused: Cell::new(Duration::ZERO),
         }
     }
 
@@ -108,16 +116,48 @@ impl<B: MemoryOps> Timed<B> {
     /// Forgets every count (after warm-up steps, say) and restarts the wall clock.
     pub fn reset(&self) {
         self.stats.borrow_mut().clear();
-        self.since.set(Instant::now());
+        let now = Instant::now();
+        self.since.set(now);
+        self.paused.set(Duration::ZERO);
+        if self.paused_at.get().is_some() {
+            self.paused_at.set(Some(now));
+        }
     }
 
-    /// The counts so far, slowest op first.
+    /// Stops counting until [`Timed::resume`]: ops still run (between the same
+    /// synchronisations) but are not recorded, and the time until `resume` is left out
+    /// of the wall time. For work between the measured iterations, such as the prompt
+    /// refill of a decode benchmark whose cache is full. Pausing twice is pausing once.
+    pub fn pause(&self) {
+        if self.paused_at.get().is_none() {
+            self.paused_at.set(Some(Instant::now()));
+        }
+    }
+
+    /// Counts again after [`Timed::pause`] (nothing if not paused).
+    pub fn resume(&self) {
+        if let Some(at) = self.paused_at.take() {
+            self.paused.set(self.paused.get() + at.elapsed());
+        }
+    }
+
+    /// The counts so far, slowest op first. The wall time runs from the last reset (or
+    /// creation) to now, less the time paused.
     pub fn profile(&self) -> Profile {
         let mut ops = self.stats.borrow().clone();
         ops.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        let mut paused = self.paused.get();
+        if let Some(at) = self.paused_at.get() {
+            paused += at.elapsed();
+        }
         Profile {
             ops,
-            wall_s: self.since.get().elapsed().as_secs_f64(),
+            wall_s: self
+                .since
+                .get()
+                .elapsed()
+                .saturating_sub(paused)
+                .as_secs_f64(),
         }
     }
 
@@ -132,6 +172,9 @@ impl<B: MemoryOps> Timed<B> {
     }
 
     fn record(&self, op: &'static str, dt: Duration, work: Work) {
+        if self.paused_at.get().is_some() {
+            return;
+        }
         let mut stats = self.stats.borrow_mut();
         let i = match stats.iter().position(|s| s.op == op) {
             Some(i) => i,

@@ -65,6 +65,40 @@ impl HeadsPtr {
     }
 }
 
+impl HeadsPtr {
+    pub(crate) fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    pub(crate) fn seq_stride(&self) -> usize {
+        self.seq_stride
+    }
+
+    /// Rows `0..rows` of heads `0..heads` of batch entry `b`, as one slice from the first
+    /// row's start to the last row's end (rows at stride `seq_stride`, heads side by
+    /// side within a row).
+    ///
+    /// # Safety
+    /// The rows and heads must lie inside the checked view, and nothing may write them
+    /// while the slice lives.
+    pub(crate) unsafe fn rows<'a>(&self, b: usize, rows: usize, heads: usize) -> &'a [f32] {
+        let o = head(*self, b, 0);
+        let len = (rows.max(1) - 1) * self.seq_stride + heads * self.head_dim;
+        // SAFETY: inside the checked view (the caller's promise).
+        unsafe { std::slice::from_raw_parts(o.ptr.get(), len) }
+    }
+
+    /// Row 0 of heads `0..heads` of batch entry `b`, to write.
+    ///
+    /// # Safety
+    /// Inside the checked view, and no other reference to it while the slice lives.
+    pub(crate) unsafe fn row_mut<'a>(&self, b: usize, heads: usize) -> &'a mut [f32] {
+        let o = head(*self, b, 0);
+        // SAFETY: inside the checked view, exclusive (the caller's promise).
+        unsafe { std::slice::from_raw_parts_mut(o.ptr.get(), heads * self.head_dim) }
+    }
+}
+
 /// Operand for head `hh` of batch entry `b`: `[seq, D]` with row stride `seq_stride`.
 fn head(h: HeadsPtr, b: usize, hh: usize) -> Operand {
     // SAFETY: (b, hh) are inside the view, which the op's check put inside its buffer.
@@ -104,7 +138,7 @@ type ExpRow = unsafe fn(&mut [f32], f32, f32) -> f32;
 /// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
 /// keeping each row's log-sum-exp, in base 2 (the `avx512` or `avx2` module's kernel where
 /// the CPU has it, same bits).
-fn causal_softmax(
+pub(crate) fn causal_softmax(
     s: &mut [f32],
     lse: &mut [f32],
     first_row: usize,
@@ -219,6 +253,13 @@ pub(crate) fn forward(
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
+    if tq == 1 {
+        // A decoded token: one score row per head, no GEMM (`attention_decode`).
+        // SAFETY: the views were checked by the op; `lse` is B·H long.
+        return unsafe {
+            crate::attention_decode::forward([q, k, v, out], lse, d.heads, tk, pos_offset, scale)
+        };
+    }
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         with_scratch(tq * tk, |s| {

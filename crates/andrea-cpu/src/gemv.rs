@@ -136,7 +136,15 @@ impl Gemv<'_> {
                     )
                 };
                 let mut dots = [0.0f32; BAND_N * MAX_ROWS];
-                column_band(&mut dots, x, w, self.b_cs, m, k, cols);
+                let band = Band {
+                    x,
+                    w,
+                    ws: self.b_cs,
+                    m,
+                    k,
+                    cols,
+                };
+                column_band_any(&mut dots, band);
                 for i in 0..m {
                     // SAFETY: columns j0..j0+cols of row i of C; bands are disjoint.
                     let c = unsafe { std::slice::from_raw_parts_mut(self.c_row(i).add(j0), cols) };
@@ -190,6 +198,7 @@ impl Gemv<'_> {
 }
 
 multiversion! {
+    avx512;
     /// `part[i] = Σ_{r < rows} x[i, k0 + r] · w[r]` for each of the `m` rows, `w[r]` the
     /// `r`-th row (at stride `ws`) of the chunk, four rows of `w` per pass.
     #[allow(clippy::too_many_arguments)]
@@ -239,18 +248,33 @@ multiversion! {
     }
 }
 
+/// One band of the column form: `m` rows `x[i·k..][..k]` of `A` against `cols` rows
+/// `w[j·ws..][..k]` of `W`.
+#[derive(Clone, Copy)]
+pub(crate) struct Band<'a> {
+    pub x: &'a [f32],
+    pub w: &'a [f32],
+    pub ws: usize,
+    pub m: usize,
+    pub k: usize,
+    pub cols: usize,
+}
+
+/// [`column_band`], sixteen rows of `W` at a time with AVX-512 where the CPU has it
+/// (`gemv_avx512` module: the same bits).
+fn column_band_any(dots: &mut [f32], band: Band<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512 F.
+        return unsafe { crate::gemv_avx512::column_band(dots, band) };
+    }
+    column_band(dots, band)
+}
+
 multiversion! {
-    /// `dots[i·cols + j] = x[i, :] · w[j]` for the `cols` rows `w[j]` (at stride `ws`,
-    /// `k` long) of a band.
-    fn column_band(
-        dots: &mut [f32],
-        x: &[f32],
-        w: &[f32],
-        ws: usize,
-        m: usize,
-        k: usize,
-        cols: usize,
-    ) {
+    /// `dots[i·cols + j] = x[i, :] · w[j]` for the `cols` rows `w[j]` of a band.
+    fn column_band(dots: &mut [f32], band: Band<'_>) {
+        let Band { x, w, ws, m, k, cols } = band;
         for j in 0..cols {
             let wj = &w[j * ws..][..k];
             for i in 0..m {
@@ -263,7 +287,7 @@ multiversion! {
 /// `x · w` with 16 running sums (two AVX2 vectors, so loads are not waiting on one FMA
 /// chain), summed in a fixed tree at the end.
 #[inline(always)]
-fn dot<M: MulAdd>(x: &[f32], w: &[f32]) -> f32 {
+pub(crate) fn dot<M: MulAdd>(x: &[f32], w: &[f32]) -> f32 {
     const L: usize = 16;
     let mut acc = [0.0f32; L];
     let (xc, wc) = (x.chunks_exact(L), w.chunks_exact(L));
@@ -293,6 +317,49 @@ mod tests {
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
+    }
+
+    /// The AVX-512 column form gives the bits of the generic dot product, at lengths
+    /// with and without a tail and bands with a short last block of rows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_column_band_has_the_bits_of_the_generic_dot() {
+        if !crate::simd::has_avx512() {
+            return;
+        }
+        for &(m, k, cols, ws) in &[
+            (1, 128, 32, 128),
+            (1, 5, 3, 7),
+            (2, 131, 17, 140),
+            (3, 16, 1, 16),
+            (8, 768, 32, 768),
+            (1, 47, 40, 50),
+        ] {
+            let x = values(m * k, 5);
+            let w = values((cols - 1) * ws + k, 6);
+            let mut got = vec![f32::NAN; m * cols];
+            // SAFETY: the CPU has AVX-512 F (checked above).
+            let band = Band {
+                x: &x,
+                w: &w,
+                ws,
+                m,
+                k,
+                cols,
+            };
+            unsafe { crate::gemv_avx512::column_band(&mut got, band) };
+            for i in 0..m {
+                for j in 0..cols {
+                    let want = dot::<crate::simd::Fused>(&x[i * k..][..k], &w[j * ws..][..k]);
+                    assert_eq!(
+                        got[i * cols + j].to_bits(),
+                        want.to_bits(),
+                        "m {m} k {k} cols {cols}: dots[{i}, {j}] = {}, want {want}",
+                        got[i * cols + j]
+                    );
+                }
+            }
+        }
     }
 
     /// Both forms, with and without bias, accumulation and the GELU epilogue, at sizes

@@ -23,7 +23,14 @@
 //!   25-45% faster for it (benches/results/20261202T0630Z-train-tiny).
 //! * **Few rows** (generation: one token per sequence, up to 8 sequences): a
 //!   bandwidth-bound path that streams each weight matrix once in long contiguous runs
-//!   on every thread, with no packing (`gemv` module).
+//!   on every thread, with no packing (`gemv` module). The tied output layer's
+//!   dot-product form runs sixteen rows of the embedding at a time with AVX-512
+//!   intrinsics (`gemv_avx512`: sixteen independent FMA chains and one shared
+//!   transposing reduction instead of one chain and a horizontal sum per row; the same
+//!   bits), and the weights' row form has an AVX-512 copy. A decoded token's attention
+//!   (one query per sequence) skips the per-head GEMM calls: dot products, the softmax
+//!   row and a weighted sum of the values, on the calling thread when the whole call is
+//!   below 2^17 multiply-adds (`attention_decode`).
 //! * **Huge pages**: every buffer of 8 MiB or more is advised transparent huge pages
 //!   (`madvise(MADV_HUGEPAGE)`, Linux) before its first write, so streaming the weights,
 //!   gradients and optimizer moments takes no TLB miss and no prefetcher restart every
@@ -49,7 +56,8 @@
 //! * **Layout**: each op family of `andrea_core::ops` is implemented in the module that
 //!   holds its kernels: `buffer` (memory), `gemm` (linalg: matmul, bias gradient,
 //!   `linear_gelu`), `elementwise`, `layernorm`, `softmax` (softmax and the loss),
-//!   `embedding`, `optim` and `attention`. This file is the backend's set-up.
+//!   `embedding`, `optim` and `attention` (with `attention_decode` for one query per
+//!   sequence). This file is the backend's set-up.
 //! * **Determinism**: results are bit-identical from run to run *and for any thread
 //!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
 //!   reduction adds in an order fixed by the sizes, and GEMM blocks never split the
@@ -70,6 +78,7 @@
 //! ```
 
 mod attention;
+mod attention_decode;
 mod attention_products;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -84,6 +93,8 @@ mod gemm_avx2;
 #[cfg(target_arch = "x86_64")]
 mod gemm_avx512;
 mod gemv;
+#[cfg(target_arch = "x86_64")]
+mod gemv_avx512;
 mod interop;
 mod layernorm;
 mod optim;

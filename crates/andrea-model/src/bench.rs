@@ -6,9 +6,9 @@
 //! the median, which a noisy shared machine moves far less than the mean. The same logic
 //! serves the `bench` example of this crate, the criterion benches in `benches/` and the
 //! CLI's `andrea bench`; `benches/pytorch/train_step.py` measures PyTorch the same way
-//! and prints the same JSON shape ([`BenchReport::to_json`]). [`train_profile`] runs
-//! the same steps on `andrea_core::timed::Timed` for a per-op table
-//! (`andrea bench train --profile`).
+//! and prints the same JSON shape ([`BenchReport::to_json`]). [`train_profile`] and
+//! [`decode_profile`] run the same steps on `andrea_core::timed::Timed` for a per-op
+//! table (`andrea bench train --profile`, `andrea bench decode --profile`).
 //!
 //! ```
 //! use andrea_cpu::CpuBackend;
@@ -363,6 +363,49 @@ pub fn decode<B: Backend>(
     config: ModelConfig,
     plan: &DecodeBench,
 ) -> Result<BenchReport> {
+    decode_with(backend, config, plan, |_, _| {}).map(|(report, _)| report)
+}
+
+/// [`decode`] on [`Timed`]`<B>`: the same greedy steps, every op timed, and the per-op
+/// [`Profile`] of the timed steps alone: counts start after the warm-up, and the
+/// prompt refills of a full cache (untimed in [`decode`] too) run paused
+/// ([`Timed::pause`]), out of the counts and of the wall time. The time outside the
+/// ops is then the step's own host work: the greedy pick, host copies of ids and
+/// logits, the clock.
+pub fn decode_profile<B: Backend>(
+    backend: B,
+    config: ModelConfig,
+    plan: &DecodeBench,
+) -> Result<(BenchReport, Profile)> {
+    let (report, model) =
+        decode_with(Timed::new(backend), config, plan, |be, event| match event {
+            Between::WarmupDone => be.reset(),
+            Between::RoomStart => be.pause(),
+            Between::RoomEnd => be.resume(),
+        })?;
+    let profile = model.backend().profile();
+    Ok((report, profile))
+}
+
+/// Points between the timed decode steps at which [`decode_with`] calls its hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Between {
+    /// The warm-up steps are done; the timed ones follow.
+    WarmupDone,
+    /// Before and after [`Decoder::ensure_room`] (a prompt refill when the cache is
+    /// full), ahead of every step.
+    RoomStart,
+    RoomEnd,
+}
+
+/// [`decode`], calling `hook` on the backend at the points of [`Between`], and giving
+/// back the model.
+fn decode_with<B: Backend>(
+    backend: B,
+    config: ModelConfig,
+    plan: &DecodeBench,
+    mut hook: impl FnMut(&B, Between),
+) -> Result<(BenchReport, Model<B>)> {
     check_counts("bench::decode", plan.steps)?;
     let name = config.name.clone().unwrap_or_else(|| "unnamed".into());
     let model = Model::new(backend, config, plan.seed)?;
@@ -375,14 +418,22 @@ pub fn decode<B: Backend>(
     )?;
     let mut times = Vec::with_capacity(plan.steps);
     for i in 0..plan.warmup + plan.steps {
+        if i == plan.warmup {
+            model.backend().synchronize()?;
+            hook(model.backend(), Between::WarmupDone);
+        }
+        hook(model.backend(), Between::RoomStart);
         decoder.ensure_room()?;
+        model.backend().synchronize()?;
+        hook(model.backend(), Between::RoomEnd);
         let t = timed(model.backend(), || decoder.step())?;
         if i >= plan.warmup {
             times.push(t);
         }
     }
+    drop(decoder);
     let time = Spread::of(&times).expect("steps >= 1");
-    Ok(BenchReport {
+    let report = BenchReport {
         implementation: "andrea",
         bench: "decode",
         config: name,
@@ -398,7 +449,8 @@ pub fn decode<B: Backend>(
         gflop_per_s: None,
         phases: None,
         loss: None,
-    })
+    };
+    Ok((report, model))
 }
 
 #[cfg(test)]

@@ -1,0 +1,235 @@
+//! Attention of one query per sequence over a KV cache: the decode step's attention.
+//!
+//! The fused kernel (`attention` module) runs each (sequence, head) as two matrix
+//! products around a softmax, `S = q·kᵀ` and `out = P·v`, on the GEMM kernels. With one
+//! query, `S` is a single row and each product is a few thousand multiply-adds, less
+//! than what a GEMM call costs to set up (packing, blocking). Here, per sequence, for all
+//! its heads at once:
+//!
+//! * `s_h[j] = q_h · k_{j,h}` for the `n = pos_offset + 1` visible positions (16-lane
+//!   fused dot products, `gemv::dot`);
+//! * the causal softmax of `s_h / sqrt(D)` in place, keeping each row's base-2
+//!   log-sum-exp, by the fused kernel's own row function (`attention::causal_softmax`);
+//! * `out_h = Σ_j p_h[j] · v_{j,h}`, each element added in `j` order by fused
+//!   multiply-adds.
+//!
+//! The loops run over positions outside and heads inside: a position's heads lie side by
+//! side in the cache, so the keys and then the values are read in runs of `H·D` floats
+//! rather than `D`-float pieces at the cache's stride, head after head (measured 7% less
+//! time in the op at batch 1, benches/results/20261202T0645Z-decode-tiny).
+//!
+//! Every sum runs in an order fixed by the sizes, so the result does not depend on the
+//! thread count. It may differ in the last bits from the fused kernel's (another
+//! summation order), within the f32 rounding the KV-cache tests allow between a prefill
+//! and one token at a time.
+//!
+//! **Threads.** A decoded token's attention is `B·H` heads of `2·n·D` multiply-adds
+//! (tiny model, batch 1: 4 heads, at most 2·256·32 each): handing a few microseconds
+//! of work to a second thread costs about as much as it saves, so below
+//! [`MIN_PARALLEL_MACS`] the sequences run on the calling thread, above it one task per
+//! sequence.
+
+use std::cell::Cell;
+
+use rayon::prelude::*;
+
+use crate::attention::{causal_softmax, HeadsPtr};
+use crate::simd::{multiversion, MulAdd};
+
+/// Multiply-adds of a whole call (`B·H·2·n·D`) below which the heads run on the calling
+/// thread (measured, benches/results/20261202T*-decode-tiny).
+pub(crate) const MIN_PARALLEL_MACS: usize = 1 << 17;
+
+thread_local! {
+    /// A task's scores, reused across calls so a decoding step allocates nothing.
+    static SCORES: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+/// One query per (sequence, head): `out = softmax(q·kᵀ/sqrt(D)) · v` over keys
+/// `0..=pos_offset` (capped at `k_len`); `lse[b·H + h]` receives the base-2 log-sum-exp
+/// of the scaled scores.
+///
+/// # Safety
+/// The heads must be inside their checked views (`B` sequences of `H` heads, `q` and
+/// `out` one row, `k` and `v` at least `min(pos_offset + 1, k_len)` rows), `out`
+/// disjoint from the rest, and `lse` `B·H` long.
+pub(crate) unsafe fn forward(
+    [q, k, v, out]: [HeadsPtr; 4],
+    lse: &mut [f32],
+    heads: usize,
+    k_len: usize,
+    pos_offset: usize,
+    scale: f32,
+) {
+    let n = (pos_offset + 1).min(k_len);
+    let d = q.head_dim();
+    // One task per sequence, all its heads: the heads of a position lie side by side, so
+    // walking positions in the outer loop reads the cached keys, then values, in
+    // contiguous runs of `H·D` floats instead of `D`-float pieces at a stride.
+    let task = |(b, l): (usize, &mut [f32])| {
+        let mut s = SCORES.take();
+        s.clear();
+        s.resize(heads * k_len, 0.0);
+        // SAFETY: sequence b inside the checked views: one row of q and out, n rows of k
+        // and v, all heads; each task writes only its own sequence's row of `out`.
+        let (qr, kr, vr, or) = unsafe {
+            (
+                q.rows(b, 1, heads),
+                k.rows(b, n, heads),
+                v.rows(b, n, heads),
+                out.row_mut(b, heads),
+            )
+        };
+        let shape = Shape { n, k_len, heads, d };
+        scores(qr, kr, k.seq_stride(), &mut s, shape);
+        for (row, lh) in s.chunks_exact_mut(k_len).zip(l) {
+            let lh = std::slice::from_mut(lh);
+            causal_softmax(row, lh, 0, 1, k_len, pos_offset, scale);
+        }
+        weighted_sum(&s, vr, v.seq_stride(), or, shape);
+        SCORES.set(s);
+    };
+    if lse.len() * 2 * n * d >= MIN_PARALLEL_MACS {
+        lse.par_chunks_mut(heads).enumerate().for_each(task);
+    } else {
+        lse.chunks_mut(heads).enumerate().for_each(task);
+    }
+}
+
+/// Sizes of one sequence's heads: `n` visible positions, score rows of `k_len`, `heads`
+/// heads of `d`.
+#[derive(Clone, Copy)]
+struct Shape {
+    n: usize,
+    k_len: usize,
+    heads: usize,
+    d: usize,
+}
+
+multiversion! {
+    avx512;
+    /// `s[h·k_len + j] = q_h · k_{j,h}` for `j < n`, position `j`'s heads at `k[j·ks..]`.
+    fn scores(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
+        let Shape { n, k_len, heads, d } = shape;
+        for j in 0..n {
+            let kj = &k[j * ks..][..heads * d];
+            for h in 0..heads {
+                s[h * k_len + j] = crate::gemv::dot::<M>(&q[h * d..][..d], &kj[h * d..][..d]);
+            }
+        }
+    }
+}
+
+multiversion! {
+    avx512;
+    /// `out_h = Σ_j p[h·k_len + j] · v_{j,h}`, each element added in `j` order, position
+    /// `j`'s heads at `v[j·vs..]`.
+    fn weighted_sum(p: &[f32], v: &[f32], vs: usize, out: &mut [f32], shape: Shape) {
+        let Shape { n, k_len, heads, d } = shape;
+        out.fill(0.0);
+        for j in 0..n {
+            let vj = &v[j * vs..][..heads * d];
+            for h in 0..heads {
+                let pj = p[h * k_len + j];
+                for (o, &x) in out[h * d..][..d].iter_mut().zip(&vj[h * d..][..d]) {
+                    *o = M::mul_add(pj, x, *o);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use andrea_core::prelude::*;
+    use andrea_core::{AttentionShape, Heads, View};
+
+    use crate::CpuBackend;
+
+    /// One query per head over caches of several lengths, against an f64 softmax
+    /// attention: the output and the base-2 log-sum-exp; a head size with a tail past
+    /// the 16-lane dot products; and the same bits on 1 and 2 threads on both sides of
+    /// the parallel threshold.
+    #[test]
+    fn matches_an_f64_reference_on_any_thread_count() {
+        let (b, h, d, t_max) = (2, 3, 20, 300);
+        let c = h * d;
+        let mut r = andrea_testkit::random::Rand::new(11);
+        let (q, k, v) = (
+            r.vec(b * c, -1.0, 1.0),
+            r.vec(b * t_max * c, -1.0, 1.0),
+            r.vec(b * t_max * c, -1.0, 1.0),
+        );
+        let mut bits = Vec::new();
+        for threads in [1, 2] {
+            let be = CpuBackend::with_threads(threads).unwrap();
+            let up = |x: &[f32]| {
+                let buf = be.alloc(x.len()).unwrap();
+                be.upload(x, View::whole(&buf)).unwrap();
+                buf
+            };
+            let (qb, kb, vb, ob) = (up(&q), up(&k), up(&v), be.alloc(b * c).unwrap());
+            let heads = |buf, t| Heads::from_tensor(View::new(buf, 0, [b, t, c]), h).unwrap();
+            let mut run_bits = Vec::new();
+            // pos 299: 6 heads · 2·300·20 multiply-adds, past the parallel threshold.
+            for pos in [0, 1, 16, 37, 299] {
+                let tk = pos + 1;
+                let shape = AttentionShape {
+                    batch: b,
+                    heads: h,
+                    head_dim: d,
+                    q_len: 1,
+                    k_len: tk,
+                };
+                let ws = be.alloc(be.attention_workspace_len(shape)).unwrap();
+                be.attention_forward(
+                    heads(&qb, 1),
+                    heads(&kb, t_max).prefix(tk),
+                    heads(&vb, t_max).prefix(tk),
+                    heads(&ob, 1),
+                    View::whole(&ws),
+                    pos,
+                )
+                .unwrap();
+                let (mut out, mut lse) = (vec![0.0; b * c], vec![0.0; b * h]);
+                be.download(View::whole(&ob), &mut out).unwrap();
+                be.download(View::whole(&ws), &mut lse).unwrap();
+                for bi in 0..b {
+                    for hi in 0..h {
+                        let qi = &q[bi * c + hi * d..][..d];
+                        let row =
+                            |x: &[f32], j: usize| x[(bi * t_max + j) * c + hi * d..][..d].to_vec();
+                        let s: Vec<f64> = (0..tk)
+                            .map(|j| {
+                                let kj = row(&k, j);
+                                (0..d).map(|e| qi[e] as f64 * kj[e] as f64).sum::<f64>()
+                                    / (d as f64).sqrt()
+                            })
+                            .collect();
+                        let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let sum: f64 = s.iter().map(|x| (x - max).exp()).sum();
+                        let want_lse = (max + sum.ln()) / std::f64::consts::LN_2;
+                        let got_lse = lse[bi * h + hi] as f64;
+                        assert!(
+                            (got_lse - want_lse).abs() < 1e-5,
+                            "pos {pos}: lse {got_lse}, want {want_lse}"
+                        );
+                        for e in 0..d {
+                            let want: f64 = (0..tk)
+                                .map(|j| (s[j] - max).exp() / sum * row(&v, j)[e] as f64)
+                                .sum();
+                            let got = out[bi * c + hi * d + e] as f64;
+                            assert!(
+                                (got - want).abs() < 1e-5,
+                                "pos {pos} ({bi}, {hi}, {e}): {got}, want {want}"
+                            );
+                        }
+                    }
+                }
+                run_bits.extend(out.iter().chain(&lse).map(|x| x.to_bits()));
+            }
+            bits.push(run_bits);
+        }
+        assert_eq!(bits[0], bits[1], "1 and 2 threads differ");
+    }
+}

@@ -1,0 +1,137 @@
+//! The column form of the few-rows product (`gemv` module) with AVX-512 intrinsics:
+//! `dots[i, j] = x[i, :] · w[j]` for a band of rows `w[j]` of `W`, sixteen rows of `W`
+//! at a time. This is the tied output projection of a decoded token (`x · wteᵀ`, 128 ×
+//! 8449 in the tiny model), the largest product of a decode step.
+//!
+//! The generic form ([`gemv::dot`](crate::gemv)) takes one row of `W` at a time: 16
+//! running sums (one 512-bit vector) over `k`, then a tree of adds down to one lane,
+//! `acc[l] += acc[l + h]` for `h = 8, 4, 2, 1`, then `+ tail` (the `k mod 16` last
+//! products, summed on their own). At `k = 128` that is 8 FMAs on one dependency chain
+//! and a 4-level horizontal reduction per dot, so the pipes sit idle on latency. Here
+//! sixteen rows run together: 16 independent chains of FMAs, and the sixteen
+//! reductions share their shuffles, each level adding the halves of two rows' vectors
+//! at once (a transpose as it reduces), so sixteen dots end in one vector.
+//!
+//! **Same bits as the generic form.** Each row's lanes get the same fused
+//! multiply-adds in the same `k` order, each level of the tree adds the same pairs of
+//! lanes (`acc[l] + acc[l + h]`, addition being commutative), and the tail is the same
+//! serial sum added last. A unit test compares the bits with [`gemv::dot`].
+//!
+//! Requires AVX-512 F (the caller checks [`simd::has_avx512`](crate::simd::has_avx512)).
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use crate::gemv::Band;
+
+/// Lanes of one vector, and rows of `W` per pass.
+const L: usize = 16;
+
+/// `dots[i·cols + j] = x[i, :] · w[j]` for the band's `m` rows of `x` and `cols` rows
+/// of `w`; the bits of `gemv::dot::<Fused>`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F. (Bounds are asserted.)
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
+    let Band {
+        x,
+        w,
+        ws,
+        m,
+        k,
+        cols,
+    } = band;
+    assert!(cols > 0 && dots.len() >= m * cols && x.len() >= m * k);
+    assert!(w.len() >= (cols - 1) * ws + k);
+    for j0 in (0..cols).step_by(L) {
+        let rows = L.min(cols - j0);
+        // SAFETY: row j0 + r, r < rows, starts inside `w` and has k floats (asserted).
+        let first = unsafe { w.as_ptr().add(j0 * ws) };
+        for i in 0..m {
+            let xi = &x[i * k..][..k];
+            let out = &mut dots[i * cols + j0..][..rows];
+            // Row r at a fixed stride in a full block (the compiler keeps one pointer and
+            // the stride, not sixteen pointers); a short last block repeats its last
+            // row, whose dots are not stored.
+            // SAFETY: rows j0..j0 + rows of `w` have k floats each (asserted); the CPU
+            // has AVX-512 F (this function's contract).
+            unsafe {
+                if rows == L {
+                    sixteen_dots(xi, |r| first.wrapping_add(r * ws), out);
+                } else {
+                    sixteen_dots(xi, |r| first.wrapping_add(r.min(rows - 1) * ws), out);
+                }
+            }
+        }
+    }
+}
+
+/// The dots of `x` with the sixteen rows `row(0..16)`, the first `out.len()` stored.
+///
+/// # Safety
+/// `row(r)` must point at `x.len()` readable floats for every `r < 16`; the CPU must have
+/// AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn sixteen_dots(x: &[f32], row: impl Fn(usize) -> *const f32, out: &mut [f32]) {
+    let k = x.len();
+    let body = k - k % L;
+    let mut acc = [_mm512_setzero_ps(); L];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: c + 16 <= body <= k, the length of x and of every row.
+        let xv = unsafe { _mm512_loadu_ps(x.as_ptr().add(c)) };
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: row r has k floats (the caller's promise); c + 16 <= k.
+            let wv = unsafe { _mm512_loadu_ps(row(r).add(c)) };
+            *a = _mm512_fmadd_ps(xv, wv, *a);
+        }
+        c += L;
+    }
+    // Level h = 8: rows (2p, 2p+1) into one vector, the low 256 bits row 2p's
+    // `acc[l] + acc[l + 8]`, the high row 2p+1's.
+    let s1: [__m512; 8] = std::array::from_fn(|p| {
+        let (a, b) = (acc[2 * p], acc[2 * p + 1]);
+        let lo = _mm512_shuffle_f32x4::<0x44>(a, b); // a.0 a.1 b.0 b.1 (128-bit blocks)
+        let hi = _mm512_shuffle_f32x4::<0xEE>(a, b); // a.2 a.3 b.2 b.3
+        _mm512_add_ps(lo, hi)
+    });
+    // h = 4: block j of s2[q] holds row 4q + j's `acc[l] + acc[l + 4]`, l < 4.
+    let s2: [__m512; 4] = std::array::from_fn(|q| {
+        let (a, b) = (s1[2 * q], s1[2 * q + 1]);
+        let lo = _mm512_shuffle_f32x4::<0x88>(a, b); // a.0 a.2 b.0 b.2
+        let hi = _mm512_shuffle_f32x4::<0xDD>(a, b); // a.1 a.3 b.1 b.3
+        _mm512_add_ps(lo, hi)
+    });
+    // h = 2: block j of s3[r] holds rows 8r + j (lanes 0, 1) and 8r + 4 + j (2, 3).
+    let s3: [__m512; 2] = std::array::from_fn(|r| {
+        let (a, b) = (s2[2 * r], s2[2 * r + 1]);
+        let lo = _mm512_shuffle_ps::<0x44>(a, b); // per block: a0 a1 b0 b1
+        let hi = _mm512_shuffle_ps::<0xEE>(a, b); // a2 a3 b2 b3
+        _mm512_add_ps(lo, hi)
+    });
+    // h = 1: lane 4j + e holds row j + 4e's dot.
+    let lo = _mm512_shuffle_ps::<0x88>(s3[0], s3[1]); // per block: a0 a2 b0 b2
+    let hi = _mm512_shuffle_ps::<0xDD>(s3[0], s3[1]); // a1 a3 b1 b3
+    let mixed = _mm512_add_ps(lo, hi);
+    // Lane r of the result takes row r from lane 4·(r mod 4) + r / 4.
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    let sums = _mm512_permutexvar_ps(order, mixed);
+    // The tail: the last k mod 16 products of each row, a serial fused sum from 0.
+    let mut tail = [0.0f32; L];
+    for (r, t) in tail.iter_mut().enumerate() {
+        for (c, &a) in x.iter().enumerate().skip(body) {
+            // SAFETY: row r has k floats; c < k.
+            *t = a.mul_add(unsafe { *row(r).add(c) }, *t);
+        }
+    }
+    // SAFETY: `tail` is 16 floats.
+    let tail = unsafe { _mm512_loadu_ps(tail.as_ptr()) };
+    let dots = _mm512_add_ps(sums, tail);
+    let mut all = [0.0f32; L];
+    // SAFETY: `all` is 16 floats.
+    unsafe { _mm512_storeu_ps(all.as_mut_ptr(), dots) };
+    out.copy_from_slice(&all[..out.len()]);
+}
