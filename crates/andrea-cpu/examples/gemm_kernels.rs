@@ -12,7 +12,7 @@
 //!
 //! `--kernels avx512,avx512-blocks,avx2,gemm,matrixmultiply` picks the kernels, `--only fwd_fc,bwd_dw_qkv`
 //! the shapes. `--clock cpu` times by the CPU time of the process's threads (Linux:
-//! `/proc/self/task/*/schedstat`) instead of the wall clock: on a machine shared with
+//! `CLOCK_PROCESS_CPUTIME_ID`) instead of the wall clock: on a machine shared with
 //! other work, that counts only the time this process ran, so it compares kernels (and
 //! estimates % of peak) where wall times are swamped by the load; rayon's idle spinning
 //! counts as time, so the figures stay conservative. `ANDREA_SIMD` caps the backend's own kernels (not the two crates': they
@@ -200,17 +200,18 @@ enum Fused {
 
 static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
-/// Seconds this process's threads have run on a CPU (the first field of each thread's
-/// `schedstat`, nanoseconds).
+/// Seconds this process's threads have run on a CPU (`CLOCK_PROCESS_CPUTIME_ID`, which
+/// brings the running threads' time up to date when read: the threads' `schedstat` files,
+/// read before, lagged by up to a scheduler tick, longer than a tiny product, so a
+/// 1-thread product read 0 s and the medians of `--clock cpu` were ticks, not times).
 fn cpu_seconds() -> Result<f64, Box<dyn std::error::Error + Send + Sync>> {
-    let mut ns = 0u64;
-    for task in std::fs::read_dir("/proc/self/task")? {
-        let stat = std::fs::read_to_string(task?.path().join("schedstat"))?;
-        ns += stat
-            .split_whitespace()
-            .next()
-            .and_then(|f| f.parse::<u64>().ok())
-            .ok_or("unreadable schedstat")?;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return Err("clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed".into());
     }
-    Ok(ns as f64 / 1e9)
+    Ok(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
