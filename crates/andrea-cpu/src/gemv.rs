@@ -23,8 +23,10 @@
 //! threads (`peaks --threads 2 --read-mb 4,8,16`, five loaded runs) gave 8 MiB: 75-93
 //! GB/s, median 78; 16 MiB: 58-92, median 88. At 78 GB/s the weights alone take 96 µs
 //! a token: **about 10,500 tokens/s from the L3 stream alone** (12,500 at the best 93.5
-//! GB/s), before attention (which also streams the KV cache), the small ops and the
-//! fork/joins. Round 1's products ran at about 68 GB/s (matmul + linear_gelu, 0.108 ms
+//! GB/s; one thread alone read 8 MiB at a median 102.8 GB/s on the loaded host, a
+//! 13,760 tokens/s bound, though the decode on one thread runs at 6,300), before
+//! attention (which also streams the KV cache), the small ops and the fork/joins.
+//! Round 1's products ran at about 68 GB/s (matmul + linear_gelu, 0.108 ms
 //! for 7.4 MB), i.e. already near that stream.
 //!
 //! Chunks and bands are fixed by the sizes and every sum runs in a fixed order, so, like
