@@ -15,6 +15,20 @@
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
 //!
+//! **The bound on this project's 2-core Zen 5 host** (measured 2026-12-02, results in
+//! `benches/results/20261202T0715Z-decode-tiny-2/`). A tiny-model token (configs/tiny.toml)
+//! reads 7.47 MB of weights: 4 layers × (128·384 + 128·128 + 128·512 + 512·128) floats =
+//! 3.15 MB, plus the tied output layer's 8449 × 128 floats = 4.33 MB. That is more than
+//! the two 1 MB L2 caches, so every token streams them from L3. The L3 read stream on 2
+//! threads (`peaks --threads 2 --read-mb 4,8,16`, five loaded runs) gave 8 MiB: 75-93
+//! GB/s, median 78; 16 MiB: 58-92, median 88. At 78 GB/s the weights alone take 96 µs
+//! a token: **about 10,500 tokens/s from the L3 stream alone** (12,500 at the best 93.5
+//! GB/s; one thread alone read 8 MiB at a median 102.8 GB/s on the loaded host, a
+//! 13,760 tokens/s bound, though the decode on one thread runs at 6,300), before
+//! attention (which also streams the KV cache), the small ops and the fork/joins.
+//! Round 1's products ran at about 68 GB/s (matmul + linear_gelu, 0.108 ms
+//! for 7.4 MB), i.e. already near that stream.
+//!
 //! Chunks and bands are fixed by the sizes and every sum runs in a fixed order, so, like
 //! the GEMM, the result does not depend on the thread count. It may differ from the GEMM
 //! path's in the last bits (another summation order): prefill and decode agree to f32
