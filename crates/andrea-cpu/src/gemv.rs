@@ -26,8 +26,10 @@
 //! GB/s; one thread alone read 8 MiB at a median 102.8 GB/s on the loaded host, a
 //! 13,760 tokens/s bound, though the decode on one thread runs at 6,300), before
 //! attention (which also streams the KV cache), the small ops and the fork/joins.
-//! Round 1's products ran at about 68 GB/s (matmul + linear_gelu, 0.108 ms
-//! for 7.4 MB), i.e. already near that stream.
+//! The products ran at about 68 GB/s on a quieter host (matmul + linear_gelu, 0.108 ms
+//! for 7.4 MB), and at 42-48 GB/s at load 6-7 while the stream read 83-103 GB/s in the
+//! same hour: the gap to the bound is in the product kernels (small products' fork/joins
+//! and the partial row read and written every four rows), not in L3.
 //!
 //! Chunks and bands are fixed by the sizes and every sum runs in a fixed order, so, like
 //! the GEMM, the result does not depend on the thread count. It may differ from the GEMM
