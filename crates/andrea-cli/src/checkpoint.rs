@@ -9,7 +9,9 @@
 //! A checkpoint is written into `<out>/.tmp-step-…` and renamed into place when
 //! complete, then `<out>/latest` (a symbolic link) is switched to it by renaming a new
 //! link over the old one: an interruption at any moment leaves the previous checkpoint
-//! and `latest` intact. On load every recorded file is checked (present, size,
+//! and `latest` intact. An interruption between the two renames leaves `latest` one
+//! checkpoint behind; [`resolve`] therefore reads `<out>/latest` as the run's newest
+//! complete checkpoint, and the next save relinks it. On load every recorded file is checked (present, size,
 //! checksum) before anything is read, and the model loader then checks every tensor's
 //! name and shape; a damaged checkpoint is refused with the file and what is wrong.
 
@@ -193,8 +195,17 @@ pub fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
     andrea_fs::write_atomic(&out.join("latest"), name.as_bytes())
 }
 
-/// The directory a checkpoint path names (`<out>/latest` resolved to its target).
+/// The directory a checkpoint path names. `<out>/latest` names the run's newest
+/// complete checkpoint: its target, or a newer `step-*` directory when a save was
+/// interrupted after renaming that checkpoint into place but before relinking `latest`
+/// (a kill or power loss at that moment must not make `--resume <out>/latest` refuse
+/// with "newer checkpoints", nor resume from the older one).
 pub fn resolve(path: &Path) -> Result<PathBuf> {
+    if path.file_name().is_some_and(|n| n == "latest") {
+        if let Some(dir) = newest_behind_latest(path) {
+            return Ok(dir);
+        }
+    }
     let meta = std::fs::metadata(path).with_context(|| {
         format!(
             "cannot open the checkpoint {}: check the path (a run's newest checkpoint is <out>/latest)",
@@ -212,6 +223,27 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
         );
     }
     Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// The run directory's newest checkpoint when it is newer than what `latest` names
+/// (or `latest` names nothing that exists); `None` when `latest` is current or the
+/// directory holds no checkpoint of ours.
+fn newest_behind_latest(latest: &Path) -> Option<PathBuf> {
+    let out = latest.parent().filter(|p| !p.as_os_str().is_empty());
+    let out = out.unwrap_or(Path::new("."));
+    let (newest, dir) = list(out).ok()?.pop()?;
+    let target = match std::fs::read_link(latest) {
+        Ok(t) => Some(t),
+        // Without symbolic links `latest` is a file holding the checkpoint's name.
+        Err(_) => std::fs::read_to_string(latest)
+            .ok()
+            .map(|s| PathBuf::from(s.trim())),
+    };
+    let named = target.and_then(|t| checkpoint_step(&out.join(t)));
+    match named {
+        Some(step) if step >= newest => None,
+        _ => Some(std::fs::canonicalize(&dir).unwrap_or(dir)),
+    }
 }
 
 /// `training_state.json` is a few KiB; a larger one is not ours.

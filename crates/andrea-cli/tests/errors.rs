@@ -290,11 +290,18 @@ fn a_second_run_on_the_same_out_is_refused_and_the_first_survives_a_kill() {
     // released the lock with the killed process).
     ok(dir, &["info", "--checkpoint", "run/latest"]);
     let names = file_names(&dir.join("run"));
-    let step: u64 = std::fs::read_link(dir.join("run/latest"))
-        .unwrap()
-        .to_string_lossy()
-        .trim_start_matches("step-")
-        .parse()
+    // The kill may land between a checkpoint's rename and the relinking of `latest`:
+    // `run/latest` then still names the one before, and resolves to the newest.
+    let step: u64 = names
+        .iter()
+        .filter(|n| {
+            dir.join("run")
+                .join(n)
+                .join("training_state.json")
+                .is_file()
+        })
+        .filter_map(|n| n.strip_prefix("step-")?.parse().ok())
+        .max()
         .unwrap();
     ok(
         dir,
@@ -345,6 +352,40 @@ fn resuming_from_an_older_checkpoint_does_not_overwrite_newer_ones() {
     ok(dir, &[&resume_old[..], &["--overwrite"]].concat());
     assert!(!dir.join("run/step-00000004").exists());
     assert!(dir.join("run/step-00000003").is_dir());
+}
+
+/// A kill after a checkpoint is renamed into place but before `latest` is relinked
+/// leaves `latest` one checkpoint behind: `--resume run/latest` continues from the
+/// newest complete checkpoint instead of refusing with "newer checkpoints".
+#[cfg(unix)]
+#[test]
+fn latest_left_behind_by_a_kill_resolves_to_the_newest_checkpoint() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let train = [TRAIN_TINY, &["--out", "run"]].concat();
+    ok(
+        dir,
+        &[&train[..], &["--steps", "4", "--checkpoint-every", "2"]].concat(),
+    );
+    let newest = bytes(dir.join("run/step-00000004/model.safetensors"));
+    std::fs::remove_file(dir.join("run/latest")).unwrap();
+    std::os::unix::fs::symlink("step-00000002", dir.join("run/latest")).unwrap();
+    // From step 2 this would be refused (step 4 is newer); from step 4 it runs one step.
+    ok(dir, &["train", "--resume", "run/latest", "--steps", "5"]);
+    assert_eq!(
+        bytes(dir.join("run/step-00000004/model.safetensors")),
+        newest
+    );
+    assert_eq!(
+        std::fs::read_link(dir.join("run/latest")).unwrap(),
+        std::path::Path::new("step-00000005")
+    );
+    // A `latest` naming nothing that exists (a kill while `--overwrite` removed the
+    // newer checkpoints) also resolves to the newest.
+    std::fs::remove_file(dir.join("run/latest")).unwrap();
+    std::os::unix::fs::symlink("step-00000009", dir.join("run/latest")).unwrap();
+    ok(dir, &["train", "--resume", "run/latest", "--steps", "6"]);
+    assert!(dir.join("run/step-00000006/training_state.json").is_file());
 }
 
 #[test]
