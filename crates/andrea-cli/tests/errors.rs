@@ -321,15 +321,21 @@ fn a_second_run_on_the_same_out_is_refused_and_the_first_survives_a_kill() {
     );
 }
 
-#[test]
-fn resuming_from_an_older_checkpoint_does_not_overwrite_newer_ones() {
+/// A tiny run in `run/` with checkpoints at steps 2 and 4.
+fn run_with_checkpoints_at_2_and_4() -> tempfile::TempDir {
     let tmp = prepared("50");
-    let dir = tmp.path();
     let train = [TRAIN_TINY, &["--out", "run"]].concat();
     ok(
-        dir,
+        tmp.path(),
         &[&train[..], &["--steps", "4", "--checkpoint-every", "2"]].concat(),
     );
+    tmp
+}
+
+#[test]
+fn resuming_from_an_older_checkpoint_does_not_overwrite_newer_ones() {
+    let tmp = run_with_checkpoints_at_2_and_4();
+    let dir = tmp.path();
     let newer = bytes(dir.join("run/step-00000004/model.safetensors"));
     let err = fails_with(
         dir,
@@ -360,13 +366,8 @@ fn resuming_from_an_older_checkpoint_does_not_overwrite_newer_ones() {
 #[cfg(unix)]
 #[test]
 fn latest_left_behind_by_a_kill_resolves_to_the_newest_checkpoint() {
-    let tmp = prepared("50");
+    let tmp = run_with_checkpoints_at_2_and_4();
     let dir = tmp.path();
-    let train = [TRAIN_TINY, &["--out", "run"]].concat();
-    ok(
-        dir,
-        &[&train[..], &["--steps", "4", "--checkpoint-every", "2"]].concat(),
-    );
     let newest = bytes(dir.join("run/step-00000004/model.safetensors"));
     std::fs::remove_file(dir.join("run/latest")).unwrap();
     std::os::unix::fs::symlink("step-00000002", dir.join("run/latest")).unwrap();
