@@ -11,14 +11,21 @@
 //! block into panels of [`NR`] columns, `A` per `MC x KC` block into panels of [`MR`]
 //! rows, both zero-padded to whole panels, and a register-blocked micro-kernel computing
 //! an `MR x NR` tile of `C` (6 x 16: twelve 8-lane accumulators, two loads of `B` and six
-//! broadcasts of `A` per step of `k`, 15 of the 16 `ymm` registers). `KC = 384` keeps a
-//! `B` micro-panel (24 KB) and an `A` one (9 KB) in a 48 KB L1 and the `A` block
-//! (`MC = 96` rows, 144 KB) in L2. Chosen by alternating runs of
-//! `cargo run --release -p andrea-cpu --example gemm_kernels -- --threads 1 --kernels
-//! avx2,gemm` on the step's 11 shapes, as the median ratio to the `gemm` crate's AVX-512
-//! kernel in the same process (a loaded machine: 23:44-23:47 UTC, 2026-12-01): KC 256
-//! 0.49-0.54, 320 0.52-0.54, 384 0.52-0.58; MC 144 0.52-0.54 against 96's 0.55-0.56.
-//! A CPU with a 32 KB L1 may prefer `KC = 256` (not measured: no such machine here).
+//! broadcasts of `A` per step of `k`, 15 of the 16 `ymm` registers). `KC = 256` keeps a
+//! `B` micro-panel (16 KB) and an `A` one (6 KB) in a 32 KB L1 (AVX2-only CPUs: Zen 2
+//! and 3, Intel before Ice Lake) and the `A` block (`MC = 96` rows, 96 KB) in L2; the
+//! micro-kernel prefetches its `C` tile's rows before the `k` loop, so that the tile's
+//! read (`beta` 1) or its write-allocate is not a cache miss at the end of each call.
+//!
+//! Chosen on an AVX2-only AMD EPYC (Zen 3, 32 KB L1, 512 KB L2; 2026-12-02) by
+//! `cargo run --release -p andrea-cpu --example gemm_kernels -- --threads 1 --rounds 9
+//! --clock cpu --kernels avx2 --only fwd_fc,fwd_fc_proj,bwd_dw_qkv,bwd_dx_lm_head`,
+//! variants alternated, two sittings each (one thread's FMA probe: 80-94 GFLOP/s on that
+//! noisy host): `KC = 384` without the prefetch 47-72 GFLOP/s median (the previous
+//! choice, made on a 48 KB-L1 Intel machine where a 24 KB micro-panel fits), `KC = 256`
+//! 46-72, `KC = 384` + prefetch 53-76, `KC = 256` + prefetch 64-83 (78-83 in the quieter
+//! sitting: 87-92% of the probe); `MC` 144 measured level with 96, 192 behind.
+//! Raw outputs: benches/results/20261202T1155Z-zen3-gemm-avx2/.
 //!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
@@ -35,7 +42,7 @@ use crate::gemm::Operand;
 pub(crate) const MR: usize = 6;
 /// Columns of `B` (and of the `C` tile) per micro-kernel call: two AVX vectors.
 pub(crate) const NR: usize = 16;
-const KC: usize = 384;
+const KC: usize = 256;
 const MC: usize = 96;
 const NC: usize = 3072;
 
@@ -167,6 +174,13 @@ unsafe fn pack_a(mc: usize, kc: usize, a: Operand, ic: usize, pc: usize, out: &m
             }
             continue;
         }
+        if h == MR && a.cs == 1 {
+            // A row-major: 8 columns of the 6 rows at a time, transposed in registers.
+            // SAFETY: rows i0..i0 + MR, columns pc..pc + kc lie in A; the panel holds
+            // kc x MR values.
+            unsafe { pack_a_rows(kc, base.add(i0 * a.rs + pc), a.rs, panel) };
+            continue;
+        }
         for i in 0..MR {
             if i < h {
                 // SAFETY: row i0 + i, columns pc..pc + kc lie in A.
@@ -180,6 +194,73 @@ unsafe fn pack_a(mc: usize, kc: usize, a: Operand, ic: usize, pc: usize, out: &m
                     panel[p * MR + i] = 0.0;
                 }
             }
+        }
+    }
+}
+
+/// Packs the `MR` rows at `src` (row stride `rs`, columns contiguous) over `kc` columns
+/// into `panel` (`kc` groups of `MR` values). For a row-major `A` the scalar copy writes
+/// one float at a time at a stride of `MR`; this moves 8 columns per step through an
+/// 8 x 8 transpose (rows 6 and 7 are copies of row 5, never stored), which matters where
+/// `n` is small and `A`'s packing is a large share of the work (the tiny model's `dx` of
+/// the output layer: `k` 8449, `n` 128).
+///
+/// # Safety
+/// The `MR` rows hold `kc` readable floats at `src + i·rs`; `panel.len() >= kc·MR`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_a_rows(kc: usize, src: *const f32, rs: usize, panel: &mut [f32]) {
+    let panel = &mut panel[..kc * MR];
+    let out = panel.as_mut_ptr();
+    let mut p = 0;
+    while p + 8 <= kc {
+        // SAFETY: columns p..p + 8 of each row are in bounds; the stores below write
+        // groups p..p + 8 of the panel, each MR floats (the 8-wide stores' last two
+        // lanes land in the next group, which the next store overwrites; the last
+        // group's are written 4 + 2 wide).
+        unsafe {
+            let r = |i: usize| _mm256_loadu_ps(src.add(i * rs + p));
+            let (r0, r1, r2, r3, r4, r5) = (r(0), r(1), r(2), r(3), r(4), r(5));
+            let t0 = _mm256_unpacklo_ps(r0, r1);
+            let t1 = _mm256_unpackhi_ps(r0, r1);
+            let t2 = _mm256_unpacklo_ps(r2, r3);
+            let t3 = _mm256_unpackhi_ps(r2, r3);
+            let t4 = _mm256_unpacklo_ps(r4, r5);
+            let t5 = _mm256_unpackhi_ps(r4, r5);
+            let t6 = _mm256_unpacklo_ps(r5, r5);
+            let t7 = _mm256_unpackhi_ps(r5, r5);
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            // Column j of the 8: rows 0..6 in lanes 0..6.
+            let cols = [
+                _mm256_permute2f128_ps::<0x20>(s0, s4),
+                _mm256_permute2f128_ps::<0x20>(s1, s5),
+                _mm256_permute2f128_ps::<0x20>(s2, s6),
+                _mm256_permute2f128_ps::<0x20>(s3, s7),
+                _mm256_permute2f128_ps::<0x31>(s0, s4),
+                _mm256_permute2f128_ps::<0x31>(s1, s5),
+                _mm256_permute2f128_ps::<0x31>(s2, s6),
+                _mm256_permute2f128_ps::<0x31>(s3, s7),
+            ];
+            for (j, c) in cols.iter().enumerate().take(7) {
+                _mm256_storeu_ps(out.add((p + j) * MR), *c);
+            }
+            let last = out.add((p + 7) * MR);
+            _mm_storeu_ps(last, _mm256_castps256_ps128(cols[7]));
+            let hi = _mm_castps_si128(_mm256_extractf128_ps::<1>(cols[7]));
+            _mm_storel_epi64(last.add(4) as *mut __m128i, hi);
+        }
+        p += 8;
+    }
+    for p in p..kc {
+        for i in 0..MR {
+            // SAFETY: column p of row i is in bounds.
+            panel[p * MR + i] = unsafe { *src.add(i * rs + p) };
         }
     }
 }
@@ -200,6 +281,14 @@ unsafe fn kernel(
     mr: usize,
     nr: usize,
 ) {
+    // The tile's first and last element of each row: its one or two cache lines.
+    for i in 0..mr {
+        // SAFETY: a prefetch does not fault; the addresses lie in the tile anyway.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(c.add(i * rs) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(c.add(i * rs + (nr - 1) * cs) as *const i8);
+        }
+    }
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
     let (ap, bp) = (&ap[..kc * MR], &bp[..kc * NR]);
     for p in 0..kc {
