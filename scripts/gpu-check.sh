@@ -60,7 +60,8 @@
 #   peer-train-*      50 s each (est. 20 each) GPT2LMHeadModel as ANDREA-120M, 16 x 1024,
 #                     AdamW, bf16 autocast and TF32, eager
 #   cpu-vs-gpu        45 s   (est. 15)  a tiny model trained by `andrea demo` on the CPU,
-#                     eval loss and greedy text on the CPU and on the GPU (FP32)
+#                     eval loss and greedy text on the CPU and on the GPU (FP32); on the
+#                     emulator a smaller demo and 16 tokens, 120 s
 #   largest-batch     45 s   (est. 30)  120M training at 32, 64, 128 x 1024 until one fails
 #   bench-decode      25 s   (est. 10)  120M, batch 1, KV cache
 #   bench-decode-off  25 s   (est. 10)  the same with ANDREA_CUDA_DECODE=off (no split-KV attention)
@@ -116,6 +117,9 @@ if [ "$MODE" = emulator ]; then
     LARGEST="1 2"  # the emulator runs a tiny step at 4 x 32 in ~9 s (mma kernels lane by lane)
     DECODE_ARGS=(--batch-size 1 --seq-len 32 --prompt-len 8 --steps 4 --warmup 1)
     PEER_SHAPE=(--batch 2 --seq 32)
+    # cpu-vs-gpu: the emulated eval of the 300 KB demo's 14 windows took 55 s and 48
+    # greedy tokens 15 s on a Zen 3 host (2x the Zen 5 one), past the phase's 45 s.
+    CVG_CORPUS=100000 CVG_TOKENS=16 CVG_CAP=120
 else
     CFG_BIG=configs/andrea-120m.toml
     GEMM_ARGS=(--tokens 16384 --reps 10)
@@ -123,6 +127,7 @@ else
     DEC_ARGS=(--batch 16 --keys 1024 --heads 12 --head-dim 64 --reps 5 --inner 20)
     TRAIN_ARGS=(--config configs/andrea-120m.toml --batch 16 --seq 1024 --steps 2)
     BENCH_SEQ=1024
+    CVG_CORPUS=300000 CVG_TOKENS=48 CVG_CAP=45
     BENCH_SHAPE=(--batch-size 16 --seq-len 1024 --steps 5 --warmup 2)
     LARGEST="32 64 128"
     DECODE_ARGS=(--batch-size 1 --seq-len 256 --steps 64)
@@ -191,7 +196,7 @@ phase() {
 skip() { echo "SKIP: $*"; exit 77; }
 
 # What the phase functions read (they run in a child bash, see `phase`).
-export HERE WORK MODE PY CFG_BIG BENCH_SEQ LARGEST
+export HERE WORK MODE PY CFG_BIG BENCH_SEQ LARGEST CVG_CORPUS CVG_TOKENS
 export -f skip
 
 # ---- device -----------------------------------------------------------------------------
@@ -284,10 +289,10 @@ done
 # ---- (e) CPU and GPU on the same tiny checkpoint ------------------------------------------------
 cpu_vs_gpu() {
     local d=$WORK/demo
-    ./andrea demo --out "$d" --corpus-bytes 300000 --merges 256 --steps 30 --batch-size 4 \
+    ./andrea demo --out "$d" --corpus-bytes "$CVG_CORPUS" --merges 256 --steps 30 --batch-size 4 \
         --seq-len 64 >"$WORK/demo.log" 2>&1 || { cat "$WORK/demo.log"; return 1; }
     local ck=$d/run/latest eval=(eval --data "$d/data" --batch-size 4 --seq-len 64 --json)
-    local gen=(generate --prompt "Once upon a time" --max-new-tokens 48 --temperature 0)
+    local gen=(generate --prompt "Once upon a time" --max-new-tokens "$CVG_TOKENS" --temperature 0)
     ./andrea "${eval[@]}" --checkpoint "$ck" >"$WORK/eval-cpu.json" || return 1
     ./andrea --backend cuda --precision fp32 "${eval[@]}" --checkpoint "$ck" >"$WORK/eval-gpu.json" || return 1
     ./andrea "${gen[@]}" --checkpoint "$ck" >"$WORK/gen-cpu.txt" || return 1
@@ -310,7 +315,7 @@ sys.exit(0 if ok_loss and ok_text else 1)
 EOF
 }
 export -f cpu_vs_gpu
-phase cpu-vs-gpu 45 15 -- cpu_vs_gpu
+phase cpu-vs-gpu "$CVG_CAP" 15 -- cpu_vs_gpu
 
 # ---- NCCL on one rank ---------------------------------------------------------------------------
 # The only multi-rank path one GPU can check: `ANDREA_NCCL=on` runs the gradients through
