@@ -45,6 +45,48 @@ fn randn(n: usize, seed: u64) -> Vec<f32> {
     andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
 }
 
+/// The source and destination of a reference copy of `n` floats, both starting on a 4 KiB
+/// boundary. Two `Vec`s land wherever the allocator puts them, and where the destination
+/// sat 16 bytes past the source modulo 4 KiB the copy's loads aliased its recent stores
+/// (same low 12 address bits): on the Zen 3 host that made the 2-thread copy of a 9.4 MB
+/// footprint 16 times slower (4.4 against 70-88 GB/s) and flattered every op compared
+/// with it (benches/results/20261202T1230Z-zen3-ops). A reference runs at its best.
+struct CopyPair {
+    src: Vec<f32>,
+    dst: Vec<f32>,
+    src_at: usize,
+    dst_at: usize,
+    n: usize,
+}
+
+impl CopyPair {
+    fn new(n: usize, seed: u64) -> Self {
+        const PAGE_FLOATS: usize = 1024;
+        let page_start =
+            |v: &Vec<f32>| (PAGE_FLOATS - (v.as_ptr() as usize % 4096) / 4) % PAGE_FLOATS;
+        let src = randn(n + PAGE_FLOATS, seed);
+        let dst = vec![0.0f32; n + PAGE_FLOATS];
+        let (src_at, dst_at) = (page_start(&src), page_start(&dst));
+        CopyPair {
+            src,
+            dst,
+            src_at,
+            dst_at,
+            n,
+        }
+    }
+
+    /// `dst = src` in chunks of 2^16 floats on rayon's threads.
+    fn copy(&mut self) {
+        use rayon::prelude::*;
+        let src = &self.src[self.src_at..][..self.n];
+        self.dst[self.dst_at..][..self.n]
+            .par_chunks_mut(1 << 16)
+            .zip(src.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    }
+}
+
 /// Footprints (bytes read + written per call) of memory-bound ops benched by the CPU
 /// column whose own-size copy is still to be timed, and the ops whose copy was timed.
 /// The copy runs right after its op ([`own_copy`]), seconds apart rather than minutes,
@@ -78,7 +120,6 @@ fn footprint(label: &str, name: &str, bytes: usize) -> Throughput {
 /// op whose [`footprint`] was just noted, in the same group under the op's name, column
 /// `copy-<threads>t`: `memory_bound/copy-2t/<op>` next to `memory_bound/cpu-2t/<op>`.
 fn own_copy(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, label: &str) {
-    use rayon::prelude::*;
     if !label.starts_with("cpu-") {
         return;
     }
@@ -86,15 +127,10 @@ fn own_copy(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTi
     let threads = rayon::current_num_threads();
     for (name, bytes) in pending {
         let n = bytes / 8;
-        let src = randn(n, 40);
-        let mut dst = vec![0.0f32; n];
+        let mut pair = CopyPair::new(n, 40);
         g.throughput(Throughput::Bytes((8 * n) as u64));
         g.bench_function(BenchmarkId::new(format!("copy-{threads}t"), &name), |bch| {
-            bch.iter(|| {
-                dst.par_chunks_mut(1 << 16)
-                    .zip(src.par_chunks(1 << 16))
-                    .for_each(|(d, s)| d.copy_from_slice(s));
-            })
+            bch.iter(|| pair.copy())
         });
         FOOTPRINTS.lock().unwrap().copied.push(name);
     }
@@ -679,32 +715,20 @@ fn bench_peak(c: &mut Criterion) {
         });
     }
     for n in [BT * C, BT * 4 * C] {
-        let src = randn(n, 1);
-        let mut dst = vec![0.0f32; n];
+        let mut pair = CopyPair::new(n, 1);
         g.throughput(Throughput::Bytes((8 * n) as u64));
         g.bench_function(format!("copy_{threads}t_{}MB", (4 * n) >> 20), |bch| {
-            bch.iter(|| {
-                use rayon::prelude::*;
-                dst.par_chunks_mut(1 << 16)
-                    .zip(src.par_chunks(1 << 16))
-                    .for_each(|(d, s)| d.copy_from_slice(s));
-            })
+            bch.iter(|| pair.copy())
         });
     }
     // The same copy at the size of the logits (1024 x 8449, 35 MB each way), which no
     // cache holds: the peer of softmax + cross-entropy, which streams them from memory.
     // Named apart so `bench-report` keeps the cache-resident copies as its reference.
     let n = BT * V;
-    let src = randn(n, 2);
-    let mut dst = vec![0.0f32; n];
+    let mut pair = CopyPair::new(n, 2);
     g.throughput(Throughput::Bytes((8 * n) as u64));
     g.bench_function(format!("dram_copy_{threads}t_{}MB", (4 * n) >> 20), |bch| {
-        bch.iter(|| {
-            use rayon::prelude::*;
-            dst.par_chunks_mut(1 << 16)
-                .zip(src.par_chunks(1 << 16))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-        })
+        bch.iter(|| pair.copy())
     });
     g.finish();
 }
