@@ -87,6 +87,12 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+if [ -f "$HERE/DEV-BUILD" ]; then
+    # `cargo xtask gpu-bundle --dev`: fine for the emulator dry run, wrong for figures.
+    echo "run.sh: WARNING: $(cat "$HERE/DEV-BUILD")" >&2
+    [ "$MODE" = gpu ] && echo "run.sh: rebuild with \`cargo xtask gpu-bundle\` before measuring a GPU" >&2
+fi
+
 RESULTS=${OUT:-$HERE/results}
 WORK=$HERE/work
 LOGS=$WORK/logs

@@ -1,4 +1,4 @@
-//! `cargo xtask gpu-bundle [--ptx-only]`: builds, on this machine (no GPU needed, against
+//! `cargo xtask gpu-bundle [--ptx-only] [--dev]`: builds, on this machine (no GPU needed, against
 //! the link stub), everything that checks and measures andrea on a GPU, and puts it with
 //! `run.sh` (`scripts/gpu-check.sh`) into `target/gpu-bundle/`:
 //!
@@ -28,6 +28,14 @@
 //! the bundle on the emulator). Debug info is stripped. Builds into `$CARGO_TARGET_DIR`
 //! when set, else `target/`. Fails when the bundle passes 60 MiB (the GPU lease carries
 //! 64 MiB).
+//!
+//! `--dev` is for the emulator dry run (.ci/run), where only that every phase runs
+//! matters: `andrea`, `gpu_check` and the ops bench are built in the dev profile (its
+//! dependencies and hot crates are optimised as in release, see the workspace
+//! Cargo.toml), which reuses the test steps' build instead of compiling the whole tree
+//! again in release (about 15 minutes on 2 cores), and the PTX-against-sources check is
+//! left to `cargo xtask build-kernels --check`. The bundle then holds a `DEV-BUILD` file
+//! and `run.sh` warns that its timings are not release timings. Never carry it to a GPU.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -110,15 +118,40 @@ fn executable(p: &Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", p.display()))
 }
 
-pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
+/// How `gpu-bundle` was asked to build.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// No fatbins: the driver JIT-compiles the PTX at start.
+    pub ptx_only: bool,
+    /// Dev profile, no PTX check: the emulator dry run only (see the module docs).
+    pub dev: bool,
+}
+
+impl Options {
+    pub fn parse(args: &[String]) -> Result<Options, String> {
+        let mut o = Options::default();
+        for a in args {
+            match a.as_str() {
+                "--ptx-only" => o.ptx_only = true,
+                "--dev" => o.dev = true,
+                other => return Err(format!("gpu-bundle: unknown argument `{other}`")),
+            }
+        }
+        Ok(o)
+    }
+}
+
+pub fn run(root: &Path, opts: Options) -> Result<(), String> {
     crate::cuda_stub::run(root)?;
     let fat_dir = root.join(crate::build_kernels::FATBIN_DIR);
-    let fatbins = if ptx_only {
+    let fatbins = if opts.ptx_only {
         None
     } else {
-        crate::build_kernels::run(root, true).map_err(|e| {
-            format!("{e}\n(the bundle embeds machine code built by nvcc; install it as kernels/README.md says, or pass --ptx-only)")
-        })?;
+        if !opts.dev {
+            crate::build_kernels::run(root, true).map_err(|e| {
+                format!("{e}\n(the bundle embeds machine code built by nvcc; install it as kernels/README.md says, or pass --ptx-only)")
+            })?;
+        }
         // `--check` built them in a scratch folder; the bundle's come from the committed PTX.
         crate::build_kernels::fatbins_only(root, &fat_dir)?;
         Some(fat_dir.as_path())
@@ -207,9 +240,12 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
     ];
     for (command, package, features, flag, kind, name, dst) in singles {
         // All three in the release profile, so they share one build of their dependencies
-        // (`cargo bench --no-run` would build the bench profile's own copy: +2 minutes).
+        // (`cargo bench --no-run` would build the bench profile's own copy: +2 minutes);
+        // in the dev profile with --dev, sharing the test binaries' build.
         let mut args = vec![command, "-p", package, "--features", features, flag, name];
-        args.push("--release");
+        if !opts.dev {
+            args.push("--release");
+        }
         let built = cargo_build(root, &target_dir, fatbins, &args)?;
         let (exe, _, _) = built
             .iter()
@@ -252,6 +288,15 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
         total += copy(&root.join(src), &bundle.join(dst))?;
     }
     executable(&bundle.join("run.sh"))?;
+    if opts.dev {
+        let note = bundle.join("DEV-BUILD");
+        std::fs::write(
+            &note,
+            "built with `cargo xtask gpu-bundle --dev`: the dev profile, for the emulator \
+             dry run; its timings are not release timings\n",
+        )
+        .map_err(|e| format!("{}: {e}", note.display()))?;
+    }
     let mib = total as f64 / (1024.0 * 1024.0);
     if mib > MAX_BUNDLE_MIB {
         return Err(format!(
@@ -269,5 +314,8 @@ pub fn run(root: &Path, ptx_only: bool) -> Result<(), String> {
             "PTX only (JIT at start)"
         }
     );
+    if opts.dev {
+        println!("(--dev: dev-profile binaries, for the emulator dry run only)");
+    }
     Ok(())
 }

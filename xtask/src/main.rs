@@ -30,7 +30,9 @@ tasks:
   build-kernels [--check] compile kernels/*.cu to crates/andrea-cuda/ptx (--check: verify only)
   cuda-stub               build target/cuda-stub/lib64/libcuda.so (CUDA_LIBRARY_PATH=target/cuda-stub)
   cuda-emu                build target/cuda-emu/lib64/libcuda.so: kernels emulated on the CPU
-  gpu-bundle [--ptx-only] CUDA test binaries, checks, benches + run.sh in target/gpu-bundle";
+  gpu-bundle [--ptx-only] [--dev]
+                          CUDA test binaries, checks, benches + run.sh in target/gpu-bundle
+                          (--dev: dev profile, for the emulator dry run only)";
 
 /// The workspace root (the xtask crate's parent folder).
 fn root() -> PathBuf {
@@ -49,11 +51,9 @@ fn main() -> ExitCode {
         },
         Some("cuda-stub") => cuda_stub::run(&root()),
         Some("cuda-emu") => cuda_emu::run_task(&root()),
-        Some("gpu-bundle") => match args.get(1).map(String::as_str) {
-            None => gpu_bundle::run(&root(), false),
-            Some("--ptx-only") => gpu_bundle::run(&root(), true),
-            Some(other) => Err(format!("gpu-bundle: unknown argument `{other}`")),
-        },
+        Some("gpu-bundle") => {
+            gpu_bundle::Options::parse(&args[1..]).and_then(|o| gpu_bundle::run(&root(), o))
+        }
         Some("help") | Some("--help") | None => {
             println!("{HELP}");
             Ok(())
