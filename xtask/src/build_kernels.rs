@@ -159,12 +159,48 @@ fn fatbin(tc: &Toolchain, ptx: &Path, out: &Path) -> Result<u64, String> {
 pub fn fatbins_only(root: &Path, dir: &Path) -> Result<(), String> {
     let tc = nvcc::find(root)?;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for src in sources(root)? {
-        let name = stem(&src);
+    let done = in_parallel(&sources(root)?, |src| {
+        let name = stem(src);
         let ptx = root.join(format!("crates/andrea-cuda/ptx/{name}.ptx"));
-        fatbin(&tc, &ptx, &dir.join(format!("{name}.fatbin")))?;
+        fatbin(&tc, &ptx, &dir.join(format!("{name}.fatbin")))
+    })?;
+    done.into_iter().try_for_each(|r| r.map(|_| ()))
+}
+
+/// `f` of every item, on as many threads as there are cores, results in the items' order.
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Result<Vec<R>, String> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, items.len().max(1));
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        mine.push((i, f(item)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    if done.len() != items.len() {
+        return Err("a build thread panicked".into());
     }
-    Ok(())
+    done.sort_by_key(|(i, _)| *i);
+    Ok(done.into_iter().map(|(_, r)| r).collect())
 }
 
 fn assemble(tc: &Toolchain, ptx: &Path, arch: &str) -> Result<Vec<KernelInfo>, String> {
@@ -185,6 +221,66 @@ fn assemble(tc: &Toolchain, ptx: &Path, arch: &str) -> Result<Vec<KernelInfo>, S
     Ok(parse_ptxas(&text))
 }
 
+/// What building one `.cu` found.
+#[derive(Default)]
+struct FileOutcome {
+    problems: Vec<String>,
+    infos: Vec<(String, KernelInfo)>,
+    fat_bytes: u64,
+    /// The committed PTX it rewrote, if any.
+    wrote: Option<String>,
+}
+
+/// Compiles `src` to PTX in `tmp`, compares it with (or writes it as) the committed PTX,
+/// assembles that for each of [`REPORT_ARCHS`] and packs its fatbin. `Err` only when nvcc
+/// or the file system fails; what is wrong with the kernels goes into `problems`.
+fn one_file(
+    tc: &Toolchain,
+    src: &Path,
+    tmp: &Path,
+    ptx_dir: &Path,
+    fat_dir: &Path,
+    check: bool,
+) -> Result<FileOutcome, String> {
+    let mut out = FileOutcome::default();
+    let name = stem(src);
+    let built = tmp.join(format!("{name}.ptx"));
+    compile(tc, src, &built)?;
+    let fresh = std::fs::read_to_string(&built).map_err(|e| format!("{}: {e}", built.display()))?;
+    let target = ptx_dir.join(format!("{name}.ptx"));
+    let committed = std::fs::read_to_string(&target).ok();
+    if check {
+        match &committed {
+            None => {
+                out.problems.push(format!(
+                    "{}: missing (run `cargo xtask build-kernels`)",
+                    target.display()
+                ));
+                return Ok(out);
+            }
+            Some(c) if normalize(c) != normalize(&fresh) => out.problems.push(format!(
+                "{}: stale, kernels/{name}.cu compiles to different PTX (run `cargo xtask build-kernels`)",
+                target.display()
+            )),
+            Some(_) => {}
+        }
+    } else if committed.as_deref() != Some(fresh.as_str()) {
+        std::fs::write(&target, &fresh).map_err(|e| format!("{}: {e}", target.display()))?;
+        out.wrote = Some(target.display().to_string());
+    }
+    for arch in REPORT_ARCHS {
+        match assemble(tc, &target, arch) {
+            Ok(k) => out.infos.extend(k.into_iter().map(|k| (name.clone(), k))),
+            Err(e) => out.problems.push(e),
+        }
+    }
+    match fatbin(tc, &target, &fat_dir.join(format!("{name}.fatbin"))) {
+        Ok(n) => out.fat_bytes += n,
+        Err(e) => out.problems.push(e),
+    }
+    Ok(out)
+}
+
 pub fn run(root: &Path, check: bool) -> Result<(), String> {
     let tc = nvcc::find(root)?;
     println!("nvcc: {}", tc.nvcc.display());
@@ -200,49 +296,22 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
         root.join(FATBIN_DIR)
     };
     std::fs::create_dir_all(&fat_dir).map_err(|e| format!("{}: {e}", fat_dir.display()))?;
-    let mut fat_bytes = 0u64;
     let srcs = sources(root)?;
+    // nvcc's front end is single-threaded and most of the time: one file per core.
+    let done = in_parallel(&srcs, |src| {
+        one_file(&tc, src, &tmp, &ptx_dir, &fat_dir, check)
+    })?;
+    let mut fat_bytes = 0u64;
     let mut problems = Vec::new();
     let mut infos = Vec::new();
-    for src in &srcs {
-        let name = stem(src);
-        let built = tmp.join(format!("{name}.ptx"));
-        compile(&tc, src, &built)?;
-        let fresh =
-            std::fs::read_to_string(&built).map_err(|e| format!("{}: {e}", built.display()))?;
-        let committed_path = ptx_dir.join(format!("{name}.ptx"));
-        let committed = std::fs::read_to_string(&committed_path).ok();
-        let target = if check {
-            match &committed {
-                None => {
-                    problems.push(format!("{}: missing (run `cargo xtask build-kernels`)", committed_path.display()));
-                    continue;
-                }
-                Some(c) if normalize(c) != normalize(&fresh) => problems.push(format!(
-                    "{}: stale, kernels/{name}.cu compiles to different PTX (run `cargo xtask build-kernels`)",
-                    committed_path.display()
-                )),
-                Some(_) => {}
-            }
-            committed_path.clone()
-        } else {
-            if committed.as_deref() != Some(fresh.as_str()) {
-                std::fs::write(&committed_path, &fresh)
-                    .map_err(|e| format!("{}: {e}", committed_path.display()))?;
-                println!("wrote {}", committed_path.display());
-            }
-            committed_path.clone()
-        };
-        for arch in REPORT_ARCHS {
-            match assemble(&tc, &target, arch) {
-                Ok(k) => infos.extend(k.into_iter().map(|k| (name.clone(), k))),
-                Err(e) => problems.push(e),
-            }
+    for outcome in done {
+        let o = outcome?;
+        if let Some(w) = o.wrote {
+            println!("wrote {w}");
         }
-        match fatbin(&tc, &target, &fat_dir.join(format!("{name}.fatbin"))) {
-            Ok(n) => fat_bytes += n,
-            Err(e) => problems.push(e),
-        }
+        problems.extend(o.problems);
+        infos.extend(o.infos);
+        fat_bytes += o.fat_bytes;
     }
     if let Ok(entries) = std::fs::read_dir(&ptx_dir) {
         for e in entries.flatten() {

@@ -374,14 +374,23 @@ pub(crate) fn gelu_grad<M: MulAdd>(x: f32) -> f32 {
 /// benches/README.md, "Memory-bound ops").
 #[inline]
 pub(crate) fn prefetch(x: &[f32]) {
+    prefetch_raw(x.as_ptr(), x.len());
+}
+
+/// [`prefetch`] of `n` elements from `p`, for memory the caller may not borrow now (a
+/// row of an output another borrow covers). Nothing is read or written: a prefetch
+/// touches only the caches, and never faults.
+#[inline]
+pub(crate) fn prefetch_raw(p: *const f32, n: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in x.chunks(16) {
+    for i in (0..n).step_by(16) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: SSE is baseline x86-64; a prefetch has no effect but on the caches.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        // SAFETY: SSE is baseline x86-64; a prefetch has no effect but on the caches
+        // (`wrapping_add`: no pointer arithmetic is promised to stay in bounds).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i).cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
+    let _ = (p, n);
 }
 
 /// Largest element, with 16 accumulators (`f32::max` reductions do not vectorise on
