@@ -30,12 +30,13 @@
 //! 64 MiB).
 //!
 //! `--dev` is for the emulator dry run (.ci/run), where only that every phase runs
-//! matters: `andrea`, `gpu_check` and the ops bench are built in the dev profile (its
-//! dependencies and hot crates are optimised as in release, see the workspace
-//! Cargo.toml), which reuses the test steps' build instead of compiling the whole tree
-//! again in release (about 15 minutes on 2 cores), and the PTX-against-sources check is
-//! left to `cargo xtask build-kernels --check`. The bundle then holds a `DEV-BUILD` file
-//! and `run.sh` warns that its timings are not release timings. Never carry it to a GPU.
+//! matters: everything is built in the dev profile (its dependencies and hot crates are
+//! optimised as in release, see the workspace Cargo.toml) with the packages and features
+//! of .ci/run's CUDA + MPI + NCCL build ([`DEV_SELECTION`]: `andrea` then has the `mpi`
+//! feature too), which reuses CI's build instead of compiling the whole tree again in
+//! release (about 15 minutes on 2 cores), and the PTX-against-sources check is left to
+//! `cargo xtask build-kernels --check`. The bundle then holds a `DEV-BUILD` file and
+//! `run.sh` warns that its timings are not release timings. Never carry it to a GPU.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -44,13 +45,13 @@ use std::process::{Command, Stdio};
 type Artifact = (PathBuf, String, String);
 
 /// Runs `cargo <args> --message-format=json` against the stub and returns the
-/// executables it built.
-fn cargo_build(
+/// executables it built, with their package.
+fn cargo_build_in(
     root: &Path,
     target_dir: &Path,
     fatbins: Option<&Path>,
     args: &[&str],
-) -> Result<Vec<Artifact>, String> {
+) -> Result<Vec<(PathBuf, String, String, String)>, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(&cargo);
     match fatbins {
@@ -84,11 +85,224 @@ fn cargo_build(
         let exe = msg.get("executable").and_then(|e| e.as_str());
         let name = msg.pointer("/target/name").and_then(|n| n.as_str());
         let kind = msg.pointer("/target/kind/0").and_then(|k| k.as_str());
+        let package = msg
+            .get("package_id")
+            .and_then(|p| p.as_str())
+            .map(package_of);
         if let (Some(exe), Some(name), Some(kind)) = (exe, name, kind) {
-            found.push((PathBuf::from(exe), kind.to_string(), name.to_string()));
+            let package = package.unwrap_or_default().to_string();
+            found.push((
+                PathBuf::from(exe),
+                kind.to_string(),
+                name.to_string(),
+                package,
+            ));
         }
     }
     Ok(found)
+}
+
+/// [`cargo_build_in`] without the packages.
+fn cargo_build(
+    root: &Path,
+    target_dir: &Path,
+    fatbins: Option<&Path>,
+    args: &[&str],
+) -> Result<Vec<Artifact>, String> {
+    Ok(cargo_build_in(root, target_dir, fatbins, args)?
+        .into_iter()
+        .map(|(exe, kind, name, _)| (exe, kind, name))
+        .collect())
+}
+
+/// The bundle's binaries in release: andrea-cuda's tests and andrea-cli's `cuda` test,
+/// then `andrea`, `gpu_check` and the ops bench, one build each. Returns (test binaries,
+/// bytes installed).
+fn release_binaries(
+    root: &Path,
+    target_dir: &Path,
+    fatbins: Option<&Path>,
+    bundle: &Path,
+) -> Result<(usize, u64), String> {
+    let (mut tests, mut bytes) = (0, 0u64);
+    // Test binaries: every one of andrea-cuda's, and andrea-cli's `--backend cuda` test
+    // (its other tests need no GPU).
+    let cuda_tests = cargo_build(
+        root,
+        target_dir,
+        fatbins,
+        &[
+            "test",
+            "-p",
+            "andrea-cuda",
+            "--features",
+            "cuda",
+            "--no-run",
+        ],
+    )?;
+    let cli_tests = cargo_build(
+        root,
+        target_dir,
+        fatbins,
+        &[
+            "test",
+            "-p",
+            "andrea-cli",
+            "--features",
+            "cuda",
+            "--test",
+            "cuda",
+            "--no-run",
+        ],
+    )?;
+    // `cargo test --no-run` also builds the examples; only the test binaries travel here.
+    for (exe, kind, name) in cuda_tests
+        .into_iter()
+        .filter(|(_, k, _)| k == "test" || k == "lib")
+    {
+        bytes += install(&exe, &bundle.join(format!("bin/{kind}-{name}")))?;
+        tests += 1;
+    }
+    for (exe, kind, name) in cli_tests.into_iter().filter(|(_, k, _)| k == "test") {
+        bytes += install(&exe, &bundle.join(format!("bin/{kind}-andrea-cli-{name}")))?;
+        tests += 1;
+    }
+
+    // Release builds of one target each: (cargo command, package, features, target flag,
+    // target kind, target name, where it goes in the bundle).
+    let singles = [
+        (
+            "build",
+            "andrea-cli",
+            "cuda,nccl",
+            "--bin",
+            "bin",
+            "andrea",
+            "andrea",
+        ),
+        (
+            "build",
+            "andrea-cuda",
+            "cuda",
+            "--example",
+            "example",
+            "gpu_check",
+            "gpu_check",
+        ),
+        (
+            "build",
+            "andrea-benches",
+            "cuda",
+            "--bench",
+            "bench",
+            "ops",
+            "bench/ops",
+        ),
+    ];
+    for (command, package, features, flag, kind, name, dst) in singles {
+        // All three in the release profile, so they share one build of their dependencies
+        // (`cargo bench --no-run` would build the bench profile's own copy: +2 minutes).
+        let args = [
+            command,
+            "-p",
+            package,
+            "--features",
+            features,
+            flag,
+            name,
+            "--release",
+        ];
+        let built = cargo_build(root, target_dir, fatbins, &args)?;
+        let (exe, _, _) = built
+            .iter()
+            .find(|(_, k, n)| k == kind && n == name)
+            .ok_or_else(|| format!("cargo built no `{name}` {kind}"))?;
+        bytes += install(exe, &bundle.join(dst))?;
+    }
+
+    Ok((tests, bytes))
+}
+
+/// The packages and features of `--dev`: the same as .ci/run's CUDA + MPI + NCCL build
+/// (`ALL` and `FEATURES` there), so that cargo resolves the dependencies' features the
+/// same way and the dry run's bundle reuses what CI already built (another selection
+/// rebuilds most of the tree). Keep the two in step; a difference costs time, not results.
+const DEV_SELECTION: [&str; 12] = [
+    "-p",
+    "andrea-cuda",
+    "-p",
+    "andrea",
+    "-p",
+    "andrea-cli",
+    "-p",
+    "andrea-benches",
+    "-p",
+    "andrea-dist",
+    "--features",
+    "andrea-cuda/cuda,andrea/cuda,andrea-cli/cuda,andrea-cli/mpi,andrea-cli/nccl,andrea-benches/cuda",
+];
+
+/// The package an artifact's `package_id` names (`path+file:///.../andrea-cuda#0.1.0`, or
+/// `...#name@0.1.0` where the folder has another name).
+fn package_of(id: &str) -> &str {
+    let (path, rest) = id.rsplit_once('#').unwrap_or((id, ""));
+    match rest.split_once('@') {
+        Some((name, _)) => name,
+        None => path.rsplit('/').next().unwrap_or(path),
+    }
+}
+
+/// The bundle's binaries in the dev profile, from two cargo runs over [`DEV_SELECTION`]
+/// (see `--dev` in the module docs). Returns (test binaries, bytes installed).
+fn dev_binaries(
+    root: &Path,
+    target_dir: &Path,
+    fatbins: Option<&Path>,
+    bundle: &Path,
+) -> Result<(usize, u64), String> {
+    let (mut tests, mut bytes) = (0, 0u64);
+    let mut args = vec!["test", "--no-run", "--lib", "--tests"];
+    args.extend(DEV_SELECTION);
+    for (exe, kind, name, package) in cargo_build_in(root, target_dir, fatbins, &args)? {
+        let wanted = match package.as_str() {
+            "andrea-cuda" => kind == "test" || kind == "lib",
+            "andrea-cli" => kind == "test" && name == "cuda",
+            _ => false,
+        };
+        if !wanted {
+            continue;
+        }
+        let dst = if package == "andrea-cli" {
+            format!("bin/{kind}-andrea-cli-{name}")
+        } else {
+            format!("bin/{kind}-{name}")
+        };
+        bytes += install(&exe, &bundle.join(dst))?;
+        tests += 1;
+    }
+    let mut args = vec![
+        "build",
+        "--bin",
+        "andrea",
+        "--example",
+        "gpu_check",
+        "--bench",
+        "ops",
+    ];
+    args.extend(DEV_SELECTION);
+    let built = cargo_build_in(root, target_dir, fatbins, &args)?;
+    for (kind, name, dst) in [
+        ("bin", "andrea", "andrea"),
+        ("example", "gpu_check", "gpu_check"),
+        ("bench", "ops", "bench/ops"),
+    ] {
+        let (exe, ..) = built
+            .iter()
+            .find(|(_, k, n, _)| k == kind && n == name)
+            .ok_or_else(|| format!("cargo built no `{name}` {kind}"))?;
+        bytes += install(exe, &bundle.join(dst))?;
+    }
+    Ok((tests, bytes))
 }
 
 /// Copies `exe` to `dst` without its debug info; returns the copy's size.
@@ -164,94 +378,14 @@ pub fn run(root: &Path, opts: Options) -> Result<(), String> {
     let mut total = 0u64;
     let mut tests = 0;
 
-    // Test binaries: every one of andrea-cuda's, and andrea-cli's `--backend cuda` test
-    // (its other tests need no GPU).
-    let cuda_tests = cargo_build(
-        root,
-        &target_dir,
-        fatbins,
-        &[
-            "test",
-            "-p",
-            "andrea-cuda",
-            "--features",
-            "cuda",
-            "--no-run",
-        ],
-    )?;
-    let cli_tests = cargo_build(
-        root,
-        &target_dir,
-        fatbins,
-        &[
-            "test",
-            "-p",
-            "andrea-cli",
-            "--features",
-            "cuda",
-            "--test",
-            "cuda",
-            "--no-run",
-        ],
-    )?;
-    // `cargo test --no-run` also builds the examples; only the test binaries travel here.
-    for (exe, kind, name) in cuda_tests
-        .into_iter()
-        .filter(|(_, k, _)| k == "test" || k == "lib")
-    {
-        total += install(&exe, &bundle.join(format!("bin/{kind}-{name}")))?;
-        tests += 1;
-    }
-    for (exe, kind, name) in cli_tests.into_iter().filter(|(_, k, _)| k == "test") {
-        total += install(&exe, &bundle.join(format!("bin/{kind}-andrea-cli-{name}")))?;
-        tests += 1;
-    }
-
-    // Release builds of one target each: (cargo command, package, features, target flag,
-    // target kind, target name, where it goes in the bundle).
-    let singles = [
-        (
-            "build",
-            "andrea-cli",
-            "cuda,nccl",
-            "--bin",
-            "bin",
-            "andrea",
-            "andrea",
-        ),
-        (
-            "build",
-            "andrea-cuda",
-            "cuda",
-            "--example",
-            "example",
-            "gpu_check",
-            "gpu_check",
-        ),
-        (
-            "build",
-            "andrea-benches",
-            "cuda",
-            "--bench",
-            "bench",
-            "ops",
-            "bench/ops",
-        ),
-    ];
-    for (command, package, features, flag, kind, name, dst) in singles {
-        // All three in the release profile, so they share one build of their dependencies
-        // (`cargo bench --no-run` would build the bench profile's own copy: +2 minutes);
-        // in the dev profile with --dev, sharing the test binaries' build.
-        let mut args = vec![command, "-p", package, "--features", features, flag, name];
-        if !opts.dev {
-            args.push("--release");
-        }
-        let built = cargo_build(root, &target_dir, fatbins, &args)?;
-        let (exe, _, _) = built
-            .iter()
-            .find(|(_, k, n)| k == kind && n == name)
-            .ok_or_else(|| format!("cargo built no `{name}` {kind}"))?;
-        total += install(exe, &bundle.join(dst))?;
+    if opts.dev {
+        let (n, bytes) = dev_binaries(root, &target_dir, fatbins, &bundle)?;
+        tests += n;
+        total += bytes;
+    } else {
+        let (n, bytes) = release_binaries(root, &target_dir, fatbins, &bundle)?;
+        tests += n;
+        total += bytes;
     }
 
     if let Some(dir) = fatbins {
@@ -318,4 +452,25 @@ pub fn run(root: &Path, opts: Options) -> Result<(), String> {
         println!("(--dev: dev-profile binaries, for the emulator dry run only)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::package_of;
+
+    #[test]
+    fn package_ids_name_their_package() {
+        assert_eq!(
+            package_of("path+file:///w/crates/andrea-cuda#0.1.0"),
+            "andrea-cuda"
+        );
+        assert_eq!(
+            package_of("path+file:///w/benches#andrea-benches@0.1.0"),
+            "andrea-benches"
+        );
+        assert_eq!(
+            package_of("registry+https://github.com/rust-lang/crates.io-index#serde@1.0.0"),
+            "serde"
+        );
+    }
 }
