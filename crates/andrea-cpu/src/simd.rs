@@ -502,10 +502,24 @@ pub(crate) fn sum_lanes(acc: &[f32; BLOCK]) -> f32 {
     fold(*acc)
 }
 
-/// `N` lanes (a power of two) summed as a tree, halves lane by lane.
+/// `N` lanes (a power of two) summed as a tree, halves lane by lane: lane `i` += lane
+/// `i + w` for `w = N/2, N/4, ..., 1`.
+///
+/// While both halves have 8 lanes or more the adds go 8 at a time, as `[f32; 8]`s, which
+/// the compiler keeps in vector registers; written lane by lane it unrolled the whole tree
+/// into scalar adds through the stack (63 for 64 lanes, on the path from each row's sum to
+/// the next pass of LayerNorm and softmax). The same adds in the same order either way.
 #[inline(always)]
 fn fold<const N: usize>(mut v: [f32; N]) -> f32 {
     let mut w = N / 2;
+    while w >= 8 {
+        let (lo, hi) = v.split_at_mut(w);
+        for (a, b) in lo.chunks_exact_mut(8).zip(hi.chunks_exact(8)) {
+            let s: [f32; 8] = std::array::from_fn(|k| a[k] + b[k]);
+            a.copy_from_slice(&s);
+        }
+        w /= 2;
+    }
     while w >= 1 {
         for i in 0..w {
             v[i] += v[i + w];
@@ -658,6 +672,43 @@ mod tests {
         check::<Unfused, { 2 * BLOCK }>();
         check::<Fused, BLOCK>();
         check::<Fused, { 2 * BLOCK }>();
+    }
+
+    /// The tree of [`fold`] is the lane-by-lane one (values of mixed magnitude and sign,
+    /// so a different order of the adds would show in the bits).
+    #[test]
+    fn fold_adds_lane_i_and_i_plus_w_at_each_level() {
+        fn by_lanes<const N: usize>(mut v: [f32; N]) -> f32 {
+            let mut w = N / 2;
+            while w >= 1 {
+                for i in 0..w {
+                    v[i] += v[i + w];
+                }
+                w /= 2;
+            }
+            v[0]
+        }
+        let x = andrea_testkit::random::Rand::new(3).vec(64 * 50, -1.0, 1.0);
+        for (j, c) in x.chunks_exact(64).enumerate() {
+            let v: [f32; 64] = std::array::from_fn(|i| c[i] * 10f32.powi((i % 7) as i32 - 3));
+            assert_eq!(
+                fold(v).to_bits(),
+                by_lanes(v).to_bits(),
+                "64 lanes, set {j}"
+            );
+            let h: [f32; 32] = std::array::from_fn(|i| v[i]);
+            assert_eq!(
+                fold(h).to_bits(),
+                by_lanes(h).to_bits(),
+                "32 lanes, set {j}"
+            );
+            let q: [f32; 16] = std::array::from_fn(|i| v[i]);
+            assert_eq!(
+                fold(q).to_bits(),
+                by_lanes(q).to_bits(),
+                "16 lanes, set {j}"
+            );
+        }
     }
 
     #[test]
