@@ -170,10 +170,14 @@ fn same_stats(name: &str, got: &[f32], want: &[f32; 3]) -> Case {
 pub fn clip_scale<B: Backend>(be: &B, cfg: &Config) -> Case {
     let case = (
         super::shape(20_000),
-        // max_norm as a fraction of the norm: clipping on (< 1) or not (> 1).
-        prop_oneof![Just(None), (0.05f64..2.0).prop_map(Some)],
+        // max_norm as a fraction of the norm: clipping on (< 1) or not (> 1). Weighted so
+        // that about one case in five clips a finite gradient (the only cases where the
+        // `+ 1e-6` shows): with 64 cases a backend that drops it passes with odds of
+        // about 0.79^64 = 3e-7 (even weights gave 1 in 16 per case, 2% per run: CI
+        // once missed it).
+        prop_oneof![1 => Just(None), 3 => (0.05f64..2.0).prop_map(Some)],
         1..=3usize,
-        0..4usize,
+        prop_oneof![4 => Just(0usize), 1 => Just(1), 1 => Just(2), 1 => Just(3)],
         0..3usize,
         any::<u64>(),
     );
