@@ -158,7 +158,10 @@ pub(crate) fn causal_softmax(
             m + sum.log2()
         })
     } else if simd::has_avx2_fma() {
-        Some(|row, n, scale| unsafe { crate::avx2::softmax_row(None, row, n, scale) })
+        let vis = |r: usize| visible(first_row + r, tq, tk, Some(pos_offset));
+        // SAFETY: the CPU has AVX2 and FMA; scale >= 0; 1 <= visible <= tk.
+        unsafe { crate::avx2::softmax_rows(None, s, tk, vis, scale, |r, l| lse[r] = l) };
+        return;
     } else {
         None
     };

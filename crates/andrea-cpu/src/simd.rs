@@ -531,21 +531,36 @@ fn fold<const N: usize>(mut v: [f32; N]) -> f32 {
 
 /// Lanes of the sums below: four AVX-512 (eight AVX2) accumulators, so a row's sum is
 /// four independent chains of adds rather than one, then a tree.
-const SUM_LANES: usize = 64;
+pub(crate) const SUM_LANES: usize = 64;
 
 /// `Σ term(a[i], b[i])` over the common length: element `i` of each 64-block into lane
 /// `i`, then 16-blocks and single elements of the rest into lanes from 0, then [`fold`].
 /// Every copy adds in this order, so they agree bit for bit.
 #[inline(always)]
 fn sum_of(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> f32) -> f32 {
+    sum_of_beside(a, b, term, |_| {})
+}
+
+/// [`sum_of`], calling `beside(j)` after the `j`-th whole block of [`SUM_LANES`]
+/// elements is added (none for the rest): work on other memory that runs in the same
+/// loop, so that its loads and stores and the sum's adds overlap (LayerNorm normalises
+/// one row while it sums the next). The sum is [`sum_of`]'s, bit for bit.
+#[inline(always)]
+fn sum_of_beside(
+    a: &[f32],
+    b: &[f32],
+    term: impl Fn(f32, f32) -> f32,
+    mut beside: impl FnMut(usize),
+) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0.0f32; SUM_LANES];
     let (mut ca, mut cb) = (a.chunks_exact(SUM_LANES), b.chunks_exact(SUM_LANES));
-    for (x, y) in (&mut ca).zip(&mut cb) {
+    for (j, (x, y)) in (&mut ca).zip(&mut cb).enumerate() {
         for i in 0..SUM_LANES {
             acc[i] += term(x[i], y[i]);
         }
+        beside(j);
     }
     let (mut ca, mut cb) = (
         ca.remainder().chunks_exact(16),
@@ -630,6 +645,13 @@ pub(crate) fn sum(x: &[f32]) -> f32 {
 #[inline(always)]
 pub(crate) fn sum_sq_dev(x: &[f32], c: f32) -> f32 {
     sum_of(x, x, |v, _| (v - c) * (v - c))
+}
+
+/// [`sum_sq_dev`], with `beside(j)` run after its `j`-th block of [`SUM_LANES`] elements
+/// (see [`sum_of_beside`]); the same bits.
+#[inline(always)]
+pub(crate) fn sum_sq_dev_beside(x: &[f32], c: f32, beside: impl FnMut(usize)) -> f32 {
+    sum_of_beside(x, x, |v, _| (v - c) * (v - c), beside)
 }
 
 /// `Σ a·b` ([`sum_of`]'s order).

@@ -74,7 +74,7 @@ pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> 
     })
 }
 
-/// Rows ahead whose source the AVX-512 softmax prefetches.
+/// Rows ahead whose source the AVX-512 softmax prefetches (the AVX2 one: `avx2::softmax_rows`).
 const PREFETCH_ROWS: usize = 2;
 
 /// `y = softmax(src)` (or of `y` in place when `src` is `None`), rows of `k_len`.
@@ -93,6 +93,14 @@ pub(crate) fn softmax(
             let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
             let avx512 = cfg!(target_arch = "x86_64") && simd::has_avx512() && scale >= 0.0;
             let avx2 = cfg!(target_arch = "x86_64") && simd::has_avx2_fma() && scale >= 0.0;
+            #[cfg(target_arch = "x86_64")]
+            if avx2 && !avx512 {
+                let vis = |i: usize| visible(t * rows + i, q_len, k_len, causal);
+                // SAFETY: the CPU has AVX2 and FMA; scale >= 0; `src` is this task's rows;
+                // 1 <= visible <= k_len (a causal row sees its own key).
+                unsafe { avx2::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
+                return;
+            }
             let ahead = |i: usize| (i + PREFETCH_ROWS) * k_len;
             for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
                 let n = visible(t * rows + i, q_len, k_len, causal);
@@ -105,12 +113,6 @@ pub(crate) fn softmax(
                 if avx512 {
                     // SAFETY: the CPU has AVX-512; n >= 1 (a causal row sees its own key).
                     unsafe { avx512::softmax_row(src, row, n, scale) };
-                    continue;
-                }
-                #[cfg(target_arch = "x86_64")]
-                if avx2 {
-                    // SAFETY: the CPU has AVX2 and FMA; n >= 1.
-                    unsafe { avx2::softmax_row(src, row, n, scale) };
                     continue;
                 }
                 softmax_row(src, row, n, scale);
