@@ -108,10 +108,13 @@ fn run(
         .iter()
         .map(|&k| CpuBackend::new().with_gemm_kernel(k))
         .collect();
-    // The step's products, then the two fused MLP products on their shapes (`fwd_fc`'s
-    // with bias and GELU, `bwd_dx_fc_proj`'s times GELU'), to set against the plain ones.
+    // The step's products, then the forward's products with their bias (`fwd_qkv`,
+    // `fwd_fc_proj`) and the two fused MLP products on their shapes (`fwd_fc`'s with bias
+    // and GELU, `bwd_dx_fc_proj`'s times GELU'), to set against the plain ones.
     let gemms = step_gemms(tokens, d_model, mlp, vocab);
     let fused = [
+        (Fused::Bias, "bias_fwd_qkv", "fwd_qkv"),
+        (Fused::Bias, "bias_fwd_fc_proj", "fwd_fc_proj"),
         (Fused::LinearGelu, "fused_linear_gelu", "fwd_fc"),
         (
             Fused::GeluBackward,
@@ -162,6 +165,7 @@ fn run(
                 );
                 match op {
                     Fused::No => be.matmul(am, bm, None, cm)?,
+                    Fused::Bias => be.matmul(am, bm, Some(bias), cm)?,
                     Fused::LinearGelu => be.linear_gelu(am, bm, bias, ct, other)?,
                     Fused::GeluBackward => be.matmul_gelu_backward(am, bm, other, ct)?,
                 }
@@ -192,6 +196,8 @@ fn run(
 enum Fused {
     /// `matmul`.
     No,
+    /// `matmul` with a bias.
+    Bias,
     /// `linear_gelu` (bias and GELU fused).
     LinearGelu,
     /// `matmul_gelu_backward` (times GELU' fused).

@@ -70,6 +70,45 @@ fn pow2_below<const HI: bool>(z: __m256) -> __m256 {
     _mm256_mul_ps(p, _mm256_castsi256_ps(two_k))
 }
 
+/// `GELU(x)` on 8 lanes: [`simd::gelu`] with `Fused`, step for step (the AVX2 GEMM's
+/// epilogue applies it to a tile of `C` in registers).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn gelu(x: __m256) -> __m256 {
+    let u = _mm256_fmadd_ps(
+        _mm256_set1_ps(simd::GELU_K3),
+        _mm256_mul_ps(x, x),
+        _mm256_set1_ps(simd::GELU_K1),
+    );
+    let e = pow2_below::<true>(_mm256_mul_ps(x, u));
+    _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+}
+
+/// `dy·GELU'(x)` on 8 lanes: [`simd::gelu_grad`] with `Fused`, step for step, times `dy`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn gelu_grad(x: __m256, dy: __m256) -> __m256 {
+    let one = _mm256_set1_ps(1.0);
+    let x2 = _mm256_mul_ps(x, x);
+    let u = _mm256_fmadd_ps(
+        _mm256_set1_ps(simd::GELU_K3),
+        x2,
+        _mm256_set1_ps(simd::GELU_K1),
+    );
+    let e = pow2_below::<true>(_mm256_mul_ps(x, u));
+    let s = _mm256_div_ps(one, _mm256_add_ps(one, e));
+    let du = _mm256_fmadd_ps(
+        _mm256_set1_ps(simd::GELU_D3),
+        x2,
+        _mm256_set1_ps(simd::GELU_C),
+    );
+    let w = _mm256_mul_ps(
+        _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(2.0)), s),
+        _mm256_sub_ps(one, s),
+    );
+    _mm256_mul_ps(dy, _mm256_fmadd_ps(w, du, s))
+}
+
 /// [`simd::sum_lanes`] of the 32 lanes `a[0] ++ a[1] ++ a[2] ++ a[3]`.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -443,6 +482,45 @@ mod tests {
                 if v <= 126.0 {
                     assert!(same(l), "pow2_below({v}): {l} vs {want}");
                 }
+            }
+        }
+    }
+
+    /// The 8-lane GELU and GELU' give [`simd::gelu`]'s and [`simd::gelu_grad`]'s bits
+    /// (`Fused`), across the clamp of the exponent, for signed zeros, infinities and NaN.
+    #[test]
+    fn gelu_gives_the_generic_bits() {
+        if !simd::has_avx2_fma() {
+            eprintln!("SKIPPED: this CPU has no AVX2 + FMA");
+            return;
+        }
+        let mut x: Vec<f32> = (0..4000).map(|i| i as f32 * 0.013 - 26.0).collect();
+        x.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1e-30,
+            200.0,
+        ]);
+        x.resize(x.len().div_ceil(L) * L, 0.5);
+        let dy: Vec<f32> = (0..x.len()).map(|i| (i % 13) as f32 * 0.37 - 2.0).collect();
+        for (c, d) in x.chunks_exact(L).zip(dy.chunks_exact(L)) {
+            let (mut y, mut g) = ([0.0f32; L], [0.0f32; L]);
+            // SAFETY: AVX2 + FMA checked above; the chunks and arrays hold 8 elements.
+            unsafe {
+                let v = _mm256_loadu_ps(c.as_ptr());
+                _mm256_storeu_ps(y.as_mut_ptr(), gelu(v));
+                _mm256_storeu_ps(g.as_mut_ptr(), gelu_grad(v, _mm256_loadu_ps(d.as_ptr())));
+            }
+            for i in 0..L {
+                let same =
+                    |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+                let want = simd::gelu::<Fused>(c[i]);
+                assert!(same(y[i], want), "gelu({}): {} vs {want}", c[i], y[i]);
+                let want = d[i] * simd::gelu_grad::<Fused>(c[i]);
+                assert!(same(g[i], want), "gelu'({}): {} vs {want}", c[i], g[i]);
             }
         }
     }

@@ -8,7 +8,9 @@
 //!
 //! Parallel split: C is cut into row blocks (or, when there are too few rows, as in
 //! generation, column blocks), one kernel call per block; the AVX-512 kernel cuts rows
-//! of whole micro-tiles. A product with a bias or a GELU epilogue (`linear_gelu`) is cut
+//! of whole micro-tiles. andrea's AVX2 kernel takes a bias and the GELU epilogues into
+//! its micro-kernel (`gemm_avx2::Epilogue`) and keeps that split. With the other
+//! kernels a product with a bias or a GELU epilogue (`linear_gelu`) is cut
 //! instead into fixed tiles of `FUSED_TILE` (256 x 128), each computed with `beta` 0
 //! (or 1 to accumulate), then given its bias (`c_ij = Σ_k a_ik·b_kj + bias_j`, one
 //! vectorised pass) and its GELU while it is in L2: on the tiny model's MLP product
@@ -487,11 +489,15 @@ fn matmul(g: &Gemm<'_>) {
         }
     };
     let threads = rayon::current_num_threads();
-    // A bias or GELU epilogue, whatever the kernel: fixed tiles of C, each finished
+    // andrea's AVX2 kernel applies the bias and the GELU epilogues to each tile of C in
+    // its registers (`gemm_avx2::Epilogue`), so its products keep the plain split below.
+    let in_kernel = cfg!(target_arch = "x86_64") && kernel.effective() == GemmKernel::Avx2;
+    // A bias or GELU epilogue on the other kernels: fixed tiles of C, each finished
     // while in cache. Not `matmul_gelu_backward`'s GELU': it measured no faster tiled
     // (its cost is the read of `pre` from memory; benches/results/
     // 20261202T0630Z-train-tiny).
-    if (bias.is_some() || gelu_out.is_some())
+    if !in_kernel
+        && (bias.is_some() || gelu_out.is_some())
         && gelu_grad_of.is_none()
         && d.batch == 1
         && c.col_stride == 1
@@ -604,17 +610,10 @@ fn matmul(g: &Gemm<'_>) {
         } else {
             blk.batch * b.batch_stride
         };
-        let cb = blk.batch * c.batch_stride;
-        fill_bias(blk.batch, blk.r0, blk.r1, blk.c0, blk.c1);
-        // SAFETY: the check proved every operand in bounds and `c` injective and
-        // disjoint from `a`, `b` and `bias`; blocks cover disjoint parts of `c`.
-        unsafe {
-            let c_blk = pc.add(cb + blk.r0 * c.row_stride + blk.c0 * c.col_stride);
-            sgemm_strided(
-                kernel,
-                blk.r1 - blk.r0,
-                d.k,
-                blk.c1 - blk.c0,
+        let off = blk.batch * c.batch_stride + blk.r0 * c.row_stride + blk.c0 * c.col_stride;
+        // SAFETY: the block's operands; the check proved every operand in bounds.
+        let (a_blk, b_blk, c_blk) = unsafe {
+            (
                 Operand {
                     ptr: pa.add(ab + blk.r0 * a.row_stride),
                     rs: a.row_stride,
@@ -625,14 +624,34 @@ fn matmul(g: &Gemm<'_>) {
                     rs: b.row_stride,
                     cs: b.col_stride,
                 },
-                beta,
                 Operand {
-                    ptr: c_blk,
+                    ptr: pc.add(off),
                     rs: c.row_stride,
                     cs: c.col_stride,
                 },
-            );
+            )
+        };
+        let (m, n) = (blk.r1 - blk.r0, blk.c1 - blk.c0);
+        #[cfg(target_arch = "x86_64")]
+        if in_kernel {
+            // SAFETY: `c` is injective and disjoint from `a`, `b` and `bias` (the check);
+            // blocks cover disjoint parts of `c`, and of `out` and `pre` (`c`'s layout,
+            // checked by the fused ops); the CPU has AVX2 and FMA (`effective`).
+            unsafe {
+                let epi = crate::gemm_avx2::Epilogue {
+                    bias: bias.map(|b| b.as_ptr().add(blk.c0)),
+                    gelu_out: gelu_out.map(|o| o.get().add(off)),
+                    gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
+                };
+                let beta = if accumulate { 1.0 } else { 0.0 };
+                crate::gemm_avx2::sgemm_epilogue(m, d.k, n, a_blk, b_blk, beta, c_blk, epi);
+            }
+            return;
         }
+        fill_bias(blk.batch, blk.r0, blk.r1, blk.c0, blk.c1);
+        // SAFETY: `c` is injective and disjoint from `a`, `b` and `bias` (the check);
+        // blocks cover disjoint parts of `c`.
+        unsafe { sgemm_strided(kernel, m, d.k, n, a_blk, b_blk, beta, c_blk) };
         // Fused epilogue: GELU of the block while it is still in cache.
         if gelu_out.is_some() || gelu_grad_of.is_some() {
             epilogue(blk.r0, blk.r1, blk.c0, blk.c1);

@@ -51,6 +51,71 @@ thread_local! {
     static PACK: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// What the product does to each element of `C` once its sum is complete, in registers,
+/// before the one store of the last `KC` slice: the fused epilogues of `linear` (bias),
+/// `linear_gelu` (bias, then `GELU` into a second matrix) and `matmul_gelu_backward`
+/// (times `GELU'`). Applied in the micro-kernel, they cost no pass over `C` and no cut of
+/// the product into cache-sized tiles (each re-packing its operands), which is what the
+/// other kernels do (`gemm::FUSED_TILE`). Per element of `C`, in this order:
+///
+/// `r = Σ_k a·b (+ C)` (as without an epilogue), `r += bias[j]`, `out[i, j] = GELU(r)`,
+/// `r ·= GELU'(pre[i, j])`, `C[i, j] = r`: the operations of a plain product followed by
+/// the separate passes, so the same bits as them.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Epilogue {
+    /// `bias[j]` for column `j` of this call's `C` (contiguous).
+    pub bias: Option<*const f32>,
+    /// `GELU(r)` goes to `out + i·rs + j·cs` (`C`'s strides).
+    pub gelu_out: Option<*mut f32>,
+    /// `r` is multiplied by `GELU'(pre[i·rs + j·cs])` (`C`'s strides).
+    pub gelu_grad_of: Option<*const f32>,
+}
+
+impl Epilogue {
+    fn is_empty(&self) -> bool {
+        self.bias.is_none() && self.gelu_out.is_none() && self.gelu_grad_of.is_none()
+    }
+
+    /// The epilogue of the tile whose element (0, 0) is `C`'s (`i0`, `j0`).
+    ///
+    /// # Safety
+    /// The tile lies inside the matrices the pointers address.
+    unsafe fn at(&self, i0: usize, j0: usize, rs: usize, cs: usize) -> Epilogue {
+        let off = i0 * rs + j0 * cs;
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            Epilogue {
+                bias: self.bias.map(|b| b.add(j0)),
+                gelu_out: self.gelu_out.map(|o| o.add(off)),
+                gelu_grad_of: self.gelu_grad_of.map(|p| p.add(off)),
+            }
+        }
+    }
+
+    /// The epilogue on one element `r` of `C` at tile position (`i`, `j`) (the ragged
+    /// tiles' scalar path, and `k` 0): same operations as the vector path.
+    ///
+    /// # Safety
+    /// (`i`, `j`) lies in the tile [`Epilogue::at`] gave.
+    #[inline(always)]
+    unsafe fn scalar(&self, mut r: f32, i: usize, j: usize, rs: usize, cs: usize) -> f32 {
+        use crate::simd::{gelu, gelu_grad, Fused};
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if let Some(b) = self.bias {
+                r += *b.add(j);
+            }
+            if let Some(o) = self.gelu_out {
+                *o.add(i * rs + j * cs) = gelu::<Fused>(r);
+            }
+            if let Some(p) = self.gelu_grad_of {
+                r *= gelu_grad::<Fused>(*p.add(i * rs + j * cs));
+            }
+        }
+        r
+    }
+}
+
 /// `C = A·B + beta·C` with `beta` 0 (C not read) or 1, `A: [m, k]`, `B: [k, n]`, any
 /// strides, on this thread.
 ///
@@ -66,12 +131,34 @@ pub(crate) unsafe fn sgemm(
     beta: f32,
     c: Operand,
 ) {
+    // SAFETY: forwarded; no epilogue.
+    unsafe { sgemm_epilogue(m, k, n, a, b, beta, c, Epilogue::default()) }
+}
+
+/// [`sgemm`] followed by `epi` on each element of `C` ([`Epilogue`]).
+///
+/// # Safety
+/// As [`sgemm`]; the epilogue's pointers address `n` bias values and `m x n` elements at
+/// `C`'s strides, disjoint from every operand and from memory other threads touch.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm_epilogue(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Operand,
+    b: Operand,
+    beta: f32,
+    c: Operand,
+    epi: Epilogue,
+) {
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        // SAFETY: C is valid for m x n at its strides (the caller's).
-        unsafe { scale_c(m, n, beta, c) };
+        // SAFETY: C is valid for m x n at its strides (the caller's), and the epilogue's
+        // matrices with it.
+        unsafe { scale_c(m, n, beta, c, &epi) };
         return;
     }
     PACK.with(|pack| {
@@ -84,6 +171,7 @@ pub(crate) unsafe fn sgemm(
             for pc in (0..k).step_by(KC) {
                 let kc = (k - pc).min(KC);
                 let beta = if pc == 0 { beta } else { 1.0 };
+                let last = pc + kc == k && !epi.is_empty();
                 // SAFETY: the block lies inside B (the caller's bounds).
                 unsafe { pack_b(kc, nc, b, pc, jc, pb) };
                 for ic in (0..m).step_by(MC) {
@@ -96,10 +184,13 @@ pub(crate) unsafe fn sgemm(
                         for ir in (0..mc).step_by(MR) {
                             let mr = (mc - ir).min(MR);
                             let ap = &pa[ir * kc..(ir + MR) * kc];
-                            // SAFETY: the tile (ic + ir, jc + jr) of mr x nr lies in C.
+                            // SAFETY: the tile (ic + ir, jc + jr) of mr x nr lies in C
+                            // (and in the epilogue's matrices).
                             unsafe {
-                                let ct = c.ptr.get().add((ic + ir) * c.rs + (jc + jr) * c.cs);
-                                kernel(kc, ap, bp, beta, ct, c.rs, c.cs, mr, nr);
+                                let (i0, j0) = (ic + ir, jc + jr);
+                                let ct = c.ptr.get().add(i0 * c.rs + j0 * c.cs);
+                                let e = last.then(|| epi.at(i0, j0, c.rs, c.cs));
+                                kernel(kc, ap, bp, beta, ct, c.rs, c.cs, mr, nr, e);
                             }
                         }
                     }
@@ -109,14 +200,15 @@ pub(crate) unsafe fn sgemm(
     });
 }
 
-/// `C = beta·C` (the product of an empty `k`).
-unsafe fn scale_c(m: usize, n: usize, beta: f32, c: Operand) {
+/// `C = beta·C` (the product of an empty `k`), then the epilogue.
+unsafe fn scale_c(m: usize, n: usize, beta: f32, c: Operand, epi: &Epilogue) {
     for i in 0..m {
         for j in 0..n {
-            // SAFETY: (i, j) lies in C.
+            // SAFETY: (i, j) lies in C and in the epilogue's matrices.
             unsafe {
                 let p = c.ptr.get().add(i * c.rs + j * c.cs);
-                *p = if beta == 0.0 { 0.0 } else { *p * beta };
+                let r = if beta == 0.0 { 0.0 } else { *p * beta };
+                *p = epi.scalar(r, i, j, c.rs, c.cs);
             }
         }
     }
@@ -266,7 +358,8 @@ unsafe fn pack_a_rows(kc: usize, src: *const f32, rs: usize, panel: &mut [f32]) 
 }
 
 /// The 6 x 16 tile: `C[..mr, ..nr] = Σ_p ap[p]·bp[p] + beta·C`, `ap` the packed rows
-/// (`kc x MR`), `bp` the packed columns (`kc x NR`).
+/// (`kc x MR`), `bp` the packed columns (`kc x NR`), then `epi` if given (the last `KC`
+/// slice of a product with an [`Epilogue`], already placed at this tile).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
@@ -280,13 +373,26 @@ unsafe fn kernel(
     cs: usize,
     mr: usize,
     nr: usize,
+    epi: Option<Epilogue>,
 ) {
-    // The tile's first and last element of each row: its one or two cache lines.
-    for i in 0..mr {
-        // SAFETY: a prefetch does not fault; the addresses lie in the tile anyway.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(c.add(i * rs) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(c.add(i * rs + (nr - 1) * cs) as *const i8);
+    // The tile's first and last element of each row: its one or two cache lines (and
+    // those of the rows the epilogue reads or writes).
+    let lines = |p: *const f32| {
+        for i in 0..mr {
+            // SAFETY: a prefetch does not fault; the addresses lie in the tile anyway.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(p.add(i * rs) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(p.add(i * rs + (nr - 1) * cs) as *const i8);
+            }
+        }
+    };
+    lines(c);
+    if let Some(e) = &epi {
+        if let Some(p) = e.gelu_grad_of {
+            lines(p);
+        }
+        if let Some(o) = e.gelu_out {
+            lines(o);
         }
     }
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
@@ -305,17 +411,38 @@ unsafe fn kernel(
         }
     }
     if cs == 1 && nr == NR {
+        // SAFETY: the bias holds the tile's NR columns.
+        let bias = epi
+            .and_then(|e| e.bias)
+            .map(|b| unsafe { [_mm256_loadu_ps(b), _mm256_loadu_ps(b.add(8))] });
         for (i, row) in acc.iter().enumerate().take(mr) {
-            // SAFETY: row i of the tile holds NR contiguous values in C.
+            // SAFETY: row i of the tile holds NR contiguous values in C (and in the
+            // epilogue's matrices, which share C's strides).
             unsafe {
                 let ci = c.add(i * rs);
-                let (mut r0, mut r1) = (row[0], row[1]);
+                let mut r = *row;
                 if beta != 0.0 {
-                    r0 = _mm256_add_ps(r0, _mm256_loadu_ps(ci));
-                    r1 = _mm256_add_ps(r1, _mm256_loadu_ps(ci.add(8)));
+                    r[0] = _mm256_add_ps(r[0], _mm256_loadu_ps(ci));
+                    r[1] = _mm256_add_ps(r[1], _mm256_loadu_ps(ci.add(8)));
                 }
-                _mm256_storeu_ps(ci, r0);
-                _mm256_storeu_ps(ci.add(8), r1);
+                if let Some(e) = &epi {
+                    if let Some(b) = bias {
+                        r[0] = _mm256_add_ps(r[0], b[0]);
+                        r[1] = _mm256_add_ps(r[1], b[1]);
+                    }
+                    if let Some(o) = e.gelu_out {
+                        let o = o.add(i * rs);
+                        _mm256_storeu_ps(o, crate::avx2::gelu(r[0]));
+                        _mm256_storeu_ps(o.add(8), crate::avx2::gelu(r[1]));
+                    }
+                    if let Some(p) = e.gelu_grad_of {
+                        let p = p.add(i * rs);
+                        r[0] = crate::avx2::gelu_grad(_mm256_loadu_ps(p), r[0]);
+                        r[1] = crate::avx2::gelu_grad(_mm256_loadu_ps(p.add(8)), r[1]);
+                    }
+                }
+                _mm256_storeu_ps(ci, r[0]);
+                _mm256_storeu_ps(ci.add(8), r[1]);
             }
         }
         return;
@@ -330,10 +457,15 @@ unsafe fn kernel(
     }
     for (i, t) in tile.iter().enumerate().take(mr) {
         for (j, &v) in t.iter().enumerate().take(nr) {
-            // SAFETY: (i, j) lies in the tile's valid part of C.
+            // SAFETY: (i, j) lies in the tile's valid part of C (and of the epilogue's
+            // matrices).
             unsafe {
                 let p = c.add(i * rs + j * cs);
-                *p = if beta != 0.0 { v + *p } else { v };
+                let r = if beta != 0.0 { v + *p } else { v };
+                *p = match &epi {
+                    Some(e) => e.scalar(r, i, j, rs, cs),
+                    None => r,
+                };
             }
         }
     }
@@ -359,5 +491,101 @@ mod tests {
             &[(13, 2 * KC + KC / 2 + 3, 37), (7, 5, NC + 21), (1, KC, 1)],
             &[&product],
         );
+    }
+
+    /// The epilogues in the micro-kernel give the bits of the plain product followed by
+    /// the separate passes (`c += bias`, `out = GELU(c)`, `c ·= GELU'(pre)`), on whole
+    /// and ragged tiles (the vector and the scalar path), across `KC` slices (only the
+    /// last applies it), with `beta` 0 and 1, C row-major or with a column stride of 1
+    /// and a row stride wider than `n`; and `out`, `pre` and `C` outside the product
+    /// untouched.
+    #[test]
+    fn epilogues_give_the_bits_of_the_separate_passes() {
+        use crate::simd::{gelu, gelu_grad, Fused};
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("SKIPPED: no AVX2 + FMA");
+            return;
+        }
+        let mut r = andrea_testkit::random::Rand::new(11);
+        for &(m, k, n) in &[(13, KC + 7, 37), (12, 5, 32), (7, 0, 9), (1, 3, 16)] {
+            for (beta, pad) in [(0.0f32, 0), (1.0, 3)] {
+                // C, out and pre are [m, n] at row stride n + pad; the pad is a guard.
+                let rs = n + pad;
+                let mut a = r.vec(m * k, -1.0, 1.0);
+                let mut b = r.vec(k * n, -1.0, 1.0);
+                let bias = r.vec(n, -1.0, 1.0);
+                let c0 = r.vec(m * rs, -3.0, 3.0);
+                let pre = r.vec(m * rs, -4.0, 4.0);
+                let op = |p: &mut [f32], rs, cs| Operand {
+                    ptr: crate::buffer::SendPtr(p.as_mut_ptr()),
+                    rs,
+                    cs,
+                };
+                // The plain product, then each pass on its own.
+                let mut want = c0.clone();
+                // SAFETY: every operand holds its whole matrix; AVX2 + FMA checked.
+                unsafe {
+                    sgemm(
+                        m,
+                        k,
+                        n,
+                        op(&mut a, k, 1),
+                        op(&mut b, n, 1),
+                        beta,
+                        op(&mut want, rs, 1),
+                    )
+                };
+                for (case, (with_bias, with_out, with_grad)) in [
+                    (true, false, false),
+                    (true, true, false),
+                    (false, false, true),
+                    (true, true, true),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let mut want_c = want.clone();
+                    let mut want_out = vec![-9.0f32; m * rs];
+                    for i in 0..m {
+                        for j in 0..n {
+                            let x = &mut want_c[i * rs + j];
+                            if with_bias {
+                                *x += bias[j];
+                            }
+                            if with_out {
+                                want_out[i * rs + j] = gelu::<Fused>(*x);
+                            }
+                            if with_grad {
+                                *x *= gelu_grad::<Fused>(pre[i * rs + j]);
+                            }
+                        }
+                    }
+                    let mut c = c0.clone();
+                    let mut out = vec![-9.0f32; m * rs];
+                    let epi = Epilogue {
+                        bias: with_bias.then_some(bias.as_ptr()),
+                        gelu_out: with_out.then_some(out.as_mut_ptr()),
+                        gelu_grad_of: with_grad.then_some(pre.as_ptr()),
+                    };
+                    // SAFETY: as above; out and pre hold C's layout.
+                    unsafe {
+                        sgemm_epilogue(
+                            m,
+                            k,
+                            n,
+                            op(&mut a, k, 1),
+                            op(&mut b, n, 1),
+                            beta,
+                            op(&mut c, rs, 1),
+                            epi,
+                        )
+                    };
+                    let what = format!("{m}x{k}x{n} beta {beta} pad {pad} case {case}");
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&c), bits(&want_c), "C of {what}");
+                    assert_eq!(bits(&out), bits(&want_out), "out of {what}");
+                }
+            }
+        }
     }
 }
