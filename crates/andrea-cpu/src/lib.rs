@@ -18,9 +18,10 @@
 //! * **Fused GEMM epilogues**: andrea's AVX2 kernel adds the bias, writes `GELU` and
 //!   multiplies by `GELU'` in its micro-kernel, on each tile of C in registers before
 //!   its one store (`gemm_avx2::Epilogue`; the same bits as the separate passes): on
-//!   ANDREA-120M's products it took the forward's biased products from 157-160 to
-//!   172-179 GFLOP/s and `linear_gelu` from 140-150 to 166-167 on two Zen 3 cores (plain
-//!   products 176-180; benches/results/20261202T2150Z-zen3-epilogue). With the other
+//!   ANDREA-120M's products it took the forward's biased products from 149-160 to
+//!   167-179 GFLOP/s and `linear_gelu` from 140-150 to 166-167 on two Zen 3 cores
+//!   (plain products 176-180), and `linear_gelu` in the training step from 144-151 to
+//!   158-159 (benches/results/20261202T2150Z-zen3-epilogue). With the other
 //!   kernels a product with a bias or GELU (`linear_gelu`) is cut into
 //!   fixed 256 x 128 tiles of C, each given its bias and GELU right after its product,
 //!   while it is in L2; `matmul_gelu_backward` at small `k` (at most 256) runs on
