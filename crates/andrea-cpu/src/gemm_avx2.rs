@@ -225,6 +225,14 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Operand, pc: usize, jc: usize, out: &m
     {
         let j0 = jc + jp * NR;
         let w = (nc - jp * NR).min(NR);
+        if w == NR && b.rs == 1 {
+            // B transposed (each column contiguous along `k`): 8 x 8 blocks through
+            // registers instead of one strided float at a time.
+            // SAFETY: columns j0..j0 + NR, rows pc..pc + kc lie in B; the panel holds
+            // kc x NR values.
+            unsafe { pack_b_cols(kc, base.add(j0 * b.cs + pc), b.cs, panel) };
+            continue;
+        }
         for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
             // SAFETY: rows pc..pc + kc and columns j0..j0 + w lie in B.
             unsafe {
@@ -237,6 +245,82 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Operand, pc: usize, jc: usize, out: &m
                     }
                 }
             }
+        }
+    }
+}
+
+/// Transposes the 8 x 8 block of `r` (row `i` in `r[i]`) in registers.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+/// Packs one panel of [`NR`] columns of a transposed `B` (column `j` at `src + j·cs`,
+/// contiguous along `k`) over `kc` rows into `panel` (`kc` rows of `NR` values): 8 rows
+/// of 8 columns per step through [`transpose8`]. The backward's `dx = dy·Wᵀ` products
+/// and the output layer's `x·wteᵀ` have such a `B`; the scalar gather it replaces
+/// stored one float at a time.
+///
+/// # Safety
+/// The `NR` columns hold `kc` readable floats at `src + j·cs`; `panel.len() >= kc·NR`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_b_cols(kc: usize, src: *const f32, cs: usize, panel: &mut [f32]) {
+    let panel = &mut panel[..kc * NR];
+    let out = panel.as_mut_ptr();
+    let mut p = 0;
+    while p + 8 <= kc {
+        for half in 0..NR / 8 {
+            // SAFETY: rows p..p + 8 of columns 8·half..8·half + 8 are in bounds; the
+            // stores write rows p..p + 8 of the panel, 8 values each.
+            unsafe {
+                let col = |j: usize| _mm256_loadu_ps(src.add((8 * half + j) * cs + p));
+                let rows = transpose8([
+                    col(0),
+                    col(1),
+                    col(2),
+                    col(3),
+                    col(4),
+                    col(5),
+                    col(6),
+                    col(7),
+                ]);
+                for (i, r) in rows.iter().enumerate() {
+                    _mm256_storeu_ps(out.add((p + i) * NR + 8 * half), *r);
+                }
+            }
+        }
+        p += 8;
+    }
+    for p in p..kc {
+        for j in 0..NR {
+            // SAFETY: row p of column j is in bounds.
+            panel[p * NR + j] = unsafe { *src.add(j * cs + p) };
         }
     }
 }
@@ -311,34 +395,8 @@ unsafe fn pack_a_rows(kc: usize, src: *const f32, rs: usize, panel: &mut [f32]) 
         // group's are written 4 + 2 wide).
         unsafe {
             let r = |i: usize| _mm256_loadu_ps(src.add(i * rs + p));
-            let (r0, r1, r2, r3, r4, r5) = (r(0), r(1), r(2), r(3), r(4), r(5));
-            let t0 = _mm256_unpacklo_ps(r0, r1);
-            let t1 = _mm256_unpackhi_ps(r0, r1);
-            let t2 = _mm256_unpacklo_ps(r2, r3);
-            let t3 = _mm256_unpackhi_ps(r2, r3);
-            let t4 = _mm256_unpacklo_ps(r4, r5);
-            let t5 = _mm256_unpackhi_ps(r4, r5);
-            let t6 = _mm256_unpacklo_ps(r5, r5);
-            let t7 = _mm256_unpackhi_ps(r5, r5);
-            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
             // Column j of the 8: rows 0..6 in lanes 0..6.
-            let cols = [
-                _mm256_permute2f128_ps::<0x20>(s0, s4),
-                _mm256_permute2f128_ps::<0x20>(s1, s5),
-                _mm256_permute2f128_ps::<0x20>(s2, s6),
-                _mm256_permute2f128_ps::<0x20>(s3, s7),
-                _mm256_permute2f128_ps::<0x31>(s0, s4),
-                _mm256_permute2f128_ps::<0x31>(s1, s5),
-                _mm256_permute2f128_ps::<0x31>(s2, s6),
-                _mm256_permute2f128_ps::<0x31>(s3, s7),
-            ];
+            let cols = transpose8([r(0), r(1), r(2), r(3), r(4), r(5), r(5), r(5)]);
             for (j, c) in cols.iter().enumerate().take(7) {
                 _mm256_storeu_ps(out.add((p + j) * MR), *c);
             }
