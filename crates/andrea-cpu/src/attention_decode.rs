@@ -81,7 +81,7 @@ pub(crate) unsafe fn forward(
             )
         };
         let shape = Shape { n, k_len, heads, d };
-        scores(qr, kr, k.seq_stride(), &mut s, shape);
+        scores_any(qr, kr, k.seq_stride(), &mut s, shape);
         for (row, lh) in s.chunks_exact_mut(k_len).zip(l) {
             let lh = std::slice::from_mut(lh);
             causal_softmax(row, lh, 0, 1, k_len, pos_offset, scale);
@@ -104,6 +104,34 @@ struct Shape {
     k_len: usize,
     heads: usize,
     d: usize,
+}
+
+/// [`scores`]; with AVX2 (and not AVX-512), four positions at a time through
+/// `gemv_avx2::four_dots` (the generic `gemv::dot` vectorises badly there; the same bits).
+fn scores_any(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() && !crate::simd::has_avx512() {
+        let Shape { n, k_len, heads, d } = shape;
+        let mut j = 0;
+        while j + 4 <= n {
+            for h in 0..heads {
+                let row = |r: usize| &k[(j + r) * ks + h * d..][..d];
+                // SAFETY: the CPU has AVX2 and FMA.
+                let dots = unsafe {
+                    crate::gemv_avx2::four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)])
+                };
+                s[h * k_len + j..][..4].copy_from_slice(&dots);
+            }
+            j += 4;
+        }
+        if j < n {
+            // The last positions (fewer than four) on the generic path.
+            let rest = Shape { n: n - j, ..shape };
+            scores(q, &k[j * ks..], ks, &mut s[j..], rest);
+        }
+        return;
+    }
+    scores(q, k, ks, s, shape)
 }
 
 multiversion! {
@@ -172,7 +200,7 @@ mod tests {
             let heads = |buf, t| Heads::from_tensor(View::new(buf, 0, [b, t, c]), h).unwrap();
             let mut run_bits = Vec::new();
             // pos 299: 6 heads · 2·300·20 multiply-adds, past the parallel threshold.
-            for pos in [0, 1, 16, 37, 299] {
+            for pos in [0, 1, 3, 16, 37, 299] {
                 let tk = pos + 1;
                 let shape = AttentionShape {
                     batch: b,

@@ -277,12 +277,17 @@ pub(crate) struct Band<'a> {
 }
 
 /// [`column_band`], sixteen rows of `W` at a time with AVX-512 where the CPU has it
-/// (`gemv_avx512` module: the same bits).
+/// (`gemv_avx512` module), four at a time with AVX2 (`gemv_avx2`): the same bits.
 fn column_band_any(dots: &mut [f32], band: Band<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512 F.
         return unsafe { crate::gemv_avx512::column_band(dots, band) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { crate::gemv_avx2::column_band(dots, band) };
     }
     column_band(dots, band)
 }

@@ -101,6 +101,7 @@ mod gemm_avx2;
 mod gemm_avx512;
 mod gemv;
 #[cfg(target_arch = "x86_64")]
+mod gemv_avx2;
 mod gemv_avx512;
 mod interop;
 mod layernorm;
