@@ -55,8 +55,7 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
         let block = [row(0), row(1), row(2), row(3)];
         for i in 0..m {
             let out = &mut dots[i * cols + j0..][..rows];
-            // SAFETY: the CPU has AVX2 and FMA (this function's contract).
-            let d = unsafe { four_dots(&x[i * k..][..k], block) };
+            let d = four_dots(&x[i * k..][..k], block);
             out.copy_from_slice(&d[..rows]);
         }
     }
