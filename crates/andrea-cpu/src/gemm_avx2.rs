@@ -163,9 +163,17 @@ pub(crate) unsafe fn sgemm_epilogue(
     }
     PACK.with(|pack| {
         let (pa, pb) = &mut *pack.borrow_mut();
+        // Grown, never shrunk: the packing writes every value the kernel reads (padding
+        // included), and a `resize` down and back up would zero megabytes on each large
+        // product that follows a small one (the attention's, in a training step).
+        let grow = |v: &mut Vec<f32>, len: usize| {
+            if v.len() < len {
+                v.resize(len, 0.0);
+            }
+        };
         let nc_max = n.min(NC).div_ceil(NR) * NR;
-        pb.resize(KC * nc_max, 0.0);
-        pa.resize(KC * MC.min(m.div_ceil(MR) * MR), 0.0);
+        grow(pb, KC * nc_max);
+        grow(pa, KC * MC.min(m.div_ceil(MR) * MR));
         for jc in (0..n).step_by(NC) {
             let nc = (n - jc).min(NC);
             for pc in (0..k).step_by(KC) {
