@@ -271,7 +271,17 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// (measured: benches/README.md, "GEMM") column blocks are the faster when `A` is
 /// row-major (the activations of every forward and `dx` product), row blocks when `A` is
 /// transposed (the `dW = xᵀ·dy` products, whose `A` must be packed from a strided read).
-fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool) -> Vec<Block> {
+///
+/// With andrea's AVX2 kernel (`weigh_packing`), row blocks instead for a narrow product
+/// (`n <= 512`) whose `A` is the larger operand (`2m > n`): each thread's share of the
+/// columns is then too short to pay for packing all of `A` (a row-major `A` goes
+/// through a register transpose). The tiny model's products have `n` of 128-512 beside
+/// `m` 2048, and its output layer's `dx` (`A` the 69 MB of logit gradients, `n` 128) had
+/// both threads pack all of `A`: `pack_a_rows` fell from 7% to 4% of a tiny training
+/// step (`perf`), its products from 153-156 to 164-166 GFLOP/s in the step
+/// (benches/results/20261202T2240Z-zen3-train-tiny). ANDREA-120M's products (`n` 768 and
+/// up) measured level or behind with row blocks, so they keep column blocks.
+fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool, weigh_packing: bool) -> Vec<Block> {
     let mut out = Vec::new();
     if d.batch >= threads || threads == 1 {
         for batch in 0..d.batch {
@@ -288,7 +298,9 @@ fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool) -> Vec<Block> {
     let per_batch = threads.div_ceil(d.batch);
     let wide = d.n >= per_batch * 2 * BLOCK_ALIGN;
     for batch in 0..d.batch {
-        if d.m >= per_batch * 2 * BLOCK_ALIGN && !(a_row_major && wide) {
+        let narrow = weigh_packing && d.n <= 512 && 2 * d.m > d.n;
+        let columns = a_row_major && wide && !narrow;
+        if d.m >= per_batch * 2 * BLOCK_ALIGN && !columns {
             for (r0, r1) in split(d.m, per_batch) {
                 out.push(Block {
                     batch,
@@ -598,7 +610,7 @@ fn matmul(g: &Gemm<'_>) {
         };
         return;
     }
-    let blocks = blocks(&d, threads, a.col_stride == 1);
+    let blocks = blocks(&d, threads, a.col_stride == 1, in_kernel);
     let run = |blk: &Block| {
         let ab = if a.batch == 1 {
             0
@@ -1029,12 +1041,32 @@ mod tests {
             k: 768,
             n: 2304,
         };
-        let by_cols = blocks(&d, 2, true);
+        let by_cols = blocks(&d, 2, true, false);
         assert!(by_cols.iter().all(|b| b.r0 == 0 && b.r1 == 1024));
         assert_eq!((by_cols.len(), by_cols[1].c1), (2, 2304));
-        let by_rows = blocks(&d, 2, false);
+        let by_rows = blocks(&d, 2, false, false);
         assert!(by_rows.iter().all(|b| b.c0 == 0 && b.c1 == 2304));
         assert_eq!((by_rows.len(), by_rows[1].r1), (2, 1024));
+    }
+
+    /// Weighing the packing (the AVX2 kernel): row blocks for a narrow product with the
+    /// larger `A` (the tiny model's `n` of 128), column blocks for ANDREA-120M's.
+    #[test]
+    fn weighed_packing_splits_narrow_products_by_rows() {
+        let d = |m, n| MatmulDims {
+            batch: 1,
+            m,
+            k: 128,
+            n,
+        };
+        let narrow = blocks(&d(2048, 128), 2, true, true);
+        assert!(narrow.iter().all(|b| b.c0 == 0 && b.c1 == 128));
+        assert_eq!((narrow.len(), narrow[1].r1), (2, 2048));
+        let wide = blocks(&d(1024, 3072), 2, true, true);
+        assert!(wide.iter().all(|b| b.r0 == 0 && b.r1 == 1024));
+        let model_120m = blocks(&d(1024, 768), 2, true, true);
+        assert!(model_120m.iter().all(|b| b.r0 == 0 && b.r1 == 1024));
+        assert_eq!(blocks(&d(2048, 128), 2, true, false)[1].r0, 0);
     }
 
     #[test]
@@ -1045,7 +1077,7 @@ mod tests {
             k: 768,
             n: 8449,
         };
-        let b = blocks(&d, 2, true);
+        let b = blocks(&d, 2, true, true);
         assert_eq!(b.len(), 2);
         assert!(b.iter().all(|b| b.r0 == 0 && b.r1 == 1));
         assert_eq!(b[1].c1, 8449);
