@@ -27,6 +27,14 @@
 //! sitting: 87-92% of the probe); `MC` 144 measured level with 96, 192 behind.
 //! Raw outputs: benches/results/20261202T1155Z-zen3-gemm-avx2/.
 //!
+//! Packing: a row-major `A` and a transposed `B` (the backward's `dy·Wᵀ`, the output
+//! layer's `x·wteᵀ`) go through 8 x 8 register transposes ([`transpose8`]) rather than
+//! one strided float at a time. The fused ops' bias, `GELU` and `GELU'` run in the
+//! micro-kernel on the last `KC` slice ([`Epilogue`]). Where the time goes in an
+//! ANDREA-120M training step (`perf annotate`, benches/README.md, Zen 3 section): 85% of
+//! this module's samples in the `k` loop, which runs at about 94% of the FMA probe; the
+//! rest is packing, `C`'s stores and the edges.
+//!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
 //! operations whatever the block of `C` the element falls in, so results do not depend
