@@ -100,7 +100,7 @@ impl HeadsPtr {
 }
 
 /// Operand for head `hh` of batch entry `b`: `[seq, D]` with row stride `seq_stride`.
-fn head(h: HeadsPtr, b: usize, hh: usize) -> Operand {
+pub(crate) fn head(h: HeadsPtr, b: usize, hh: usize) -> Operand {
     // SAFETY: (b, hh) are inside the view, which the op's check put inside its buffer.
     let ptr = unsafe { h.ptr.add(b * h.batch_stride + hh * h.head_dim) };
     Operand {
@@ -263,6 +263,11 @@ pub(crate) fn forward(
             crate::attention_decode::forward([q, k, v, out], lse, d.heads, tk, pos_offset, scale)
         };
     }
+    #[cfg(target_arch = "x86_64")]
+    if products == AttentionProducts::Fused && crate::attention_avx2::supports(hd) {
+        // SAFETY: `supports` held; the views were checked by the op.
+        return unsafe { crate::attention_avx2::forward([q, k, v, out], lse, pos_offset, d) };
+    }
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         with_scratch(tq * tk, |s| {
@@ -332,6 +337,12 @@ pub(crate) fn backward(
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (t, hd) = (d.q_len, d.head_dim);
+    #[cfg(target_arch = "x86_64")]
+    if products == AttentionProducts::Fused && crate::attention_avx2::supports(hd) {
+        let heads = [q, k, v, dout, dq, dk, dv];
+        // SAFETY: `supports` held; the views were checked by the op.
+        return unsafe { crate::attention_avx2::backward(heads, lse, d) };
+    }
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         with_scratch(2 * t * t, |scratch| {

@@ -43,31 +43,52 @@ pub enum AttentionProducts {
     /// attention, issue 17 second session"); kept selectable to compare on other CPUs.
     Small,
     /// The crate's general `sgemm_strided` with the backend's [`GemmKernel`] (the
-    /// default).
+    /// default where the CPU has AVX-512 or lacks AVX2).
     Sgemm,
+    /// Not a kernel for the blocked path's products but a whole fused attention
+    /// (`attention_avx2`): every operand packed once per head, six queries at a time,
+    /// with AVX2 + FMA intrinsics. The default where the CPU (or `ANDREA_SIMD`) stops at
+    /// AVX2; where the CPU lacks AVX2 and FMA, or the head size is not a multiple of 16,
+    /// attention runs the blocked path with `Sgemm` instead.
+    Fused,
 }
 
 impl AttentionProducts {
-    /// `ANDREA_ATTENTION_PRODUCTS` (`small` or `sgemm`) if set, else [`Self::Sgemm`].
-    /// An unknown value is reported on stderr and ignored.
+    /// `ANDREA_ATTENTION_PRODUCTS` (`small`, `sgemm` or `fused`) if set, else
+    /// [`Self::default_for_cpu`]. An unknown value is reported on stderr and ignored.
     pub fn from_env() -> Self {
         static CHOICE: std::sync::OnceLock<AttentionProducts> = std::sync::OnceLock::new();
         *CHOICE.get_or_init(|| {
+            let fallback = Self::default_for_cpu();
             let Ok(want) = std::env::var("ANDREA_ATTENTION_PRODUCTS") else {
-                return AttentionProducts::Sgemm;
+                return fallback;
             };
             match want.trim().to_ascii_lowercase().as_str() {
                 "small" => AttentionProducts::Small,
                 "sgemm" => AttentionProducts::Sgemm,
+                "fused" => AttentionProducts::Fused,
                 _ => {
                     eprintln!(
                         "andrea-cpu: ignoring ANDREA_ATTENTION_PRODUCTS={want:?} (expected \
-                         small or sgemm); using sgemm"
+                         small, sgemm or fused); using {}",
+                        fallback.name()
                     );
-                    AttentionProducts::Sgemm
+                    fallback
                 }
             }
         })
+    }
+
+    /// [`Self::Fused`] where the kernels stop at AVX2 + FMA (an AVX2-only CPU, or
+    /// `ANDREA_SIMD=avx2`), where it was measured faster (benches/README.md, Zen 3
+    /// section); [`Self::Sgemm`] otherwise (AVX-512, where the fused kernel has not been
+    /// measured yet, and CPUs without AVX2).
+    pub fn default_for_cpu() -> Self {
+        if simd::has_avx2_fma() && !simd::has_avx512() {
+            AttentionProducts::Fused
+        } else {
+            AttentionProducts::Sgemm
+        }
     }
 
     /// The name as `ANDREA_ATTENTION_PRODUCTS` spells it.
@@ -75,6 +96,7 @@ impl AttentionProducts {
         match self {
             AttentionProducts::Small => "small",
             AttentionProducts::Sgemm => "sgemm",
+            AttentionProducts::Fused => "fused",
         }
     }
 }
@@ -97,7 +119,9 @@ pub(crate) unsafe fn product(
     beta: f32,
     c: Operand,
 ) {
-    if products == AttentionProducts::Sgemm {
+    if products != AttentionProducts::Small {
+        // `Fused` reaches here only where the fused kernel does not run (no AVX2, or a
+        // head size it does not take): the blocked path's products on `sgemm`.
         // SAFETY: the caller's.
         unsafe { sgemm_strided(kernel, m, k, n, a, b, beta, c) };
         return;

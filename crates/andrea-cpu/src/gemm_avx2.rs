@@ -268,7 +268,7 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Operand, pc: usize, jc: usize, out: &m
 /// Transposes the 8 x 8 block of `r` (row `i` in `r[i]`) in registers.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+pub(crate) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
     let t1 = _mm256_unpackhi_ps(r[0], r[1]);
     let t2 = _mm256_unpacklo_ps(r[2], r[3]);

@@ -85,6 +85,8 @@
 //! ```
 
 mod attention;
+#[cfg(target_arch = "x86_64")]
+mod attention_avx2;
 mod attention_decode;
 mod attention_products;
 #[cfg(target_arch = "x86_64")]

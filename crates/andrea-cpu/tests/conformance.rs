@@ -88,3 +88,42 @@ mod small_attention_products {
     }
     attention!(attention_forward attention_backward determinism);
 }
+
+mod fused_attention {
+    //! The suite's attention cases with the fused AVX2 attention
+    //! (`AttentionProducts::Fused`, the default on AVX2-only CPUs): ragged six-row
+    //! tiles, keys past the last full 16-key panel, offsets into a KV cache, `dk`/`dv`
+    //! summed over query blocks. Head sizes that are not a multiple of 16 take the
+    //! blocked path (the suite has both). On a CPU without AVX2 and FMA every case
+    //! takes the blocked path, and the test says so on stderr. Sizes past the suite's
+    //! (several query blocks, T up to 200) are in the unit tests of
+    //! `src/attention_avx2.rs`.
+    use andrea_cpu::{AttentionProducts, CpuBackend};
+
+    macro_rules! attention {
+        ($($name:ident)*) => {$(
+            #[test]
+            fn $name() {
+                #[cfg(target_arch = "x86_64")]
+                let fused = std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma");
+                #[cfg(not(target_arch = "x86_64"))]
+                let fused = false;
+                if !fused {
+                    eprintln!("no AVX2 + FMA here: the fused kernel is not run, only its fallback");
+                }
+                #[allow(unused_imports)]
+                use andrea_testkit::__private::{ViaResult as _, ViaValue as _};
+                andrea_testkit::__private::run_test(
+                    stringify!($name),
+                    || (&andrea_testkit::__private::Probe::new(
+                        CpuBackend::new().with_attention_products(AttentionProducts::Fused),
+                    ))
+                        .make_backend(),
+                    andrea_testkit::suite::$name,
+                );
+            }
+        )*};
+    }
+    attention!(attention_forward attention_backward determinism);
+}

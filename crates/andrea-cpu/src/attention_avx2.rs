@@ -1,0 +1,656 @@
+//! Fused causal attention for AVX2 + FMA ([`AttentionProducts::Fused`]): the training
+//! forward and backward of one (batch entry, head) per task with no call to a general
+//! GEMM, for head sizes that are a multiple of 16 (the tiny model's 32, ANDREA-120M's 64).
+//!
+//! Why: the `attention` module's blocked path runs its seven per-head products through
+//! `sgemm_strided`, which packs both operands on every call and re-packs `kᵀ` and `vᵀ`
+//! for each block of 64 queries; its products have an inner dimension of 32 or 64 and
+//! skip only whole 64 x 64 blocks of the masked triangle (62.5% of `T x T` computed at
+//! `T` 256). On the AVX2-only Zen 3 host that attention ran at 57-72 GFLOP/s of the work
+//! it does, against 170-180 for the step's large GEMMs.
+//!
+//! Here every operand is packed at most once per head, and one micro-kernel ([`tile`],
+//! a 6 x 16 tile of the result in twelve 8-lane accumulators, two loads of `B` and six
+//! broadcasts of `A` per step, the layout of `gemm_avx2`'s) computes every product,
+//! reading `A` where it lies (its six rows through six pointers, at any stride):
+//!
+//! * forward, six queries at a time: `S = q·kᵀ` over the keys those six see, rounded up
+//!   to 16 (`kᵀ` packed once into 16-key panels by 8 x 8 register transposes), the
+//!   row softmax of `S/sqrt(D)` in place (`avx2::softmax_rows`, keeping each row's
+//!   base-2 log-sum-exp), then `out = P·v` (`v` packed once into 16-column panels),
+//!   written once. Computed: `T(T+1)/2` rounded up to tiles, 53% of `T x T` at 256.
+//! * backward, blocks of 64 queries: `S` and `dP = dO·vᵀ` for six rows at a time,
+//!   `P = 2^(S·scale·log2 e - L)` and `dS = scale·P∘(dP - rowsum(P∘dP))` row by row,
+//!   `dq = dS·k` (six rows at a time, `k` packed once into panels), then
+//!   `dv += Pᵀ·dO` and `dk += dSᵀ·q` six keys at a time over the block's rows that see
+//!   them (`Pᵀ` read in place: six adjacent columns of `P`, a row stride per step).
+//!
+//! **Results.** Each output element is one FMA chain in the inner index's order (keys
+//! for `P·v` and `dS·k`, the head dimension for `S` and `dP`, queries for `dv`, `dk`),
+//! the chains of `dv`, `dk` added to the running sum block by block, in block order.
+//! The operations depend on the shapes alone, never on the thread count. They differ
+//! from the blocked path's in the last bits where that path adds exact zeros in another
+//! order (the masked entries), within the attention tolerance of the suite, which
+//! `tests/conformance.rs` runs on this kernel (`fused_attention`).
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::f32::consts::LOG2_E;
+
+use rayon::prelude::*;
+
+use andrea_core::check::AttentionDims;
+
+use crate::attention::{head, HeadsPtr};
+use crate::gemm::Operand;
+use crate::gemm_avx2::transpose8;
+use crate::simd;
+
+/// Rows of a tile (queries in `S`, `dP`, `out`, `dq`; keys in `dv`, `dk`).
+const MR: usize = 6;
+/// Columns of a tile: two 8-lane vectors.
+const NR: usize = 16;
+/// Queries per block of the backward pass: the block's `P` and `dS` (`64 x T`) stay in
+/// L2 while `dv` and `dk` take their sums over it.
+const QUERY_BLOCK: usize = 64;
+/// Rows of the backward's block buffers: the last six-row tile of a block may run past
+/// its 64 rows (rows past the block repeat its last row and are never read).
+const BLOCK_ROWS: usize = QUERY_BLOCK.next_multiple_of(MR);
+
+/// Whether this kernel can run attention with heads of `head_dim` on this CPU.
+pub(crate) fn supports(head_dim: usize) -> bool {
+    head_dim > 0 && head_dim.is_multiple_of(NR) && simd::has_avx2_fma()
+}
+
+thread_local! {
+    /// Per-thread packed operands and score rows, grown on first use, then reused.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `N` disjoint thread-local buffers of the given lengths.
+fn with_buffers<const N: usize, R>(lens: [usize; N], f: impl FnOnce([&mut [f32]; N]) -> R) -> R {
+    SCRATCH.with_borrow_mut(|s| {
+        let total = lens.iter().sum();
+        if s.len() < total {
+            s.resize(total, 0.0);
+        }
+        let mut rest = &mut s[..total];
+        let parts = lens.map(|n| {
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            rest = tail;
+            part
+        });
+        f(parts)
+    })
+}
+
+/// Row stride, base pointer, and the `MR` row pointers of rows `r0..r0 + mr` of `o`
+/// (the rows past `mr` repeat row `r0 + mr - 1`, so that a ragged tile reads only rows
+/// that exist).
+///
+/// # Safety
+/// Rows `r0..r0 + mr` lie in `o`'s matrix; `mr >= 1`.
+#[inline(always)]
+unsafe fn rows(o: Operand, r0: usize, mr: usize) -> [*const f32; MR] {
+    // SAFETY: row r0 + min(r, mr - 1) is inside (the caller's).
+    std::array::from_fn(|r| unsafe { o.ptr.get().add((r0 + r.min(mr - 1)) * o.rs).cast_const() })
+}
+
+/// The product tile: for `r < rows`, `C[r, 0..16] (+)= Σ_{kk < k} a[r][kk·aks] ·
+/// b[kk·bks + 0..16]`, one FMA chain per element in `kk` order from zero, then stored
+/// (`add` false) or added to `C` (`add` true). `C` row `r` is at `c + r·crs`.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `a[r] + kk·aks` for `r < MR`, `kk < k` and the 16 floats at
+/// `b + kk·bks` are readable; rows `r < rows <= MR` of `C` hold 16 writable floats that
+/// overlap neither operand.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    a: [*const f32; MR],
+    aks: usize,
+    b: *const f32,
+    bks: usize,
+    k: usize,
+    c: *mut f32,
+    crs: usize,
+    rows: usize,
+    add: bool,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    // SAFETY (whole body): the reads and writes the caller promised.
+    unsafe {
+        for kk in 0..k {
+            let b0 = _mm256_loadu_ps(b.add(kk * bks));
+            let b1 = _mm256_loadu_ps(b.add(kk * bks + 8));
+            for (row, &ar) in acc.iter_mut().zip(&a) {
+                let x = _mm256_broadcast_ss(&*ar.add(kk * aks));
+                row[0] = _mm256_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+            }
+        }
+        for (r, row) in acc.iter().enumerate().take(rows) {
+            let c = c.add(r * crs);
+            if add {
+                _mm256_storeu_ps(c, _mm256_add_ps(_mm256_loadu_ps(c), row[0]));
+                _mm256_storeu_ps(c.add(8), _mm256_add_ps(_mm256_loadu_ps(c.add(8)), row[1]));
+            } else {
+                _mm256_storeu_ps(c, row[0]);
+                _mm256_storeu_ps(c.add(8), row[1]);
+            }
+        }
+    }
+}
+
+/// Packs rows `0..t` of `src` (`d` floats each, `d` a multiple of 8) transposed, in
+/// panels of 16 rows: `dst[(j / 16)·d·16 + c·16 + j % 16] = src[j, c]`, zero for
+/// `t <= j < t` rounded up to 16. Eight rows by eight columns at a time, transposed in
+/// registers.
+///
+/// # Safety
+/// The CPU has AVX2; rows `0..t` of `src` hold `d` readable floats; `dst` holds
+/// `t.next_multiple_of(16)·d` floats.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_transposed(src: Operand, t: usize, d: usize, dst: &mut [f32]) {
+    let tp = t.next_multiple_of(NR);
+    assert!(d.is_multiple_of(8) && dst.len() >= tp * d);
+    let out = dst.as_mut_ptr();
+    for j in (0..tp).step_by(8) {
+        // SAFETY: panel j / 16, lanes j % 16.. of each of its d rows, inside `dst`.
+        let panel = unsafe { out.add((j / NR) * d * NR + j % NR) };
+        for c in (0..d).step_by(8) {
+            // SAFETY: rows below t, columns c..c + 8 < d: inside `src`.
+            let row = |i: usize| unsafe {
+                if j + i < t {
+                    _mm256_loadu_ps(src.ptr.get().add((j + i) * src.rs + c))
+                } else {
+                    _mm256_setzero_ps()
+                }
+            };
+            let cols = transpose8([
+                row(0),
+                row(1),
+                row(2),
+                row(3),
+                row(4),
+                row(5),
+                row(6),
+                row(7),
+            ]);
+            for (x, v) in cols.iter().enumerate() {
+                // SAFETY: row c + x < d of the panel, 8 lanes from j % 16 (0 or 8).
+                unsafe { _mm256_storeu_ps(panel.add((c + x) * NR), *v) };
+            }
+        }
+    }
+}
+
+/// Packs rows `0..t` of `src` (`d` floats each, `d` a multiple of 16) into `d / 16`
+/// panels of 16 columns: `dst[(c / 16)·t·16 + j·16 + c % 16] = src[j, c]`, so that a
+/// product reading 16 columns per step walks contiguous memory.
+///
+/// # Safety
+/// The CPU has AVX2; rows `0..t` of `src` hold `d` readable floats; `dst` holds `t·d`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_panels(src: Operand, t: usize, d: usize, dst: &mut [f32]) {
+    assert!(d.is_multiple_of(NR) && dst.len() >= t * d);
+    let out = dst.as_mut_ptr();
+    for p in 0..d / NR {
+        for j in 0..t {
+            // SAFETY: row j, columns p·16.. p·16 + 16 of `src`; the panel's row j.
+            unsafe {
+                let s = src.ptr.get().add(j * src.rs + p * NR);
+                let o = out.add((p * t + j) * NR);
+                _mm256_storeu_ps(o, _mm256_loadu_ps(s));
+                _mm256_storeu_ps(o.add(8), _mm256_loadu_ps(s.add(8)));
+            }
+        }
+    }
+}
+
+/// Horizontal sum of the 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `dS = scale·P∘(dP - Σ_j P∘dP)` in place of `dp[..n]`, zero in `dp[n..]`.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `p.len() >= n`, `dp.len() >= n`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_grad_row(p: &[f32], dp: &mut [f32], n: usize, scale: f32) {
+    let (p, (d, zeros)) = (&p[..n], dp.split_at_mut(n));
+    let full = n - n % 8;
+    let mut acc = _mm256_setzero_ps();
+    // SAFETY (both loops): indices below `full <= n`, inside both slices.
+    unsafe {
+        for j in (0..full).step_by(8) {
+            let pv = _mm256_loadu_ps(p.as_ptr().add(j));
+            acc = _mm256_fmadd_ps(pv, _mm256_loadu_ps(d.as_ptr().add(j)), acc);
+        }
+    }
+    let mut s = hsum(acc);
+    for j in full..n {
+        s = p[j].mul_add(d[j], s);
+    }
+    let (vs, vscale) = (_mm256_set1_ps(s), _mm256_set1_ps(scale));
+    unsafe {
+        for j in (0..full).step_by(8) {
+            let pv = _mm256_mul_ps(vscale, _mm256_loadu_ps(p.as_ptr().add(j)));
+            let x = _mm256_sub_ps(_mm256_loadu_ps(d.as_ptr().add(j)), vs);
+            _mm256_storeu_ps(d.as_mut_ptr().add(j), _mm256_mul_ps(pv, x));
+        }
+    }
+    for j in full..n {
+        d[j] = scale * p[j] * (d[j] - s);
+    }
+    zeros.fill(0.0);
+}
+
+/// Fused forward; `lse` receives `L: [B, H, Tq]` (base 2), as the blocked path's.
+///
+/// # Safety
+/// [`supports`]`(d.head_dim)`; the views were checked by the op (`q`, `k`, `v` readable,
+/// `out` writable and disjoint from them).
+pub(crate) unsafe fn forward(
+    [q, k, v, out]: [HeadsPtr; 4],
+    lse: &mut [f32],
+    pos_offset: usize,
+    d: AttentionDims,
+) {
+    let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
+    let tkp = tk.next_multiple_of(NR);
+    lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
+        let (b, h) = (task / d.heads, task % d.heads);
+        let heads = [q, k, v, out].map(|x| head(x, b, h));
+        with_buffers([hd * tkp, hd * tk, MR * tkp], |[kt, vp, s]| {
+            // SAFETY: the CPU has AVX2 and FMA (`supports`); the heads are inside their
+            // checked views; this task alone writes head `h` of entry `b` of `out`.
+            unsafe { forward_head(heads, lse, (tq, tk, hd), pos_offset, [kt, vp, s]) }
+        })
+    });
+}
+
+/// One head's forward (see the module docs).
+///
+/// # Safety
+/// As [`forward`], for one head; the buffers hold `d·Tk'`, `d·Tk` and `6·Tk'` floats
+/// (`Tk'` = `Tk` rounded up to 16).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn forward_head(
+    [q, k, v, out]: [Operand; 4],
+    lse: &mut [f32],
+    (tq, tk, hd): (usize, usize, usize),
+    pos_offset: usize,
+    [kt, vp, s]: [&mut [f32]; 3],
+) {
+    let scale = 1.0 / (hd as f32).sqrt();
+    let visible = |i: usize| (pos_offset + i + 1).min(tk);
+    // SAFETY (whole body): every read is in rows `< tq` of `q`, `< tk` of `k`, `v` and the
+    // packed buffers sized by the caller; writes go to rows `< tq` of `out` and to `s`.
+    unsafe {
+        pack_transposed(k, tk, hd, kt);
+        pack_panels(v, tk, hd, vp);
+        for i0 in (0..tq).step_by(MR) {
+            let mr = (tq - i0).min(MR);
+            let kend = visible(i0 + mr - 1);
+            let w = kend.next_multiple_of(NR);
+            let s = &mut s[..MR * w];
+            let qrows = rows(q, i0, mr);
+            for p in 0..w / NR {
+                let b = kt.as_ptr().add(p * hd * NR);
+                tile(
+                    qrows,
+                    1,
+                    b,
+                    NR,
+                    hd,
+                    s.as_mut_ptr().add(p * NR),
+                    w,
+                    MR,
+                    false,
+                );
+            }
+            let vis = |r: usize| visible(i0 + r.min(mr - 1));
+            crate::avx2::softmax_rows(None, s, w, vis, scale, |r, l| {
+                if r < mr {
+                    lse[i0 + r] = l;
+                }
+            });
+            let prows = std::array::from_fn(|r| s.as_ptr().add(r * w));
+            for p in 0..hd / NR {
+                let b = vp.as_ptr().add(p * tk * NR);
+                let c = out.ptr.get().add(i0 * out.rs + p * NR);
+                tile(prows, 1, b, NR, kend, c, out.rs, mr, false);
+            }
+        }
+    }
+}
+
+/// Fused backward (training: `Tq == Tk`, offset 0) from the forward's `lse`.
+///
+/// # Safety
+/// [`supports`]`(d.head_dim)`; the views were checked by the op (`dq`, `dk`, `dv`
+/// writable, disjoint from each other and from the inputs).
+pub(crate) unsafe fn backward(heads: [HeadsPtr; 7], lse: &[f32], d: AttentionDims) {
+    let (t, hd) = (d.q_len, d.head_dim);
+    let tp = t.next_multiple_of(NR);
+    lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
+        let (b, h) = (task / d.heads, task % d.heads);
+        let heads = heads.map(|x| head(x, b, h));
+        let lens = [hd * tp, hd * tp, hd * t, BLOCK_ROWS * tp, BLOCK_ROWS * tp];
+        with_buffers(lens, |bufs| {
+            // SAFETY: the CPU has AVX2 and FMA; the heads are inside their checked views;
+            // this task alone writes head `h` of entry `b` of `dq`, `dk`, `dv`.
+            unsafe { backward_head(heads, lse, (t, hd), bufs) }
+        })
+    });
+}
+
+/// One head's backward (see the module docs).
+///
+/// # Safety
+/// As [`backward`], for one head; the buffers hold `d·T'`, `d·T'`, `d·T`, `66·T'` and
+/// `66·T'` floats (`T'` = `T` rounded up to 16).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn backward_head(
+    [q, k, v, dout, dq, dk, dv]: [Operand; 7],
+    lse: &[f32],
+    (t, hd): (usize, usize),
+    [kt, vt, kp, p, dp]: [&mut [f32]; 5],
+) {
+    let scale = 1.0 / (hd as f32).sqrt();
+    // SAFETY (whole body): every read is in rows `< t` of the heads and inside the
+    // buffers sized by the caller; writes go to rows `< t` of `dq`, `dk`, `dv` (this
+    // task's) and to the buffers.
+    unsafe {
+        pack_transposed(k, t, hd, kt);
+        pack_transposed(v, t, hd, vt);
+        pack_panels(k, t, hd, kp);
+        for g in [dk, dv] {
+            for j in 0..t {
+                std::slice::from_raw_parts_mut(g.ptr.get().add(j * g.rs), hd).fill(0.0);
+            }
+        }
+        for i0 in (0..t).step_by(QUERY_BLOCK) {
+            let i1 = (i0 + QUERY_BLOCK).min(t);
+            // Keys the block sees, and the block buffers' row stride.
+            let kend = i1;
+            let ld = kend.next_multiple_of(NR);
+            let (p, dp) = (&mut p[..BLOCK_ROWS * ld], &mut dp[..BLOCK_ROWS * ld]);
+            // S (into `p`) and dP = dO·vᵀ for six queries at a time, over the keys they see.
+            for r0 in (i0..i1).step_by(MR) {
+                let mr = (i1 - r0).min(MR);
+                let w = (r0 + mr).next_multiple_of(NR);
+                let (qrows, dorows) = (rows(q, r0, mr), rows(dout, r0, mr));
+                let at = (r0 - i0) * ld;
+                for c in 0..w / NR {
+                    let (kb, vb) = (kt.as_ptr().add(c * hd * NR), vt.as_ptr().add(c * hd * NR));
+                    let (pc, dpc) = (
+                        p.as_mut_ptr().add(at + c * NR),
+                        dp.as_mut_ptr().add(at + c * NR),
+                    );
+                    tile(qrows, 1, kb, NR, hd, pc, ld, MR, false);
+                    tile(dorows, 1, vb, NR, hd, dpc, ld, MR, false);
+                }
+            }
+            // P = 2^(S·scale·log2 e - L) and dS, row by row; zeros past each row's keys.
+            for i in i0..i1 {
+                let n = i + 1;
+                let (prow, dprow) = (
+                    &mut p[(i - i0) * ld..][..ld],
+                    &mut dp[(i - i0) * ld..][..ld],
+                );
+                crate::avx2::exp_shifted_row(&mut prow[..n], scale * LOG2_E, lse[i]);
+                prow[n..].fill(0.0);
+                softmax_grad_row(prow, dprow, n, scale);
+            }
+            // dq = dS·k, six rows at a time, over the keys they see.
+            for r0 in (i0..i1).step_by(MR) {
+                let mr = (i1 - r0).min(MR);
+                let ds = Operand {
+                    ptr: crate::buffer::SendPtr(dp.as_mut_ptr()),
+                    rs: ld,
+                    cs: 1,
+                };
+                let dsrows = rows(ds, r0 - i0, mr);
+                for c in 0..hd / NR {
+                    let b = kp.as_ptr().add(c * t * NR);
+                    let out = dq.ptr.get().add(r0 * dq.rs + c * NR);
+                    tile(dsrows, 1, b, NR, r0 + mr, out, dq.rs, mr, false);
+                }
+            }
+            // dv += Pᵀ·dO, dk += dSᵀ·q, six keys at a time, over the block's queries that
+            // can see them (the rows before key j0 hold zeros there).
+            for j0 in (0..kend).step_by(MR) {
+                let mr = (kend - j0).min(MR);
+                let first = i0.max(j0);
+                let cols = |m: &[f32]| -> [*const f32; MR] {
+                    std::array::from_fn(|r| m.as_ptr().add((first - i0) * ld + j0 + r.min(mr - 1)))
+                };
+                let (pcols, dscols) = (cols(p), cols(dp));
+                for c in 0..hd / NR {
+                    let dob = dout.ptr.get().add(first * dout.rs + c * NR);
+                    let dvc = dv.ptr.get().add(j0 * dv.rs + c * NR);
+                    tile(pcols, ld, dob, dout.rs, i1 - first, dvc, dv.rs, mr, true);
+                    let qb = q.ptr.get().add(first * q.rs + c * NR);
+                    let dkc = dk.ptr.get().add(j0 * dk.rs + c * NR);
+                    tile(dscols, ld, qb, q.rs, i1 - first, dkc, dk.rs, mr, true);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NR;
+    use crate::{AttentionProducts, CpuBackend, GemmKernel};
+    use andrea_core::{AttentionOps, AttentionShape, Heads, MemoryOps, View};
+    use andrea_testkit::random::Rand;
+    use andrea_testkit::{reference, tol};
+
+    fn skipped() -> bool {
+        let skip = !super::supports(NR);
+        if skip {
+            eprintln!("skipped: this CPU (or ANDREA_SIMD) lacks AVX2 + FMA, so the fused kernel never runs");
+        }
+        skip
+    }
+
+    fn backend(products: AttentionProducts) -> CpuBackend {
+        CpuBackend::with_threads(2)
+            .unwrap()
+            .with_gemm_kernel(GemmKernel::Avx2)
+            .with_attention_products(products)
+    }
+
+    /// `[B, T, 3C]` as the model lays out q, k, v (rows of stride `3C`) to dense
+    /// `[B, T, C]` f64 parts.
+    fn unpack(qkv: &[f32], rows: usize, c: usize) -> [Vec<f64>; 3] {
+        [0, 1, 2].map(|p| {
+            (0..rows)
+                .flat_map(|r| &qkv[r * 3 * c + p * c..r * 3 * c + (p + 1) * c])
+                .map(|&x| x as f64)
+                .collect()
+        })
+    }
+
+    /// Forward and backward of a training step (packed `[B, T, 3C]` q, k, v, as the
+    /// model's), outputs and gradients downloaded.
+    fn train(
+        be: &CpuBackend,
+        qkv: &[f32],
+        dout: &[f32],
+        (b, t, h, d): (usize, usize, usize, usize),
+    ) -> [Vec<f32>; 2] {
+        let c = h * d;
+        let x = be.alloc(qkv.len()).unwrap();
+        be.upload(qkv, View::whole(&x)).unwrap();
+        let g = be.alloc(qkv.len()).unwrap();
+        let (o, dob) = (be.alloc(b * t * c).unwrap(), be.alloc(b * t * c).unwrap());
+        be.upload(dout, View::whole(&dob)).unwrap();
+        let shape = AttentionShape {
+            batch: b,
+            heads: h,
+            head_dim: d,
+            q_len: t,
+            k_len: t,
+        };
+        let ws = be.alloc(be.attention_workspace_len(shape)).unwrap();
+        let sc = be
+            .alloc(be.attention_backward_scratch_len(shape).max(1))
+            .unwrap();
+        let [q, k, v] = Heads::split_qkv(View::new(&x, 0, [b, t, 3 * c]), h).unwrap();
+        let [dq, dk, dv] = Heads::split_qkv(View::new(&g, 0, [b, t, 3 * c]), h).unwrap();
+        let oh = Heads::from_tensor(View::new(&o, 0, [b, t, c]), h).unwrap();
+        let dh = Heads::from_tensor(View::new(&dob, 0, [b, t, c]), h).unwrap();
+        be.attention_forward(q, k, v, oh, View::whole(&ws), 0)
+            .unwrap();
+        be.attention_backward(
+            q,
+            k,
+            v,
+            oh,
+            dh,
+            dq,
+            dk,
+            dv,
+            View::whole(&ws),
+            View::whole(&sc),
+        )
+        .unwrap();
+        let mut out = vec![0.0; b * t * c];
+        be.download(View::whole(&o), &mut out).unwrap();
+        let mut grads = vec![0.0; qkv.len()];
+        be.download(View::whole(&g), &mut grads).unwrap();
+        [out, grads]
+    }
+
+    /// Training shapes: one tile and less, ragged six-row tiles, one query block and
+    /// one past it, several blocks; heads of 16, 32 (tiny), 48 and 64 (ANDREA-120M).
+    /// Against the f64 reference within the suite's attention tolerances
+    /// (`tol::attention_out`, `tol::attention_grad`: the t- and d-term f32 chains of the
+    /// products and the softmax, see `andrea_testkit::tol`).
+    #[test]
+    fn training_matches_the_f64_reference() {
+        if skipped() {
+            return;
+        }
+        let be = backend(AttentionProducts::Fused);
+        let mut r = Rand::new(17);
+        for (b, t, h, d) in [
+            (1, 2, 1, 16),
+            (2, 7, 3, 32),
+            (1, 64, 2, 64),
+            (2, 65, 2, 16),
+            (1, 150, 2, 48),
+            (1, 200, 1, 64),
+        ] {
+            let c = h * d;
+            let qkv = r.vec(b * t * 3 * c, -1.0, 1.0);
+            let dout = r.vec(b * t * c, -1.0, 1.0);
+            let [out, grads] = train(&be, &qkv, &dout, (b, t, h, d));
+            let [q, k, v] = unpack(&qkv, b * t, c);
+            let mut want = vec![0.0; b * t * c];
+            reference::attention_forward(&mut want, &q, &k, &v, (b, t, t, h, d), 0);
+            let name = format!("out B {b} T {t} H {h} D {d}");
+            tol::attention_out(t, d).check(&name, &out, &want).unwrap();
+            let dout64: Vec<f64> = dout.iter().map(|&x| x as f64).collect();
+            let mut g: [Vec<f64>; 3] = std::array::from_fn(|_| vec![0.0; b * t * c]);
+            let [dq, dk, dv] = &mut g;
+            reference::attention_backward(dq, dk, dv, &dout64, &q, &k, &v, (b, t, h, d));
+            let got = unpack(&grads, b * t, c);
+            for (name, (got, want)) in ["dq", "dk", "dv"].iter().zip(got.iter().zip(&g)) {
+                let got: Vec<f32> = got.iter().map(|&x| x as f32).collect();
+                let name = format!("{name} B {b} T {t} H {h} D {d}");
+                tol::attention_grad(t, d).check(&name, &got, want).unwrap();
+            }
+        }
+    }
+
+    /// The forward computes what the blocked path computes in the same order (`S` over
+    /// the head dimension, the same softmax row kernel, `P·v` over keys from zero; the
+    /// blocked path's extra terms are exact zeros): the same bits, for keys up to one
+    /// `KC` slice of `gemm_avx2` (256), here including KV-cache offsets (`Tk > Tq`).
+    /// The backward's sums run in another order (the dot product of `dS`, the rows of
+    /// zeros `dv`, `dk` skip): within the suite's tolerance of each other (twice the
+    /// bound against the reference, both sides carrying it).
+    #[test]
+    fn matches_the_blocked_path() {
+        if skipped() {
+            return;
+        }
+        let (fused, blocked) = (
+            backend(AttentionProducts::Fused),
+            backend(AttentionProducts::Sgemm),
+        );
+        let mut r = Rand::new(5);
+        for (b, t, h, d) in [
+            (2, 9, 2, 32),
+            (1, 64, 3, 64),
+            (1, 129, 2, 32),
+            (1, 256, 1, 64),
+        ] {
+            let c = h * d;
+            let qkv = r.vec(b * t * 3 * c, -1.0, 1.0);
+            let dout = r.vec(b * t * c, -1.0, 1.0);
+            let [o1, g1] = train(&fused, &qkv, &dout, (b, t, h, d));
+            let [o2, g2] = train(&blocked, &qkv, &dout, (b, t, h, d));
+            assert!(
+                o1.iter().zip(&o2).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "out T {t} D {d}"
+            );
+            let g2: Vec<f64> = g2.iter().map(|&x| x as f64).collect();
+            let tol = tol::attention_grad(t, d);
+            let tol = andrea_testkit::tol::Tol::new(2.0 * tol.abs, 2.0 * tol.rel);
+            tol.check(&format!("grads T {t} D {d}"), &g1, &g2).unwrap();
+        }
+        // Prefill into a KV cache: Tq rows at positions pos.., keys 0..pos + Tq.
+        for (tq, pos, d) in [(5, 3, 16), (40, 17, 64), (70, 100, 32)] {
+            let (h, tk) = (2, pos + tq);
+            let c = h * d;
+            let (q, kv) = (r.vec(tq * c, -1.0, 1.0), r.vec(2 * tk * c, -1.0, 1.0));
+            let run = |be: &CpuBackend| {
+                let (qb, kvb, ob) = (
+                    be.alloc(q.len()).unwrap(),
+                    be.alloc(kv.len()).unwrap(),
+                    be.alloc(q.len()).unwrap(),
+                );
+                be.upload(&q, View::whole(&qb)).unwrap();
+                be.upload(&kv, View::whole(&kvb)).unwrap();
+                let shape = AttentionShape {
+                    batch: 1,
+                    heads: h,
+                    head_dim: d,
+                    q_len: tq,
+                    k_len: tk,
+                };
+                let ws = be.alloc(be.attention_workspace_len(shape)).unwrap();
+                let heads =
+                    |buf, off, t| Heads::from_tensor(View::new(buf, off, [1, t, c]), h).unwrap();
+                let (qh, kh, vh, oh) = (
+                    heads(&qb, 0, tq),
+                    heads(&kvb, 0, tk),
+                    heads(&kvb, tk * c, tk),
+                    heads(&ob, 0, tq),
+                );
+                be.attention_forward(qh, kh, vh, oh, View::whole(&ws), pos)
+                    .unwrap();
+                let mut out = vec![0.0; q.len()];
+                be.download(View::whole(&ob), &mut out).unwrap();
+                out
+            };
+            let (o1, o2) = (run(&fused), run(&blocked));
+            assert!(
+                o1.iter().zip(&o2).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "prefill Tq {tq} pos {pos}"
+            );
+        }
+    }
+}
