@@ -20,10 +20,10 @@
 //! columns are skipped with a printed message; on a
 //! GPU machine, `-- cuda-` runs only them (the bench binary in `cargo xtask gpu-bundle`).
 //!
-//! Attention on the CPU has a second column per group, `cpu-<n>t-<products>`, for the
-//! kernel of its per-head products that is not the default (`ANDREA_ATTENTION_PRODUCTS`),
-//! and a group `attention_tiny` at the tiny model's shape (B 8, T 256, 4 heads of 32)
-//! with both.
+//! Attention on the CPU has a column per kernel that is not the default,
+//! `cpu-<n>t-<products>` (`ANDREA_ATTENTION_PRODUCTS`: `small`, `sgemm`, `fused`), and a
+//! group `attention_tiny` at the tiny model's shape (B 8, T 256, 4 heads of 32) with all
+//! three.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -791,10 +791,14 @@ fn benches(c: &mut Criterion) {
     bench_peak(c);
     let cpu = CpuBackend::new();
     bench_backend(c, &cpu, &format!("cpu-{}t", cpu.threads()));
-    // Attention's per-head products on both kernels (`ANDREA_ATTENTION_PRODUCTS`), at
-    // ANDREA-120M's heads (64) and the tiny model's (B 8 x T 256, 4 heads of 32).
+    // Attention on each of its kernels (`ANDREA_ATTENTION_PRODUCTS`), at ANDREA-120M's
+    // heads (64) and the tiny model's (B 8 x T 256, 4 heads of 32).
     use andrea_cpu::AttentionProducts;
-    for products in [AttentionProducts::Small, AttentionProducts::Sgemm] {
+    for products in [
+        AttentionProducts::Small,
+        AttentionProducts::Sgemm,
+        AttentionProducts::Fused,
+    ] {
         let be = CpuBackend::new().with_attention_products(products);
         let label = format!("cpu-{}t-{}", be.threads(), products.name());
         if products != cpu.attention_products() {

@@ -1,5 +1,11 @@
 //! Fused causal attention, one task per (batch entry, head).
 //!
+//! Two implementations: where the kernels stop at AVX2 and the head size is a multiple of
+//! 16, [`AttentionProducts::Fused`] hands the whole forward and backward to
+//! `attention_avx2` (operands packed once per head, six queries at a time, one
+//! intrinsics tile for every product); otherwise, and when chosen, the blocked path
+//! below runs.
+//!
 //! Forward, per task: `S = q·kᵀ` (`[Tq, Tk]`, into a thread-local scratch), causal
 //! softmax of `S/sqrt(D)` in place, `out = P·v` (straight into the output heads). The
 //! products run on the `attention_products` kernel (or the general `sgemm`, by

@@ -1,4 +1,5 @@
-//! The per-head matrix products of the fused attention (`attention` module), sized for
+//! The per-head matrix products of the blocked attention path (`attention` module; the
+//! AVX2 fused kernel, `attention_avx2`, has its own), sized for
 //! small heads: `S = q·kᵀ` and `dP = dO·vᵀ` (`[64, kend]`, inner dimension the head size
 //! `D`, 32 in the tiny model), `out = P·v` and `dq = dS·k` (`[64, D]`, inner `kend`), and
 //! `dv += Pᵀ·dO`, `dk += dSᵀ·q` (`[kend, D]`, inner 64).
