@@ -533,7 +533,7 @@ mod tests {
     }
 
     /// Training shapes: one tile and less, ragged six-row tiles, one query block and
-    /// one past it, several blocks; heads of 16, 32 (tiny), 48 and 64 (ANDREA-120M).
+    /// one past it, several blocks, keys past one of the GEMM kernel's 256-wide `k` slices; heads of 16, 32 (tiny), 48 and 64 (ANDREA-120M).
     /// Against the f64 reference within the suite's attention tolerances
     /// (`tol::attention_out`, `tol::attention_grad`: the t- and d-term f32 chains of the
     /// products and the softmax, see `andrea_testkit::tol`).
@@ -551,6 +551,7 @@ mod tests {
             (2, 65, 2, 16),
             (1, 150, 2, 48),
             (1, 200, 1, 64),
+            (1, 300, 1, 32),
         ] {
             let c = h * d;
             let qkv = r.vec(b * t * 3 * c, -1.0, 1.0);

@@ -96,7 +96,7 @@ mod fused_attention {
     //! summed over query blocks. Head sizes that are not a multiple of 16 take the
     //! blocked path (the suite has both). On a CPU without AVX2 and FMA every case
     //! takes the blocked path, and the test says so on stderr. Sizes past the suite's
-    //! (several query blocks, T up to 200) are in the unit tests of
+    //! (several query blocks, T up to 300) are in the unit tests of
     //! `src/attention_avx2.rs`.
     use andrea_cpu::{AttentionProducts, CpuBackend};
 
