@@ -175,6 +175,10 @@ def main():
                        cwd=ROOT, check=True)
         subprocess.run(["cargo", "build", "--release", "-p", "andrea-cpu", "--example", "peaks"],
                        cwd=ROOT, check=True)
+    missing = [b for b in (ANDREA, PEAKS) if not os.path.exists(b)]
+    if missing:
+        sys.exit(f"side_by_side: {', '.join(missing)} not built; run without --no-build "
+                 "(it builds them) or build them first")
     specs = [s for s in SPECS if not args.only or s[0] in args.only.split(",")]
     info = machine(args)
     with open(os.path.join(out, "machine.json"), "w") as f:
