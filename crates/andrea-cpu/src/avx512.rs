@@ -15,7 +15,7 @@
 //!   error above 0 (checked per row).
 //!
 //! **Same bits as the other copies.** Every element goes through the same IEEE
-//! operations in the same order as [`simd::pow2`](crate::simd::pow2) with `Fused`, and
+//! operations in the same order as [`crate::simd::pow2`] with `Fused`, and
 //! sums keep the same [`BLOCK`] lanes (element `i` of a row into lane `i mod 32`) added
 //! in the same order, then folded by the same tree ([`simd::sum_lanes`]). `p·2^k` by
 //! `vscalefps` and by a multiply with the built power of two are the same correctly

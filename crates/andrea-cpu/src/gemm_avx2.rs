@@ -1,4 +1,4 @@
-//! andrea's own single-threaded f32 GEMM for AVX2 + FMA ([`GemmKernel::Avx2`]).
+//! andrea's own single-threaded f32 GEMM for AVX2 + FMA ([`crate::GemmKernel::Avx2`]).
 //!
 //! Why it exists: the `gemm` crate and matrixmultiply both pick their micro-kernel from
 //! the CPU (`is_x86_feature_detected!`), so under `ANDREA_SIMD=avx2` they still run

@@ -15,7 +15,7 @@
 //! **Same bits as the generic form.** Each row's lanes get the same fused
 //! multiply-adds in the same `k` order, each level of the tree adds the same pairs of
 //! lanes (`acc[l] + acc[l + h]`, addition being commutative), and the tail is the same
-//! serial sum added last. A unit test compares the bits with [`gemv::dot`].
+//! serial sum added last. A unit test compares the bits with [`crate::gemv::dot`].
 //!
 //! Requires AVX-512 F (the caller checks [`simd::has_avx512`](crate::simd::has_avx512)).
 
