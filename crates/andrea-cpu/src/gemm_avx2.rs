@@ -29,7 +29,9 @@
 //!
 //! Packing: a row-major `A` and a transposed `B` (the backward's `dy·Wᵀ`, the output
 //! layer's `x·wteᵀ`) go through 8 x 8 register transposes ([`transpose8`]) rather than
-//! one strided float at a time. The fused ops' bias, `GELU` and `GELU'` run in the
+//! one strided float at a time; a transposed `A` whose columns lie 16 KB or more apart
+//! (the output layer's `dwte`) is packed a whole column at a time across the panels
+//! ([`BY_COLUMNS_STRIDE`]). The fused ops' bias, `GELU` and `GELU'` run in the
 //! micro-kernel on the last `KC` slice ([`Epilogue`]). Where the time goes in an
 //! ANDREA-120M training step (`perf annotate`, benches/README.md, Zen 3 section): 85% of
 //! this module's samples in the `k` loop, which runs at about 94% of the FMA probe; the
