@@ -15,8 +15,12 @@
 //! `CLOCK_PROCESS_CPUTIME_ID`) instead of the wall clock: on a machine shared with
 //! other work, that counts only the time this process ran, so it compares kernels (and
 //! estimates % of peak) where wall times are swamped by the load; rayon's idle spinning
-//! counts as time, so the figures stay conservative. `ANDREA_SIMD` caps the backend's own kernels (not the two crates': they
-//! pick their micro-kernel from the CPU).
+//! counts as time, so the figures stay conservative. `--cold on` evicts the caches (both
+//! threads write 64 MiB) before each timed call, so the operands come from memory as in a
+//! training step; on ANDREA-120M's products on 2 Zen 3 cores the medians moved by 1% or
+//! less on 11 of 15 shapes, -6% to +3% on the rest
+//! (benches/results/20261203T0800Z-zen3-gemm-cold/). `ANDREA_SIMD` caps the backend's own
+//! kernels (not the two crates': they pick their micro-kernel from the CPU).
 
 use std::time::Instant;
 
@@ -43,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut kernels = GemmKernel::ALL.to_vec();
     let mut only: Option<Vec<String>> = None;
     let mut cpu_clock = false;
+    let mut cold = false;
     // (tokens, d_model, MLP width, vocabulary) of the step's products.
     let mut dims = ANDREA_120M;
     let mut it = std::env::args().skip(1);
@@ -65,6 +70,13 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     _ => return Err(format!("--model: andrea-120m or tiny, not {v:?}").into()),
                 }
             }
+            "--cold" => {
+                cold = match v.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("--cold: on or off, not {v:?}").into()),
+                }
+            }
             "--only" => only = Some(v.split(',').map(String::from).collect()),
             "--kernels" => {
                 kernels = v
@@ -79,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .num_threads(threads)
         .build_global()?;
     // On a worker of the pool, as the `andrea` binary runs (no hand-over per call).
-    rayon::scope(|_| run(dims, rounds, &kernels, only.as_deref(), cpu_clock))
+    rayon::scope(|_| run(dims, rounds, &kernels, only.as_deref(), cpu_clock, cold))
 }
 
 /// ANDREA-120M at batch 4 x 256: (tokens, d_model, MLP width, vocabulary).
@@ -93,7 +105,16 @@ fn run(
     kernels: &[GemmKernel],
     only: Option<&[String]>,
     cpu_clock: bool,
+    cold: bool,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // `--cold on`: before each timed call, every thread writes its share of a buffer of
+    // twice the last-level cache's size, so the operands come from memory, as they do
+    // in a training step (where each product's inputs were written long before).
+    let mut evict = vec![0u8; if cold { 64 << 20 } else { 0 }];
+    let mut flush = |round: u8| {
+        use rayon::prelude::*;
+        evict.par_chunks_mut(1 << 20).for_each(|c| c.fill(round));
+    };
     let clock = || -> Result<f64, Box<dyn std::error::Error + Send + Sync>> {
         if cpu_clock {
             cpu_seconds()
@@ -157,6 +178,9 @@ fn run(
                     mat(&b, k, n, p.b_transposed),
                     mat(&c, m, n, false),
                 );
+                if cold {
+                    flush(t.len() as u8);
+                }
                 let t0 = clock()?;
                 let (bias, other, ct) = (
                     View::whole(&bias),
@@ -178,7 +202,7 @@ fn run(
             let med = t[t.len() / 2];
             println!(
                 "{{\"bench\": \"gemm_kernels\", \"shape\": \"{}_{m}x{k}x{n}\", \"kernel\": \"{}\", \
-                 \"backend\": \"{}\", \"gflops\": {:.1}, \"median_s\": {med:.5}, \"best_gflops\": {:.1}, \"clock\": \"{}\"}}",
+                 \"backend\": \"{}\", \"gflops\": {:.1}, \"median_s\": {med:.5}, \"best_gflops\": {:.1}, \"clock\": \"{}\", \"cold\": {cold}}}",
                 p.name,
                 be.gemm_kernel().effective().name(),
                 be.name(),
