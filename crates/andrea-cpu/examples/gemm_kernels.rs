@@ -19,7 +19,7 @@
 //! threads write 64 MiB) before each timed call, so the operands come from memory as in a
 //! training step; on ANDREA-120M's products on 2 Zen 3 cores the medians moved by 1% or
 //! less on 11 of 15 shapes, -6% to +3% on the rest
-//! (benches/results/20261203T0800Z-zen3-gemm-cold/). `ANDREA_SIMD` caps the backend's own
+//! (benches/results/20261203T0700Z-zen3-gemm-cold/). `ANDREA_SIMD` caps the backend's own
 //! kernels (not the two crates': they pick their micro-kernel from the CPU).
 
 use std::time::Instant;
