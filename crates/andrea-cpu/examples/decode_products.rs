@@ -21,11 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let arg = |i: usize, default: usize| -> Result<usize, String> {
         match std::env::args().nth(i) {
             None => Ok(default),
-            Some(v) => v
-                .parse()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or(format!("argument {i}: expected a positive integer, got {v:?}")),
+            Some(v) => v.parse().ok().filter(|&n| n > 0).ok_or(format!(
+                "argument {i}: expected a positive integer, got {v:?}"
+            )),
         }
     };
     let (threads, tokens) = (arg(1, 2)?, arg(2, 40)?);

@@ -1,4 +1,4 @@
-//! The CPU backend's GEMM kernels side by side on the training step's 11 products
+//! The CPU backend's GEMM kernels side by side on the training step's 13 products
 //! (ANDREA-120M, batch 4 x 256; `--model tiny`: configs/tiny.toml's, batch 8 x 256):
 //! andrea's AVX-512 kernel (shared packing and the older
 //! per-block split), its AVX2 + FMA kernel, the `gemm` crate and matrixmultiply, in the
@@ -132,7 +132,19 @@ fn run(
     // The step's products, then the forward's products with their bias (`fwd_qkv`,
     // `fwd_fc_proj`) and the two fused MLP products on their shapes (`fwd_fc`'s with bias
     // and GELU, `bwd_dx_fc_proj`'s times GELU'), to set against the plain ones.
-    let gemms = step_gemms(tokens, d_model, mlp, vocab);
+    let mut gemms = step_gemms(tokens, d_model, mlp, vocab);
+    // The two weight gradients `step_gemms` leaves out (its list stands for their dx
+    // products' shapes only): the attention projection's and the MLP-up's `dW = xᵀ·dy`.
+    for (name, n) in [("bwd_dw_attn_proj", d_model), ("bwd_dw_fc", mlp)] {
+        gemms.push(andrea_core::config::StepGemm {
+            name,
+            m: d_model,
+            k: tokens,
+            n,
+            a_transposed: true,
+            b_transposed: false,
+        });
+    }
     let fused = [
         (Fused::Bias, "bias_fwd_qkv", "fwd_qkv"),
         (Fused::Bias, "bias_fwd_fc_proj", "fwd_fc_proj"),

@@ -280,7 +280,15 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// both threads pack all of `A`: `pack_a_rows` fell from 7% to 4% of a tiny training
 /// step (`perf`), its products from 153-156 to 164-166 GFLOP/s in the step
 /// (benches/results/20261202T2240Z-zen3-train-tiny). ANDREA-120M's products (`n` 768 and
-/// up) measured level or behind with row blocks, so they keep column blocks.
+/// up) measured level or behind with row blocks, so they keep column blocks. With the
+/// same kernel, a transposed `A` whose `C` is wider than tall (`m < n`: the `dW` of the
+/// QKV and MLP-up weights, `C x 3C` and `C x 4C`) takes column blocks: each thread then
+/// packs all of the small `A` and half of `B` rather than half of `A` and all of `B`.
+/// On 2 Zen 3 cores (`gemm_kernels`, 3 alternated rounds, medians): the tiny model's
+/// `dW_qkv` (128 x 2048 x 384) and `dW_fc` (128 x 2048 x 512) 1.10x and 1.11x,
+/// ANDREA-120M's (768 x 1024 x 2304 and x 3072) 1.01x and 1.03x; in the steps, smaller:
+/// ANDREA-120M 288 -> 291 tokens/s (its `matmul_add` 170 -> 173 GFLOP/s), tiny 11,645 ->
+/// 11,740 over 8 alternated rounds (benches/results/20261203T0750Z-zen3-dw-columns).
 fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool, weigh_packing: bool) -> Vec<Block> {
     let mut out = Vec::new();
     if d.batch >= threads || threads == 1 {
@@ -299,7 +307,8 @@ fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool, weigh_packing: bool
     let wide = d.n >= per_batch * 2 * BLOCK_ALIGN;
     for batch in 0..d.batch {
         let narrow = weigh_packing && d.n <= 512 && 2 * d.m > d.n;
-        let columns = a_row_major && wide && !narrow;
+        let wide_dw = weigh_packing && !a_row_major && d.m < d.n;
+        let columns = wide && ((a_row_major && !narrow) || wide_dw);
         if d.m >= per_batch * 2 * BLOCK_ALIGN && !columns {
             for (r0, r1) in split(d.m, per_batch) {
                 out.push(Block {
@@ -1067,6 +1076,17 @@ mod tests {
         let model_120m = blocks(&d(1024, 768), 2, true, true);
         assert!(model_120m.iter().all(|b| b.r0 == 0 && b.r1 == 1024));
         assert_eq!(blocks(&d(2048, 128), 2, true, false)[1].r0, 0);
+        // A transposed `A` (a `dW` product): column blocks where `C` is wider than tall,
+        // with the AVX2 kernel only; row blocks where it is taller.
+        let dw_qkv = blocks(&d(768, 2304), 2, false, true);
+        assert!(dw_qkv.iter().all(|b| b.r0 == 0 && b.r1 == 768));
+        assert_eq!((dw_qkv.len(), dw_qkv[1].c1), (2, 2304));
+        assert!(blocks(&d(768, 2304), 2, false, false)
+            .iter()
+            .all(|b| b.c0 == 0 && b.c1 == 2304));
+        assert!(blocks(&d(3072, 768), 2, false, true)
+            .iter()
+            .all(|b| b.c0 == 0 && b.c1 == 768));
     }
 
     #[test]
