@@ -326,10 +326,12 @@ pub struct StepGemm {
     pub b_transposed: bool,
 }
 
-/// The 11 distinct products of one training step over `tokens = B·T` rows, width `c`,
-/// MLP width `mlp` and vocabulary `v` (the benches and the GPU checks time these; the
-/// attention projection's backward products have the shapes of `fwd_attn_proj`'s, and
-/// `bwd_dx_fc_proj` stands for both `[tokens, C]·[C, M]` products).
+/// 11 products of one training step over `tokens = B·T` rows, width `c`, MLP width `mlp`
+/// and vocabulary `v` (the benches and the GPU checks time these). The attention
+/// projection's `dx` has `fwd_attn_proj`'s shape and `bwd_dx_fc_proj` stands for both
+/// `[tokens, C]·[C, M]` products; two weight gradients are left out, the attention
+/// projection's (`C x tokens x C`) and the MLP-up's (`C x tokens x M`), both with `A`
+/// transposed as in `bwd_dw_qkv` (the CPU's `gemm_kernels` example adds them).
 pub fn step_gemms(tokens: usize, c: usize, mlp: usize, v: usize) -> Vec<StepGemm> {
     let g = |name, m, k, n, a_transposed, b_transposed| StepGemm {
         name,
