@@ -288,7 +288,7 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// `dW_qkv` (128 x 2048 x 384) and `dW_fc` (128 x 2048 x 512) 1.10x and 1.11x,
 /// ANDREA-120M's (768 x 1024 x 2304 and x 3072) 1.01x and 1.03x; in the steps, smaller:
 /// ANDREA-120M 288 -> 291 tokens/s (its `matmul_add` 170 -> 173 GFLOP/s), tiny 11,645 ->
-/// 11,740 over 8 alternated rounds (benches/results/20261203T0750Z-zen3-dw-columns).
+/// 11,740 over 8 alternated rounds (benches/results/20261203T0733Z-zen3-dw-columns).
 fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool, weigh_packing: bool) -> Vec<Block> {
     let mut out = Vec::new();
     if d.batch >= threads || threads == 1 {
