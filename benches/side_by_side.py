@@ -32,8 +32,8 @@ the median of its timed iterations). Beside it, for hosts whose speed swings: th
 median over the peer's single best run of that set-up (its `--compile auto` calibration
 run included), and each side's spread (fastest over slowest run); a row spread more than
 10% is marked unsteady, and a target met on the means but not against the peer's best
-run says so. `--table-from DIR` rebuilds `DIR/table.md` from a sitting's raw outputs
-alone, so any committed table can be checked.
+run says so. `--table-from DIR` rebuilds the table from a sitting's raw outputs alone
+into `DIR/table.rebuilt.md`, so any committed table can be checked.
 """
 
 import argparse
@@ -174,15 +174,16 @@ def main():
     ap.add_argument("--no-build", action="store_true", help="use the built binaries as they are")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table-from", default=None, metavar="DIR",
-                    help="only rebuild DIR/table.md from the raw outputs in DIR (needs the "
-                         "andrea binary for `andrea info`'s counts)")
+                    help="only rebuild the table from the raw outputs in DIR, into "
+                         "DIR/table.rebuilt.md (needs the andrea binary for `andrea info`'s "
+                         "counts)")
     args = ap.parse_args()
     if args.table_from:
         if not os.path.exists(ANDREA):
             sys.exit(f"side_by_side: {ANDREA} not built (`cargo build --release -p andrea-cli`)")
         write_table(os.path.abspath(args.table_from),
                     f"rebuilt by `side_by_side.py --table-from {args.table_from}`",
-                    args.threads, "as recorded")
+                    args.threads, "as recorded", "table.rebuilt.md")
         return
     simd = os.environ.get("ANDREA_SIMD")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
@@ -272,13 +273,14 @@ def main():
     p1 = peaks()
     if args.calibrate_only:
         return
-    write_table(out, f"`{' '.join(sys.argv)}`", args.threads, args.compile)
+    write_table(out, f"`{' '.join(sys.argv)}`", args.threads, args.compile, "table.md")
 
 
-def write_table(out, command, threads, compile_mode):
+def write_table(out, command, threads, compile_mode, name):
     """Builds the ratio table from a sitting's raw outputs in `out` (`runs.jsonl`,
-    `peaks.jsonl`, `machine.json`), prints it and writes `table.md`; `--table-from DIR`
-    rebuilds it from a committed sitting alone."""
+    `peaks.jsonl`, `machine.json`), prints it and writes it to `out/name`: `table.md` at
+    the end of a sitting, `table.rebuilt.md` for `--table-from DIR`, which rebuilds it
+    from a committed sitting alone and leaves the printed `table.md` as it was."""
     with open(os.path.join(out, "machine.json")) as f:
         info = json.load(f)
     with open(os.path.join(out, "peaks.jsonl")) as f:
@@ -392,7 +394,7 @@ def write_table(out, command, threads, compile_mode):
     lines.append(f"\nRaw outputs: {os.path.relpath(out, ROOT)}/")
     text = "\n".join(lines)
     print("\n" + text)
-    with open(os.path.join(out, "table.md"), "w") as f:
+    with open(os.path.join(out, name), "w") as f:
         f.write(text + "\n")
 
 if __name__ == "__main__":
