@@ -280,10 +280,11 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// both threads pack all of `A`: `pack_a_rows` fell from 7% to 4% of a tiny training
 /// step (`perf`), its products from 153-156 to 164-166 GFLOP/s in the step
 /// (benches/results/20261202T2240Z-zen3-train-tiny). ANDREA-120M's products (`n` 768 and
-/// up) measured level or behind with row blocks, so they keep column blocks. With the
-/// same kernel, a transposed `A` whose `C` is wider than tall (`m < n`: the `dW` of the
-/// QKV and MLP-up weights, `C x 3C` and `C x 4C`) takes column blocks: each thread then
-/// packs all of the small `A` and half of `B` rather than half of `A` and all of `B`.
+/// up) measured level or behind with row blocks, so they keep column blocks.
+///
+/// With the same kernel, a transposed `A` whose `C` is wider than tall (`m < n`: the `dW`
+/// of the QKV and MLP-up weights, `C x 3C` and `C x 4C`) takes column blocks: each thread
+/// then packs all of the small `A` and half of `B` rather than half of `A` and all of `B`.
 /// On 2 Zen 3 cores (`gemm_kernels`, 3 alternated rounds, medians): the tiny model's
 /// `dW_qkv` (128 x 2048 x 384) and `dW_fc` (128 x 2048 x 512) 1.10x and 1.11x,
 /// ANDREA-120M's (768 x 1024 x 2304 and x 3072) 1.01x and 1.03x; in the steps, smaller:
