@@ -13,7 +13,8 @@ is the peak). Training's % of peak is andrea's FLOPs per second (FLOPs per token
 `andrea info --json`) over the FMA peak of the widest instruction set andrea's own kernels
 use (`ANDREA_SIMD`); decode's % of DRAM bandwidth is the weights' bytes read per token
 (every parameter but the unread rows of the position table, f32) times tokens/s over the
-read stream.
+read stream; weights that fit the last-level cache (`machine.json`'s `llc_bytes`) are
+marked in cache, since they are not read from memory.
 
 The peer is `benches/pytorch/train_step.py --peer fast` (gelu_pytorch_tanh, fused AdamW,
 2 threads). `--compile both` (default) runs the peer eager and under `torch.compile`
@@ -127,6 +128,7 @@ def machine(args):
             if k in ("model name", "flags", "cpu family", "model") and k not in info:
                 info[k] = v.strip()
     info["nproc"] = os.cpu_count()
+    info["llc_bytes"] = last_level_cache_bytes()
     info["kernel"] = os.uname().release
     info["ANDREA_SIMD"] = os.environ.get("ANDREA_SIMD")
     v = subprocess.run([args.python, "-c", "import torch, transformers; print(torch.__version__,"
@@ -135,6 +137,23 @@ def machine(args):
     info["torch"], info["transformers"], info["torch_cpu_capability"] = (
         v.stdout.split() + ["?", "?", "?"])[:3]
     return info
+
+
+def last_level_cache_bytes():
+    """The largest cache Linux lists for CPU 0 (`/sys/.../cache/index*/size`), or None."""
+    best = None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for d in (os.listdir(base) if os.path.isdir(base) else []):
+        try:
+            with open(os.path.join(base, d, "size")) as f:
+                v = f.read().strip()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(v[-1:], 1)
+        digits = v.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best or 0, int(digits) * mult)
+    return best
 
 
 def weights_bytes_per_token(cfg_path, params):
@@ -315,8 +334,11 @@ def write_table(out, command, threads, compile_mode, name):
         + (f" ({dram_4k:.1f} over {READ_MB} MiB on 4 KiB pages)" if dram_4k else "")
         + f". andrea's kernels at "
         f"`{level}`: training's % of peak is against {fma_used:.1f}; decode's % of read "
-        f"against the {READ_MB} MiB stream (the tiny model's 7.7 MB of weights stay in "
-        f"cache, so its share says little).",
+        f"against the {READ_MB} MiB stream ("
+        + (f"weights that fit the {info['llc_bytes'] / 2**20:.0f} MiB last-level cache are "
+           "marked in cache: the tiny model's 7.7 MB, whose share of the stream says little)."
+           if info.get("llc_bytes") else
+           "the tiny model's 7.7 MB of weights stay in cache, so its share says little)."),
         f"Peer: `train_step.py --peer {peer_mode}` (gelu_pytorch_tanh + AdamW(fused=True), "
         "THP_MEM_ALLOC_ENABLE=1"
         if peer_mode == "fast" else "Peer: `train_step.py --peer old` (gelu_new + default AdamW",
@@ -361,6 +383,9 @@ def write_table(out, command, threads, compile_mode, name):
             wb = weights_bytes_per_token(cfg, flops_per_token(cfg, batch)[1])
             pct = (f"{100 * a * wb / 1e9 / dram:.0f}% of read",
                    f"{100 * p * wb / 1e9 / dram:.0f}% of read")
+            if info.get("llc_bytes") and wb < info["llc_bytes"]:
+                # Weights that fit the last-level cache are not read from memory.
+                pct = tuple(f"in cache ({x})" for x in pct)
         target = spec[7]
         if ratio < target:
             met = "**missed**"
