@@ -65,6 +65,11 @@ pub enum GemmKernel {
     /// `ANDREA_SIMD=avx2` runs, so that an AVX2 measurement has AVX2 GEMMs too. Where
     /// the kernels' level is below AVX2 it falls back to the `gemm` crate.
     Avx2,
+    /// The same AVX2 kernel in the older split: one single-threaded call per block of
+    /// `C`, each packing its own copy of the operand the blocks share, each thread's
+    /// share fixed in advance (`ANDREA_GEMM=avx2-blocks`, kept to compare; see
+    /// `gemm_avx2::sgemm_threads` for what replaced it).
+    Avx2Blocks,
     /// andrea's own AVX-512 kernel (`gemm_avx512` module), with `B` packed once per
     /// block for all threads (`ANDREA_GEMM=avx512`; not the default: it measured behind
     /// the `gemm` crate). Where the kernels' level is below AVX-512 it falls back to
@@ -77,16 +82,17 @@ pub enum GemmKernel {
 
 impl GemmKernel {
     /// Every kernel, in the order `ANDREA_GEMM`'s message lists them.
-    pub const ALL: [GemmKernel; 5] = [
+    pub const ALL: [GemmKernel; 6] = [
         GemmKernel::Avx512,
         GemmKernel::Avx512Blocks,
         GemmKernel::Avx2,
+        GemmKernel::Avx2Blocks,
         GemmKernel::GemmCrate,
         GemmKernel::MatrixMultiply,
     ];
 
     /// The kernel a new backend uses: `ANDREA_GEMM` (`avx512`, `avx512-blocks`, `avx2`,
-    /// `gemm` or `matrixmultiply`) if set, else by the kernels' level (`ANDREA_SIMD`,
+    /// `avx2-blocks`, `gemm` or `matrixmultiply`) if set, else by the kernels' level (`ANDREA_SIMD`,
     /// the CPU): the `gemm` crate at AVX-512 (measured ahead of [`GemmKernel::Avx512`]),
     /// [`GemmKernel::Avx2`] at AVX2, the `gemm` crate below.
     pub fn from_env() -> Self {
@@ -107,7 +113,7 @@ impl GemmKernel {
                 None => {
                     eprintln!(
                         "andrea-cpu: ignoring ANDREA_GEMM={want:?} (expected avx512, \
-                         avx512-blocks, avx2, gemm or matrixmultiply); using {}",
+                         avx512-blocks, avx2, avx2-blocks, gemm or matrixmultiply); using {}",
                         by_level.name()
                     );
                     by_level
@@ -128,6 +134,7 @@ impl GemmKernel {
             GemmKernel::GemmCrate => "gemm",
             GemmKernel::MatrixMultiply => "matrixmultiply",
             GemmKernel::Avx2 => "avx2",
+            GemmKernel::Avx2Blocks => "avx2-blocks",
             GemmKernel::Avx512 => "avx512",
             GemmKernel::Avx512Blocks => "avx512-blocks",
         }
@@ -157,7 +164,7 @@ impl GemmKernel {
             GemmKernel::Avx512 | GemmKernel::Avx512Blocks if !has_avx512() => {
                 GemmKernel::Avx2.effective()
             }
-            GemmKernel::Avx2 if !has_avx2_fma() => GemmKernel::GemmCrate,
+            GemmKernel::Avx2 | GemmKernel::Avx2Blocks if !has_avx2_fma() => GemmKernel::GemmCrate,
             k => k,
         }
     }
@@ -187,7 +194,7 @@ pub(crate) unsafe fn sgemm_strided(
             unsafe { crate::gemm_avx512::sgemm(m, k, n, a, b, beta, c) };
             return;
         }
-        GemmKernel::Avx2 => {
+        GemmKernel::Avx2 | GemmKernel::Avx2Blocks => {
             // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA (`effective`).
             unsafe { crate::gemm_avx2::sgemm(m, k, n, a, b, beta, c) };
             return;
@@ -264,7 +271,10 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 
 /// Cuts the product into blocks for `threads` threads: column blocks when `A` is
 /// row-major (`a_row_major`) and C is wide enough, row blocks otherwise (and column
-/// blocks again when there are too few rows).
+/// blocks again when there are too few rows). The split of the `gemm` crate's and
+/// matrixmultiply's products, of batched products (one block per batch), and of
+/// `ANDREA_GEMM=avx2-blocks`; andrea's AVX2 kernel otherwise shares each product out
+/// task by task (`gemm_avx2::sgemm_threads`).
 ///
 /// Each block's kernel call packs its own copy of the operand the blocks share: all of
 /// `B` for row blocks, all of `A` for column blocks. On the training step's shapes
@@ -287,9 +297,9 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// then packs all of the small `A` and half of `B` rather than half of `A` and all of `B`.
 /// On 2 Zen 3 cores (`gemm_kernels`, 3 alternated rounds, medians): the tiny model's
 /// `dW_qkv` (128 x 2048 x 384) and `dW_fc` (128 x 2048 x 512) 1.10x and 1.11x,
-/// ANDREA-120M's (768 x 1024 x 2304 and x 3072) 1.01x and 1.03x; in the steps, smaller:
-/// ANDREA-120M 288 -> 291 tokens/s (its `matmul_add` 170 -> 173 GFLOP/s), tiny 11,645 ->
-/// 11,740 over 8 alternated rounds (benches/results/20261203T0733Z-zen3-dw-columns).
+/// ANDREA-120M's (768 x 1024 x 2304 and x 3072) 1.01x and 1.03x
+/// (benches/results/20261203T0733Z-zen3-dw-columns; the step A/Bs first recorded there
+/// compared two copies of one binary, see its README).
 fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool, weigh_packing: bool) -> Vec<Block> {
     let mut out = Vec::new();
     if d.batch >= threads || threads == 1 {
@@ -513,7 +523,11 @@ fn matmul(g: &Gemm<'_>) {
     let threads = rayon::current_num_threads();
     // andrea's AVX2 kernel applies the bias and the GELU epilogues to each tile of C in
     // its registers (`gemm_avx2::Epilogue`), so its products keep the plain split below.
-    let in_kernel = cfg!(target_arch = "x86_64") && kernel.effective() == GemmKernel::Avx2;
+    let in_kernel = cfg!(target_arch = "x86_64")
+        && matches!(
+            kernel.effective(),
+            GemmKernel::Avx2 | GemmKernel::Avx2Blocks
+        );
     // A bias or GELU epilogue on the other kernels: fixed tiles of C, each finished
     // while in cache. Not `matmul_gelu_backward`'s GELU': it measured no faster tiled
     // (its cost is the read of `pre` from memory; benches/results/
@@ -618,6 +632,51 @@ fn matmul(g: &Gemm<'_>) {
                 fused.then_some(&hooks),
             )
         };
+        return;
+    }
+    // andrea's AVX2 kernel on several threads: each product one queue of tasks, every
+    // operand packed once, each thread taking the next task as it frees up
+    // (`gemm_avx2::sgemm_threads`). Products in batches of at least one per thread keep
+    // the per-batch blocks below.
+    #[cfg(target_arch = "x86_64")]
+    if kernel.effective() == GemmKernel::Avx2 && threads > 1 && d.batch < threads {
+        let beta = if accumulate { 1.0 } else { 0.0 };
+        for batch in 0..d.batch {
+            let at = |l: &Layout| {
+                if l.batch == 1 {
+                    0
+                } else {
+                    batch * l.batch_stride
+                }
+            };
+            let off = batch * c.batch_stride;
+            // SAFETY: the check proved every operand in bounds and `c` injective and
+            // disjoint from `a`, `b` and `bias`, and the fused ops `out` and `pre` in
+            // `c`'s layout; the CPU has AVX2 and FMA (`effective`).
+            unsafe {
+                let operand = |p: SendPtr, l: &Layout, at: usize| Operand {
+                    ptr: p.add(at),
+                    rs: l.row_stride,
+                    cs: l.col_stride,
+                };
+                let epi = crate::gemm_avx2::Epilogue {
+                    bias: bias.map(|b| b.as_ptr()),
+                    gelu_out: gelu_out.map(|o| o.get().add(off)),
+                    gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
+                };
+                crate::gemm_avx2::sgemm_threads(
+                    d.m,
+                    d.k,
+                    d.n,
+                    operand(pa, &a, at(&a)),
+                    operand(pb, &b, at(&b)),
+                    beta,
+                    operand(pc, &c, off),
+                    epi,
+                    threads,
+                );
+            }
+        }
         return;
     }
     let blocks = blocks(&d, threads, a.col_stride == 1, in_kernel);

@@ -1,4 +1,4 @@
-//! andrea's own single-threaded f32 GEMM for AVX2 + FMA ([`crate::GemmKernel::Avx2`]).
+//! andrea's own f32 GEMM for AVX2 + FMA ([`crate::GemmKernel::Avx2`]).
 //!
 //! Why it exists: the `gemm` crate and matrixmultiply both pick their micro-kernel from
 //! the CPU (`is_x86_feature_detected!`), so under `ANDREA_SIMD=avx2` they still run
@@ -37,14 +37,31 @@
 //! this module's samples in the `k` loop, which runs at about 94% of the FMA probe; the
 //! rest is packing, `C`'s stores and the edges.
 //!
+//! **Several threads** ([`sgemm_threads`], the default on more than one thread): one
+//! queue of tasks per product, taken by the threads in order as they free up ([`Queue`]):
+//! each `KC x NC` slice of `B` packed once for all threads, then the slice's products in
+//! tasks of `MC` rows, then the next slice's packing, which may start while the last
+//! products of this one still run. The older split, `ANDREA_GEMM=avx2-blocks` (gemm.rs
+//! `blocks`: one [`sgemm_epilogue`] call per thread on a fixed block of `C`, each
+//! packing its own copy of the operand the blocks share), left a thread idle whenever
+//! the host slowed the other: timing both halves of every product of a training step on
+//! the 2-core Zen 3 host at its noisiest (FMA probe 183-193 GFLOP/s, read stream 11-24
+//! GB/s), the first thread to finish waited for the second for 10-13% of the products'
+//! wall time (5-6% of the two threads' time), the slower side changing from call to
+//! call (one or the other about equally often): the host, not an uneven cut.
+//!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
-//! operations whatever the block of `C` the element falls in, so results do not depend
-//! on the thread count (the callers split `C` into blocks). They differ from the other
-//! kernels' in the last bits (another summation order), within the GEMM tolerance.
+//! operations whatever the block of `C` the element falls in and whichever thread
+//! computes it, so results do not depend on the thread count or on the split. They
+//! differ from the other kernels' in the last bits (another summation order), within
+//! the GEMM tolerance.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rayon::prelude::*;
 
 use crate::gemm::Operand;
 
@@ -582,9 +599,367 @@ unsafe fn kernel(
     }
 }
 
+/// The epilogue's pointers, shared by the threads of [`sgemm_threads`] (each writes only
+/// its own tiles of the matrices they address).
+#[derive(Clone, Copy)]
+struct SharedEpilogue(Epilogue);
+// SAFETY: the pointers address the caller's matrices; the queue gives every tile of `C`
+// (and of the epilogue's matrices) to one task at a time.
+unsafe impl Send for SharedEpilogue {}
+unsafe impl Sync for SharedEpilogue {}
+
+impl SharedEpilogue {
+    /// The epilogue (a method, so closures capture the `Sync` wrapper, not the field).
+    fn get(self) -> Epilogue {
+        self.0
+    }
+}
+
+thread_local! {
+    /// The packed blocks [`sgemm_threads`] shares among its threads, owned by the
+    /// calling thread and reused across calls.
+    static SHARED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Panels of `B` per packing task (256 columns).
+const PACK_PANELS: usize = 16;
+/// Tasks of products per thread and `KC` slice below which `A` is packed once for all
+/// threads and the products are cut by columns as well as rows (few rows: the tiny
+/// model's weight gradients, `128 x 2048 x 384`).
+const UNITS_PER_THREAD: usize = 4;
+
+/// One `KC x NC` slice of the product and its tasks, which are numbered from `start`:
+/// first the packing of `B` (`packs_b` tasks of [`PACK_PANELS`] panels), then, if `A`
+/// is shared, of `A` (one task per `MC` rows), then the products (`units`).
+struct Slice {
+    jc: usize,
+    nc: usize,
+    pc: usize,
+    kc: usize,
+    beta: f32,
+    /// The last slice of its column block: the epilogue runs on it.
+    last: bool,
+    /// The first slice of its column block: its products wait on no earlier slice.
+    first: bool,
+    panels: usize,
+    start: usize,
+    packs_b: usize,
+    packs_a: usize,
+    units: usize,
+    /// Where this column block's product tasks start in [`Queue::progress`].
+    progress: usize,
+}
+
+/// The work of one product on several threads, as a queue of tasks in an order that
+/// respects their dependencies: each task waits only on tasks before it, which a
+/// running thread has already taken, so the threads can never wait on each other in a
+/// circle, whichever of them rayon starts and when.
+///
+/// Each `KC x NC` slice of the product (column block `jc`, slice `pc` of `k`, in the
+/// single-threaded order) is packed once for all threads into one of two shared
+/// buffers (alternating, so the next slice's packing can start while the last products
+/// of this one run) and then multiplied in tasks of up to `MC` rows of `C` (each packing
+/// its own block of `A` into its thread's buffer, as the single-threaded kernel does),
+/// or, where `m` gives fewer than [`UNITS_PER_THREAD`] such tasks per thread, of `MC`
+/// rows by a share of the columns, `A`'s slice packed once into a shared buffer too.
+/// The dependencies: packing slice `s` waits until the products of slice `s - 2` (the
+/// last readers of its buffer) are done; a product task waits until its slice is
+/// packed and, after the first slice of a column block, until the same task of the
+/// slice before it has added its part to the same tiles of `C`.
+struct Queue {
+    m: usize,
+    slices: Vec<Slice>,
+    total: usize,
+    shared_a: bool,
+    /// Column chunks per row block (shared `A` only; 1 otherwise).
+    chunks: usize,
+    b_len: usize,
+    a_len: usize,
+    next: AtomicUsize,
+    packed: Vec<AtomicUsize>,
+    computed: Vec<AtomicUsize>,
+    /// Per product task of each column block (its tiles of `C`): 1 + the index of the
+    /// last slice it finished.
+    progress: Vec<AtomicUsize>,
+}
+
+impl Queue {
+    fn new(m: usize, k: usize, n: usize, threads: usize, beta: f32) -> Queue {
+        let row_blocks = m.div_ceil(MC);
+        let shared_a = row_blocks < UNITS_PER_THREAD * threads;
+        let max_panels = n.min(NC).div_ceil(NR);
+        let chunks = if shared_a {
+            (UNITS_PER_THREAD * threads)
+                .div_ceil(row_blocks)
+                .min(max_panels)
+        } else {
+            1
+        };
+        let mut slices = Vec::new();
+        let (mut start, mut progress) = (0, 0);
+        for jc in (0..n).step_by(NC) {
+            let nc = (n - jc).min(NC);
+            let panels = nc.div_ceil(NR);
+            let units = row_blocks * chunks.min(panels);
+            for pc in (0..k).step_by(KC) {
+                let kc = (k - pc).min(KC);
+                let packs_b = panels.div_ceil(PACK_PANELS);
+                let packs_a = if shared_a { row_blocks } else { 0 };
+                slices.push(Slice {
+                    jc,
+                    nc,
+                    pc,
+                    kc,
+                    beta: if pc == 0 { beta } else { 1.0 },
+                    last: pc + kc == k,
+                    first: pc == 0,
+                    panels,
+                    start,
+                    packs_b,
+                    packs_a,
+                    units,
+                    progress,
+                });
+                start += packs_b + packs_a + units;
+            }
+            progress += units;
+        }
+        let counters = |len: usize| (0..len).map(|_| AtomicUsize::new(0)).collect();
+        Queue {
+            m,
+            total: start,
+            shared_a,
+            chunks,
+            b_len: KC * max_panels * NR,
+            a_len: if shared_a {
+                KC * m.div_ceil(MR) * MR
+            } else {
+                0
+            },
+            next: AtomicUsize::new(0),
+            packed: counters(slices.len()),
+            computed: counters(slices.len()),
+            progress: counters(progress),
+            slices,
+        }
+    }
+
+    /// Floats of the shared buffer: two `B` slices, then two `A` slices if shared.
+    fn shared_len(&self) -> usize {
+        2 * (self.b_len + self.a_len)
+    }
+
+    /// Takes tasks until the queue is empty.
+    ///
+    /// # Safety
+    /// As [`sgemm_epilogue`] for the operands and `epi`; `buf` holds
+    /// [`Queue::shared_len`] floats that nothing else touches during the product.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn work(
+        &self,
+        a: Operand,
+        b: Operand,
+        c: Operand,
+        epi: SharedEpilogue,
+        buf: crate::buffer::SendPtr,
+    ) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.total {
+                return;
+            }
+            let s = self.slices.partition_point(|sl| sl.start <= i) - 1;
+            let sl = &self.slices[s];
+            let (kc, which) = (sl.kc, s % 2);
+            // SAFETY (all pointer arithmetic below): the buffer holds two B slices of
+            // `b_len` floats, then two A slices of `a_len`; the tasks of one slice write
+            // disjoint parts of them, and the dependencies order every write after the
+            // last read of the same part by the products two slices earlier.
+            let (pb, pa) = unsafe {
+                (
+                    buf.get().add(which * self.b_len),
+                    buf.get().add(2 * self.b_len + which * self.a_len),
+                )
+            };
+            let task = i - sl.start;
+            let packs = sl.packs_b + sl.packs_a;
+            if task < packs {
+                if s >= 2 {
+                    let before = &self.slices[s - 2];
+                    wait_for(&self.computed[s - 2], before.units);
+                }
+                if task < sl.packs_b {
+                    let p0 = task * PACK_PANELS;
+                    let p1 = (p0 + PACK_PANELS).min(sl.panels);
+                    let cols = (sl.nc - p0 * NR).min((p1 - p0) * NR);
+                    // SAFETY: panels p0..p1 of this slice's B lie in B (the caller's
+                    // bounds) and in the buffer.
+                    unsafe {
+                        let out = std::slice::from_raw_parts_mut(
+                            pb.add(p0 * NR * kc),
+                            (p1 - p0) * NR * kc,
+                        );
+                        pack_b(kc, cols, b, sl.pc, sl.jc + p0 * NR, out);
+                    }
+                } else {
+                    let r0 = (task - sl.packs_b) * MC;
+                    let mc = (self.m - r0).min(MC);
+                    // SAFETY: rows r0..r0 + mc of this slice's A lie in A and their
+                    // panels in the buffer.
+                    unsafe {
+                        let out = std::slice::from_raw_parts_mut(
+                            pa.add(r0 * kc),
+                            mc.div_ceil(MR) * MR * kc,
+                        );
+                        pack_a(mc, kc, a, r0, sl.pc, out);
+                    }
+                }
+                self.packed[s].fetch_add(1, Ordering::Release);
+                continue;
+            }
+            let unit = task - packs;
+            wait_for(&self.packed[s], packs);
+            let progress = &self.progress[sl.progress + unit];
+            if !sl.first {
+                wait_for(progress, s);
+            }
+            let chunks = self.chunks.min(sl.panels);
+            let (rb, chunk) = (unit / chunks, unit % chunks);
+            let r0 = rb * MC;
+            let mc = (self.m - r0).min(MC);
+            let (q0, q1) = (chunk * sl.panels / chunks, (chunk + 1) * sl.panels / chunks);
+            let cols = (q0, q1);
+            if self.shared_a {
+                // SAFETY: the slice's A panels of rows r0.. (packed above); the tiles
+                // are this task's alone.
+                unsafe { products(sl, r0, mc, cols, pa.add(r0 * kc), pb, c, epi) };
+            } else {
+                PACK.with(|pack| {
+                    let pa_own = &mut pack.borrow_mut().0;
+                    if pa_own.len() < KC * MC {
+                        pa_own.resize(KC * MC, 0.0);
+                    }
+                    // SAFETY: rows r0..r0 + mc of the slice's A lie in A.
+                    // and the tiles are this task's alone.
+                    unsafe {
+                        pack_a(mc, kc, a, r0, sl.pc, pa_own);
+                        products(sl, r0, mc, cols, pa_own.as_ptr(), pb, c, epi);
+                    }
+                });
+            }
+            progress.store(s + 1, Ordering::Release);
+            self.computed[s].fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// The tiles of rows `r0..r0 + mc` and panels `cols` of slice `sl`: `ap` the rows'
+/// packed `A` panels, `pb` the slice's packed `B`.
+///
+/// # Safety
+/// The packed panels hold the slice's values; the tiles lie in `C` (and in the
+/// epilogue's matrices) and no other thread touches them meanwhile.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn products(
+    sl: &Slice,
+    r0: usize,
+    mc: usize,
+    (q0, q1): (usize, usize),
+    ap: *const f32,
+    pb: *const f32,
+    c: Operand,
+    epi: SharedEpilogue,
+) {
+    let kc = sl.kc;
+    for jr in (q0 * NR..q1 * NR).step_by(NR) {
+        let nr = (sl.nc - jr).min(NR);
+        for ir in (0..mc).step_by(MR) {
+            let mr = (mc - ir).min(MR);
+            // SAFETY: as the caller promises.
+            unsafe {
+                let bp = std::slice::from_raw_parts(pb.add(jr * kc), NR * kc);
+                let ap = std::slice::from_raw_parts(ap.add(ir * kc), MR * kc);
+                let (i0, j0) = (r0 + ir, sl.jc + jr);
+                let ct = c.ptr.get().add(i0 * c.rs + j0 * c.cs);
+                let e =
+                    (sl.last && !epi.get().is_empty()).then(|| epi.get().at(i0, j0, c.rs, c.cs));
+                kernel(kc, ap, bp, sl.beta, ct, c.rs, c.cs, mr, nr, e);
+            }
+        }
+    }
+}
+
+/// Waits until `counter` reaches `value` (it only grows): spins briefly, then yields.
+fn wait_for(counter: &AtomicUsize, value: usize) {
+    let mut spins = 0u32;
+    while counter.load(Ordering::Acquire) < value {
+        if spins < 2000 {
+            std::hint::spin_loop();
+            spins += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// [`sgemm_epilogue`] on `threads` threads of the current rayon pool, every operand
+/// packed once ([`Queue`]). The same operations on every element of `C` as the
+/// single-threaded kernel, so the same bits on any number of threads.
+///
+/// # Safety
+/// As [`sgemm_epilogue`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm_threads(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Operand,
+    b: Operand,
+    beta: f32,
+    c: Operand,
+    epi: Epilogue,
+    threads: usize,
+) {
+    if threads <= 1 || m == 0 || n == 0 || k == 0 {
+        // SAFETY: forwarded.
+        unsafe { sgemm_epilogue(m, k, n, a, b, beta, c, epi) };
+        return;
+    }
+    let queue = Queue::new(m, k, n, threads, beta);
+    let epi = SharedEpilogue(epi);
+    let go = |buf: &mut Vec<f32>| {
+        // Grown, never shrunk (as `PACK`): every value the products read is packed first.
+        if buf.len() < queue.shared_len() {
+            buf.resize(queue.shared_len(), 0.0);
+        }
+        let ptr = crate::buffer::SendPtr(buf.as_mut_ptr());
+        // SAFETY: forwarded; the buffer is this call's alone.
+        (0..threads)
+            .into_par_iter()
+            .for_each(|_| unsafe { queue.work(a, b, c, epi, ptr) });
+    };
+    SHARED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => go(&mut buf),
+        // In use further up this thread's stack (rayon ran this product inside another's
+        // wait): a buffer of its own.
+        Err(_) => go(&mut Vec::new()),
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The operand over `p` at strides `rs`, `cs`.
+    fn op(p: &mut [f32], rs: usize, cs: usize) -> Operand {
+        Operand {
+            ptr: crate::buffer::SendPtr(p.as_mut_ptr()),
+            rs,
+            cs,
+        }
+    }
 
     /// `C (+)= A·B` through [`sgemm`] against a float64 product, on shapes the conformance
     /// suite does not reach: `k` across two and a half `KC` slices, `m` and `n` ending in
@@ -635,11 +1010,6 @@ mod tests {
                 let bias = r.vec(n, -1.0, 1.0);
                 let c0 = r.vec(m * rs, -3.0, 3.0);
                 let pre = r.vec(m * rs, -4.0, 4.0);
-                let op = |p: &mut [f32], rs, cs| Operand {
-                    ptr: crate::buffer::SendPtr(p.as_mut_ptr()),
-                    rs,
-                    cs,
-                };
                 // The plain product, then each pass on its own.
                 let mut want = c0.clone();
                 // SAFETY: every operand holds its whole matrix; AVX2 + FMA checked.
@@ -703,6 +1073,87 @@ mod tests {
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&c), bits(&want_c), "C of {what}");
                     assert_eq!(bits(&out), bits(&want_out), "out of {what}");
+                }
+            }
+        }
+    }
+    /// [`sgemm_threads`] gives the bits of the single-threaded [`sgemm_epilogue`] on 2 and
+    /// 3 threads, in both of its forms (`A` packed per task: `m` of many `MC` blocks; `A`
+    /// packed once and the columns cut too: few rows), across four `KC` slices (both
+    /// shared buffers reused), two `NC` blocks and ragged tiles, with and without the
+    /// epilogues, `beta` 0 and 1.
+    #[test]
+    fn threads_give_the_bits_of_one_thread() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("SKIPPED: no AVX2 + FMA");
+            return;
+        }
+        let mut r = andrea_testkit::random::Rand::new(5);
+        let shapes = [
+            // Many row blocks: A packed per task (2 and 3 threads).
+            (13 * MC + 5, 3 * KC + 17, 45),
+            // Few rows, two NC blocks, the last ragged: A shared, columns cut.
+            (MC + 7, 2 * KC + 1, NC + 40),
+            (5, 4 * KC, 70),
+            (1, 9, 1),
+        ];
+        for threads in [2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for &(m, k, n) in &shapes {
+                for (beta, with_epi) in [(0.0f32, false), (1.0, true), (0.0, true)] {
+                    let mut a = r.vec(m * k, -1.0, 1.0);
+                    let mut b = r.vec(k * n, -1.0, 1.0);
+                    let bias = r.vec(n, -1.0, 1.0);
+                    let pre = r.vec(m * n, -3.0, 3.0);
+                    let c0 = r.vec(m * n, -2.0, 2.0);
+                    let run = |c: &mut Vec<f32>,
+                               out: &mut Vec<f32>,
+                               a: &mut [f32],
+                               b: &mut [f32],
+                               t: usize| {
+                        let epi = Epilogue {
+                            bias: with_epi.then_some(bias.as_ptr()),
+                            gelu_out: with_epi.then_some(out.as_mut_ptr()),
+                            gelu_grad_of: with_epi.then_some(pre.as_ptr()),
+                        };
+                        // A transposed when `m` is small (the weight gradients' layout),
+                        // row-major otherwise.
+                        let a_op = if m < 2 * MC { op(a, 1, m) } else { op(a, k, 1) };
+                        // SAFETY: every operand holds its whole matrix; AVX2 + FMA checked.
+                        unsafe {
+                            if t == 1 {
+                                sgemm_epilogue(m, k, n, a_op, op(b, n, 1), beta, op(c, n, 1), epi)
+                            } else {
+                                let epi = SharedEpilogue(epi);
+                                pool.install(|| {
+                                    sgemm_threads(
+                                        m,
+                                        k,
+                                        n,
+                                        a_op,
+                                        op(b, n, 1),
+                                        beta,
+                                        op(c, n, 1),
+                                        epi.get(),
+                                        t,
+                                    )
+                                })
+                            }
+                        }
+                    };
+                    let (mut want, mut want_out) = (c0.clone(), vec![-9.0f32; m * n]);
+                    run(&mut want, &mut want_out, &mut a, &mut b, 1);
+                    let (mut got, mut got_out) = (c0.clone(), vec![-9.0f32; m * n]);
+                    run(&mut got, &mut got_out, &mut a, &mut b, threads);
+                    let what = format!(
+                        "{m}x{k}x{n} on {threads} threads, beta {beta}, epilogue {with_epi}"
+                    );
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert!(bits(&got) == bits(&want), "C of {what}");
+                    assert!(bits(&got_out) == bits(&want_out), "out of {what}");
                 }
             }
         }

@@ -4,15 +4,18 @@
 //! kernels, rayon for threads, and one strided GEMM function behind every matrix product.
 //!
 //! * **GEMM**: single-threaded kernels on blocks of C that rayon spreads over the
-//!   threads (row blocks; column blocks when there are few rows). At the AVX-512 level
+//!   threads (row blocks; column blocks when there are few rows), except andrea's AVX2
+//!   kernel, which runs each product as one queue of tasks the threads take as they free
+//!   up, every operand packed once (`gemm_avx2::sgemm_threads`; the block split stays
+//!   selectable as `ANDREA_GEMM=avx2-blocks`). At the AVX-512 level
 //!   the default is the `gemm` crate's kernel, which chooses its micro-kernel from the
 //!   CPU, not from `ANDREA_SIMD`; at the AVX2 level (the cap `ANDREA_SIMD=avx2`, or an
 //!   AVX2-only CPU), andrea's AVX2 + FMA kernel ([`GemmKernel::Avx2`]). andrea's own
 //!   AVX-512 kernel ([`GemmKernel::Avx512`], `gemm_avx512` module: BLIS-style packing, a
 //!   512-bit register-blocked micro-kernel, masked edges) packs each block of `B` once
 //!   and shares the rows of `C` out among the threads; it is selectable, not the default
-//!   (it measured behind the `gemm` crate). `ANDREA_GEMM=avx512|avx512-blocks|avx2|gemm|
-//!   matrixmultiply` or [`CpuBackend::with_gemm_kernel`] picks a kernel
+//!   (it measured behind the `gemm` crate). `ANDREA_GEMM=avx512|avx512-blocks|avx2|
+//!   avx2-blocks|gemm|matrixmultiply` or [`CpuBackend::with_gemm_kernel`] picks a kernel
 //!   ([`GemmKernel::from_env`]); the figures behind the choice are in
 //!   `benches/README.md`. Transposes are strides.
 //! * **Fused GEMM epilogues**: andrea's AVX2 kernel adds the bias, writes `GELU` and
