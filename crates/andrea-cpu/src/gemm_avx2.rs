@@ -59,7 +59,7 @@
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -681,6 +681,8 @@ struct Queue {
     /// Per product task of each column block (its tiles of `C`): 1 + the index of the
     /// last slice it finished.
     progress: Vec<AtomicUsize>,
+    /// Set when a thread panics in a task, so that the others stop waiting for it.
+    poisoned: AtomicBool,
 }
 
 impl Queue {
@@ -740,6 +742,7 @@ impl Queue {
             packed: counters(slices.len()),
             computed: counters(slices.len()),
             progress: counters(progress),
+            poisoned: AtomicBool::new(false),
             slices,
         }
     }
@@ -763,6 +766,16 @@ impl Queue {
         epi: SharedEpilogue,
         buf: crate::buffer::SendPtr,
     ) {
+        // Marks the queue poisoned if this thread unwinds out of a task.
+        struct Poison<'q>(&'q AtomicBool);
+        impl Drop for Poison<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.store(true, Ordering::Release);
+                }
+            }
+        }
+        let _poison = Poison(&self.poisoned);
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= self.total {
@@ -786,7 +799,7 @@ impl Queue {
             if task < packs {
                 if s >= 2 {
                     let before = &self.slices[s - 2];
-                    wait_for(&self.computed[s - 2], before.units);
+                    self.wait_for(&self.computed[s - 2], before.units);
                 }
                 if task < sl.packs_b {
                     let p0 = task * PACK_PANELS;
@@ -818,10 +831,10 @@ impl Queue {
                 continue;
             }
             let unit = task - packs;
-            wait_for(&self.packed[s], packs);
+            self.wait_for(&self.packed[s], packs);
             let progress = &self.progress[sl.progress + unit];
             if !sl.first {
-                wait_for(progress, s);
+                self.wait_for(progress, s);
             }
             let chunks = self.chunks.min(sl.panels);
             let (rb, chunk) = (unit / chunks, unit % chunks);
@@ -891,15 +904,22 @@ unsafe fn products(
     }
 }
 
-/// Waits until `counter` reaches `value` (it only grows): spins briefly, then yields.
-fn wait_for(counter: &AtomicUsize, value: usize) {
-    let mut spins = 0u32;
-    while counter.load(Ordering::Acquire) < value {
-        if spins < 2000 {
-            std::hint::spin_loop();
-            spins += 1;
-        } else {
-            std::thread::yield_now();
+impl Queue {
+    /// Waits until `counter` reaches `value` (it only grows): spins briefly, then yields.
+    /// Panics if another thread panicked in a task (which would never count).
+    fn wait_for(&self, counter: &AtomicUsize, value: usize) {
+        let mut spins = 0u32;
+        while counter.load(Ordering::Acquire) < value {
+            assert!(
+                !self.poisoned.load(Ordering::Acquire),
+                "andrea-cpu: another thread's GEMM task panicked"
+            );
+            if spins < 2000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 }
