@@ -48,7 +48,13 @@
 //! the 2-core Zen 3 host at its noisiest (FMA probe 183-193 GFLOP/s, read stream 11-24
 //! GB/s), the first thread to finish waited for the second for 10-13% of the products'
 //! wall time (5-6% of the two threads' time), the slower side changing from call to
-//! call (one or the other about equally often): the host, not an uneven cut.
+//! call (one or the other about equally often): the host, not an uneven cut. In a
+//! calmer hour the waiting was 3.0-4.6% with the old split and 1.6-1.8% with the queue;
+//! the steps measured level on 2 cores (ABBA rounds, 0.99-1.02), the products alone
+//! level to ahead on ANDREA-120M's shapes and level to 6-9% behind on the tiny model's
+//! few-row weight gradients (the form with `A` shared); the queue stays the default for
+//! packing every operand once, a saving that grows with the thread count
+//! (benches/results/20261203T1100Z-zen3-gemm-queue).
 //!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
