@@ -35,7 +35,7 @@ const L: usize = 16;
 
 /// Mask of the first `n` lanes (all when `n >= 16`).
 #[inline(always)]
-fn first(n: usize) -> __mmask16 {
+pub(crate) fn first(n: usize) -> __mmask16 {
     if n >= L {
         0xFFFF
     } else {
@@ -429,7 +429,7 @@ pub(crate) unsafe fn cross_entropy_loss_row(x: &[f32], target: usize, vocab: usi
 /// GELU of 16 lanes: [`simd::gelu`] step for step.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn gelu(x: __m512) -> __m512 {
+pub(crate) fn gelu(x: __m512) -> __m512 {
     let u = _mm512_fmadd_ps(
         _mm512_set1_ps(simd::GELU_K3),
         _mm512_mul_ps(x, x),
@@ -442,7 +442,7 @@ fn gelu(x: __m512) -> __m512 {
 /// `dy·GELU'(x)` on 16 lanes: [`simd::gelu_grad`] step for step.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn gelu_grad(x: __m512, dy: __m512) -> __m512 {
+pub(crate) fn gelu_grad(x: __m512, dy: __m512) -> __m512 {
     let one = _mm512_set1_ps(1.0);
     let x2 = _mm512_mul_ps(x, x);
     let u = _mm512_fmadd_ps(

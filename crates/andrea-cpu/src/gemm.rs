@@ -78,11 +78,18 @@ pub enum GemmKernel {
     /// The same AVX-512 kernel in the older split: one single-threaded call per block of
     /// `C`, each packing its own copy of the shared operand (kept to compare).
     Avx512Blocks,
+    /// [`GemmKernel::Avx2`]'s packing, task queue and in-register epilogues with a
+    /// 512-bit micro-kernel (a 12 x 32 tile over two of its `A` panels and two of its
+    /// `B` panels; `gemm_avx2::Micro::Avx512`), the same bits as [`GemmKernel::Avx2`]
+    /// (`ANDREA_GEMM=avx512-queue`). Where the kernels' level is below AVX-512 it falls
+    /// back to [`GemmKernel::Avx2`].
+    Avx512Queue,
 }
 
 impl GemmKernel {
     /// Every kernel, in the order `ANDREA_GEMM`'s message lists them.
-    pub const ALL: [GemmKernel; 6] = [
+    pub const ALL: [GemmKernel; 7] = [
+        GemmKernel::Avx512Queue,
         GemmKernel::Avx512,
         GemmKernel::Avx512Blocks,
         GemmKernel::Avx2,
@@ -112,8 +119,9 @@ impl GemmKernel {
                 Some(k) => k,
                 None => {
                     eprintln!(
-                        "andrea-cpu: ignoring ANDREA_GEMM={want:?} (expected avx512, \
-                         avx512-blocks, avx2, avx2-blocks, gemm or matrixmultiply); using {}",
+                        "andrea-cpu: ignoring ANDREA_GEMM={want:?} (expected avx512-queue, \
+                         avx512, avx512-blocks, avx2, avx2-blocks, gemm or matrixmultiply); \
+                         using {}",
                         by_level.name()
                     );
                     by_level
@@ -137,6 +145,7 @@ impl GemmKernel {
             GemmKernel::Avx2Blocks => "avx2-blocks",
             GemmKernel::Avx512 => "avx512",
             GemmKernel::Avx512Blocks => "avx512-blocks",
+            GemmKernel::Avx512Queue => "avx512-queue",
         }
     }
 
@@ -161,12 +170,24 @@ impl GemmKernel {
     pub fn effective(self) -> Self {
         use crate::simd::{has_avx2_fma, has_avx512};
         match self {
-            GemmKernel::Avx512 | GemmKernel::Avx512Blocks if !has_avx512() => {
+            GemmKernel::Avx512 | GemmKernel::Avx512Blocks | GemmKernel::Avx512Queue
+                if !has_avx512() =>
+            {
                 GemmKernel::Avx2.effective()
             }
             GemmKernel::Avx2 | GemmKernel::Avx2Blocks if !has_avx2_fma() => GemmKernel::GemmCrate,
             k => k,
         }
+    }
+}
+
+/// The micro-kernel of andrea's packed AVX2 / AVX-512 GEMM for `kernel` (effective).
+#[cfg(target_arch = "x86_64")]
+fn micro(kernel: GemmKernel) -> crate::gemm_avx2::Micro {
+    if kernel == GemmKernel::Avx512Queue {
+        crate::gemm_avx2::Micro::Avx512
+    } else {
+        crate::gemm_avx2::Micro::Avx2
     }
 }
 
@@ -194,9 +215,10 @@ pub(crate) unsafe fn sgemm_strided(
             unsafe { crate::gemm_avx512::sgemm(m, k, n, a, b, beta, c) };
             return;
         }
-        GemmKernel::Avx2 | GemmKernel::Avx2Blocks => {
-            // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA (`effective`).
-            unsafe { crate::gemm_avx2::sgemm(m, k, n, a, b, beta, c) };
+        GemmKernel::Avx2 | GemmKernel::Avx2Blocks | GemmKernel::Avx512Queue => {
+            // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA, and AVX-512 F
+            // for the 512-bit micro-kernel (`effective`).
+            unsafe { crate::gemm_avx2::sgemm(micro(kernel), m, k, n, a, b, beta, c) };
             return;
         }
         _ => {}
@@ -526,7 +548,7 @@ fn matmul(g: &Gemm<'_>) {
     let in_kernel = cfg!(target_arch = "x86_64")
         && matches!(
             kernel.effective(),
-            GemmKernel::Avx2 | GemmKernel::Avx2Blocks
+            GemmKernel::Avx2 | GemmKernel::Avx2Blocks | GemmKernel::Avx512Queue
         );
     // A bias or GELU epilogue on the other kernels: fixed tiles of C, each finished
     // while in cache. Not `matmul_gelu_backward`'s GELU': it measured no faster tiled
@@ -639,7 +661,12 @@ fn matmul(g: &Gemm<'_>) {
     // (`gemm_avx2::sgemm_threads`). Products in batches of at least one per thread keep
     // the per-batch blocks below.
     #[cfg(target_arch = "x86_64")]
-    if kernel.effective() == GemmKernel::Avx2 && threads > 1 && d.batch < threads {
+    if matches!(
+        kernel.effective(),
+        GemmKernel::Avx2 | GemmKernel::Avx512Queue
+    ) && threads > 1
+        && d.batch < threads
+    {
         let beta = if accumulate { 1.0 } else { 0.0 };
         for batch in 0..d.batch {
             let at = |l: &Layout| {
@@ -665,6 +692,7 @@ fn matmul(g: &Gemm<'_>) {
                     gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
                 };
                 crate::gemm_avx2::sgemm_threads(
+                    micro(kernel.effective()),
                     d.m,
                     d.k,
                     d.n,
@@ -725,7 +753,8 @@ fn matmul(g: &Gemm<'_>) {
                     gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
                 };
                 let beta = if accumulate { 1.0 } else { 0.0 };
-                crate::gemm_avx2::sgemm_epilogue(m, d.k, n, a_blk, b_blk, beta, c_blk, epi);
+                let micro = micro(kernel.effective());
+                crate::gemm_avx2::sgemm_epilogue(micro, m, d.k, n, a_blk, b_blk, beta, c_blk, epi);
             }
             return;
         }

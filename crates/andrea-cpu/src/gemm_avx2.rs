@@ -56,12 +56,23 @@
 //! packing every operand once, a saving that grows with the thread count
 //! (benches/results/20261203T1100Z-zen3-gemm-queue).
 //!
+//! **A 512-bit micro-kernel on the same panels** ([`Micro::Avx512`],
+//! `ANDREA_GEMM=avx512-queue`): [`kernel512`] takes two of the 6-row `A` panels and two
+//! of the 16-column `B` panels at once, a 12 x 32 tile (24 `zmm` accumulators; ragged
+//! columns through lane masks), on the same queue and with the same epilogues. Its
+//! blocking is deeper ([`BLOCKING_512`]: `k` cut into equal slices of at most 768,
+//! `MC` 96, `NC` 1536): twice as fast per core, it pays twice as much for re-reading
+//! and re-writing `C` once per slice. On 2 Zen 5 cores (2026-12-03) it measured level
+//! with the `gemm` crate on ANDREA-120M's products (median ratio 0.999) and its step
+//! (0.97, ABBA rounds), behind on the tiny model's (0.94; step 0.84), so it is not the
+//! default; benches/results/20261203T1420Z-zen5-avx512-queue has the blocking sweep.
+//!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
 //! operations whatever the block of `C` the element falls in and whichever thread
-//! computes it, so results do not depend on the thread count or on the split. They
-//! differ from the other kernels' in the last bits (another summation order), within
-//! the GEMM tolerance.
+//! computes it, so results do not depend on the thread count or on the split (nor, for
+//! one blocking, on the micro-kernel). They differ from the other kernels' in the last
+//! bits (another summation order), within the GEMM tolerance.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -77,7 +88,105 @@ pub(crate) const MR: usize = 6;
 pub(crate) const NR: usize = 16;
 const KC: usize = 256;
 const MC: usize = 96;
+
+/// The blocking of one micro-kernel: `KC`, `MC`, `NC` (see the module doc) and whether
+/// `k` is cut into equal slices of at most `kc` (else `kc` each, the last shorter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Blocking {
+    kc: usize,
+    mc: usize,
+    nc: usize,
+    even: bool,
+}
+
+/// The 512-bit micro-kernel's blocking (the module doc says why).
+const BLOCKING_512: Blocking = Blocking {
+    kc: 768,
+    mc: 96,
+    nc: 1536,
+    even: true,
+};
+
+/// The blocking of `micro`; `ANDREA_GEMM_QUEUE_BLOCKING="kc,mc,nc,even"` (e.g.
+/// `768,96,1536,1`) overrides the 512-bit one's, for tuning runs (read once per process;
+/// a value it cannot read is reported and ignored).
+fn blocking(micro: Micro) -> Blocking {
+    static B: std::sync::OnceLock<Blocking> = std::sync::OnceLock::new();
+    if micro == Micro::Avx2 {
+        return Blocking {
+            kc: KC,
+            mc: MC,
+            nc: NC,
+            even: false,
+        };
+    }
+    *B.get_or_init(|| {
+        let Ok(v) = std::env::var("ANDREA_GEMM_QUEUE_BLOCKING") else {
+            return BLOCKING_512;
+        };
+        match parse_blocking(&v) {
+            Some(b) => b,
+            None => {
+                eprintln!(
+                    "andrea-cpu: ignoring ANDREA_GEMM_QUEUE_BLOCKING={v:?} (expected \
+                     \"kc,mc,nc,even\": kc, nc > 0, mc a positive multiple of {MR}, even 0 \
+                     or 1)"
+                );
+                BLOCKING_512
+            }
+        }
+    })
+}
+
+/// `"kc,mc,nc,even"`, or `None` where a field is missing, extra or out of range.
+fn parse_blocking(v: &str) -> Option<Blocking> {
+    let f: Vec<usize> = v
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    let [kc, mc, nc, even] = f[..] else {
+        return None;
+    };
+    let ok = kc > 0 && nc > 0 && mc > 0 && mc % MR == 0 && even <= 1;
+    ok.then_some(Blocking {
+        kc,
+        mc,
+        nc,
+        even: even == 1,
+    })
+}
+
+/// The blocking of `micro` for a product of inner size `k`, `kc` the depth of each
+/// slice of `k` (the last may be shorter).
+fn blocking_for(micro: Micro, k: usize) -> Blocking {
+    let b = blocking(micro);
+    Blocking {
+        kc: slice_depth(k, b.kc, b.even),
+        ..b
+    }
+}
+
+/// The depth of each slice of `k` (the last may be shorter).
+fn slice_depth(k: usize, kc: usize, even: bool) -> usize {
+    if even {
+        k.div_ceil(k.div_ceil(kc)).max(1)
+    } else {
+        kc
+    }
+}
 const NC: usize = 3072;
+
+/// The micro-kernel that runs over the packed panels: the same packing, blocking, task
+/// queue and epilogues either way, and the same bits (each element of `C` is the same
+/// FMA chain over `k` in both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Micro {
+    /// The 6 x 16 tile on 256-bit registers ([`kernel`]).
+    Avx2,
+    /// Two `A` panels by two `B` panels, a 12 x 32 tile on 512-bit registers
+    /// ([`kernel512`]; `GemmKernel::Avx512Queue`). The CPU must have AVX-512 F.
+    Avx512,
+}
 
 thread_local! {
     /// Packed `A` and `B` blocks of this thread, reused across calls.
@@ -153,9 +262,12 @@ impl Epilogue {
 /// strides, on this thread.
 ///
 /// # Safety
-/// As [`crate::gemm::sgemm_strided`]; and the CPU has AVX2 and FMA.
+/// As [`crate::gemm::sgemm_strided`]; and the CPU has AVX2 and FMA (and AVX-512 F for
+/// [`Micro::Avx512`]).
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm(
+    micro: Micro,
     m: usize,
     k: usize,
     n: usize,
@@ -165,7 +277,7 @@ pub(crate) unsafe fn sgemm(
     c: Operand,
 ) {
     // SAFETY: forwarded; no epilogue.
-    unsafe { sgemm_epilogue(m, k, n, a, b, beta, c, Epilogue::default()) }
+    unsafe { sgemm_epilogue(micro, m, k, n, a, b, beta, c, Epilogue::default()) }
 }
 
 /// [`sgemm`] followed by `epi` on each element of `C` ([`Epilogue`]).
@@ -176,6 +288,7 @@ pub(crate) unsafe fn sgemm(
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm_epilogue(
+    micro: Micro,
     m: usize,
     k: usize,
     n: usize,
@@ -196,49 +309,159 @@ pub(crate) unsafe fn sgemm_epilogue(
     }
     PACK.with(|pack| {
         let (pa, pb) = &mut *pack.borrow_mut();
-        // Grown, never shrunk: the packing writes every value the kernel reads (padding
-        // included), and a `resize` down and back up would zero megabytes on each large
-        // product that follows a small one (the attention's, in a training step).
-        let grow = |v: &mut Vec<f32>, len: usize| {
-            if v.len() < len {
-                v.resize(len, 0.0);
-            }
-        };
-        let nc_max = n.min(NC).div_ceil(NR) * NR;
-        grow(pb, KC * nc_max);
-        grow(pa, KC * MC.min(m.div_ceil(MR) * MR));
-        for jc in (0..n).step_by(NC) {
-            let nc = (n - jc).min(NC);
-            for pc in (0..k).step_by(KC) {
-                let kc = (k - pc).min(KC);
+        let Blocking {
+            kc: kcm,
+            mc: mcm,
+            nc: ncm,
+            ..
+        } = blocking_for(micro, k);
+        let nc_max = n.min(ncm).div_ceil(NR) * NR;
+        let pb = aligned(pb, kcm * nc_max);
+        let pa = aligned(pa, kcm * mcm.min(m.div_ceil(MR) * MR));
+        for jc in (0..n).step_by(ncm) {
+            let nc = (n - jc).min(ncm);
+            for pc in (0..k).step_by(kcm) {
+                let kc = (k - pc).min(kcm);
                 let beta = if pc == 0 { beta } else { 1.0 };
                 let last = pc + kc == k && !epi.is_empty();
                 // SAFETY: the block lies inside B (the caller's bounds).
                 unsafe { pack_b(kc, nc, b, pc, jc, pb) };
-                for ic in (0..m).step_by(MC) {
-                    let mc = (m - ic).min(MC);
-                    // SAFETY: the block lies inside A.
-                    unsafe { pack_a(mc, kc, a, ic, pc, pa) };
-                    for jr in (0..nc).step_by(NR) {
-                        let nr = (nc - jr).min(NR);
-                        let bp = &pb[jr * kc..(jr + NR) * kc];
-                        for ir in (0..mc).step_by(MR) {
-                            let mr = (mc - ir).min(MR);
-                            let ap = &pa[ir * kc..(ir + MR) * kc];
-                            // SAFETY: the tile (ic + ir, jc + jr) of mr x nr lies in C
-                            // (and in the epilogue's matrices).
-                            unsafe {
-                                let (i0, j0) = (ic + ir, jc + jr);
-                                let ct = c.ptr.get().add(i0 * c.rs + j0 * c.cs);
-                                let e = last.then(|| epi.at(i0, j0, c.rs, c.cs));
-                                kernel(kc, ap, bp, beta, ct, c.rs, c.cs, mr, nr, e);
-                            }
-                        }
+                for ic in (0..m).step_by(mcm) {
+                    let mc = (m - ic).min(mcm);
+                    // SAFETY: the block lies inside A; the tiles of rows ic..ic + mc
+                    // lie in C (and in the epilogue's matrices).
+                    unsafe {
+                        pack_a(mc, kc, a, ic, pc, pa);
+                        let block = Block {
+                            kc,
+                            beta,
+                            last,
+                            rows: (ic, mc),
+                            jc,
+                            nc,
+                        };
+                        let panels = (0, nc.div_ceil(NR));
+                        tiles(micro, &block, panels, pa.as_ptr(), pb.as_ptr(), c, epi);
                     }
                 }
             }
         }
     });
+}
+
+/// `v` grown to hold `len` floats from its first 64-byte boundary, and those `len`
+/// floats: the packed panels start on a cache line, so that no aligned-width load of
+/// `B` (16 floats at a time with [`Micro::Avx512`], 8 with [`Micro::Avx2`]) straddles
+/// two lines. Grown, never shrunk: the packing writes every value the kernel reads
+/// (padding included), and a `resize` down and back up would zero megabytes on each
+/// large product that follows a small one (the attention's, in a training step).
+fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len + 15 {
+        v.resize(len + 15, 0.0);
+    }
+    let skip = v.as_ptr().align_offset(64);
+    &mut v[skip..skip + len]
+}
+
+/// One block of tiles: `rows.1` rows of `C` from `rows.0` and the columns of a packed
+/// `KC x NC` slice (`jc`, `nc` wide), with the slice's depth `kc` and `beta`, and whether
+/// it is the last slice of `k` (the epilogue runs on it).
+struct Block {
+    kc: usize,
+    beta: f32,
+    last: bool,
+    rows: (usize, usize),
+    jc: usize,
+    nc: usize,
+}
+
+/// The tiles of `blk` in `B`'s panels `q0..q1`: `ap` the rows' packed `A` panels, `pb`
+/// the slice's packed `B` (panel `q` at `pb + q·NR·kc`). The `B` panel (or pair of
+/// panels) outside, so that it stays in L1 while `A`'s panels stream from L2.
+///
+/// # Safety
+/// The packed panels hold the slice's values; the tiles lie in `C` (and in the
+/// epilogue's matrices) and no other thread touches them meanwhile; the CPU has what
+/// `micro` needs.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tiles(
+    micro: Micro,
+    blk: &Block,
+    (q0, q1): (usize, usize),
+    ap: *const f32,
+    pb: *const f32,
+    c: Operand,
+    epi: Epilogue,
+) {
+    if micro == Micro::Avx512 {
+        // SAFETY: forwarded; the caller checked AVX-512 F.
+        unsafe { tiles512(blk, (q0, q1), ap, pb, c, epi) };
+        return;
+    }
+    let (kc, (r0, mc)) = (blk.kc, blk.rows);
+    let with_epi = blk.last && !epi.is_empty();
+    for jr in (q0 * NR..q1 * NR).step_by(NR) {
+        let nr = (blk.nc - jr).min(NR);
+        for ir in (0..mc).step_by(MR) {
+            let mr = (mc - ir).min(MR);
+            // SAFETY: as the caller promises.
+            unsafe {
+                let bp = std::slice::from_raw_parts(pb.add(jr * kc), NR * kc);
+                let ap = std::slice::from_raw_parts(ap.add(ir * kc), MR * kc);
+                let (i0, j0) = (r0 + ir, blk.jc + jr);
+                let ct = c.ptr.get().add(i0 * c.rs + j0 * c.cs);
+                let e = with_epi.then(|| epi.at(i0, j0, c.rs, c.cs));
+                kernel(kc, ap, bp, blk.beta, ct, c.rs, c.cs, mr, nr, e);
+            }
+        }
+    }
+}
+
+/// [`tiles`] with [`Micro::Avx512`]: pairs of `B` panels outside, pairs of `A` panels
+/// inside, a lone panel at either edge.
+///
+/// # Safety
+/// As [`tiles`]; the CPU has AVX-512 F.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn tiles512(
+    blk: &Block,
+    (q0, q1): (usize, usize),
+    ap: *const f32,
+    pb: *const f32,
+    c: Operand,
+    epi: Epilogue,
+) {
+    let (kc, (r0, mc)) = (blk.kc, blk.rows);
+    let with_epi = blk.last && !epi.is_empty();
+    let mut q = q0;
+    while q < q1 {
+        let nb = if q + 1 < q1 { 2 } else { 1 };
+        let jr = q * NR;
+        let nr = (blk.nc - jr).min(nb * NR);
+        let mut ir = 0;
+        while ir < mc {
+            let ma = if mc - ir > MR { 2 } else { 1 };
+            let mr = (mc - ir).min(ma * MR);
+            // SAFETY: as the caller promises: panels q..q + nb of B and the `A` panels of
+            // rows ir..ir + ma·MR (padded to whole panels) are packed.
+            unsafe {
+                let (i0, j0) = (r0 + ir, blk.jc + jr);
+                let ct = c.ptr.get().add(i0 * c.rs + j0 * c.cs);
+                let e = with_epi.then(|| epi.at(i0, j0, c.rs, c.cs));
+                let (a, b) = (ap.add(ir * kc), pb.add(jr * kc));
+                let t = (ct, c.rs, c.cs, mr, nr);
+                match (ma, nb) {
+                    (2, 2) => kernel512::<2, 2>(kc, a, b, blk.beta, t, e),
+                    (2, _) => kernel512::<2, 1>(kc, a, b, blk.beta, t, e),
+                    (_, 2) => kernel512::<1, 2>(kc, a, b, blk.beta, t, e),
+                    _ => kernel512::<1, 1>(kc, a, b, blk.beta, t, e),
+                }
+            }
+            ir += ma * MR;
+        }
+        q += nb;
+    }
 }
 
 /// `C = beta·C` (the product of an empty `k`), then the epilogue.
@@ -509,26 +732,7 @@ unsafe fn kernel(
     nr: usize,
     epi: Option<Epilogue>,
 ) {
-    // The tile's first and last element of each row: its one or two cache lines (and
-    // those of the rows the epilogue reads or writes).
-    let lines = |p: *const f32| {
-        for i in 0..mr {
-            // SAFETY: a prefetch does not fault; the addresses lie in the tile anyway.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p.add(i * rs) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(p.add(i * rs + (nr - 1) * cs) as *const i8);
-            }
-        }
-    };
-    lines(c);
-    if let Some(e) = &epi {
-        if let Some(p) = e.gelu_grad_of {
-            lines(p);
-        }
-        if let Some(o) = e.gelu_out {
-            lines(o);
-        }
-    }
+    prefetch_tile(c, rs, cs, mr, nr, &epi);
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
     let (ap, bp) = (&ap[..kc * MR], &bp[..kc * NR]);
     for p in 0..kc {
@@ -589,6 +793,57 @@ unsafe fn kernel(
             _mm256_storeu_ps(t.as_mut_ptr().add(8), row[1]);
         }
     }
+    // SAFETY: forwarded from the caller.
+    unsafe { store_scalar(&tile, beta, (c, rs, cs, mr, nr), &epi) };
+}
+
+/// Prefetches the first and last element of each row of the `mr x nr` tile at `c` (its
+/// one or two cache lines per row), and of the rows the epilogue reads or writes, so
+/// that the tile's read (`beta` 1) or its write-allocate is no cache miss at the end of
+/// the micro-kernel.
+#[inline(always)]
+fn prefetch_tile(
+    c: *const f32,
+    rs: usize,
+    cs: usize,
+    mr: usize,
+    nr: usize,
+    epi: &Option<Epilogue>,
+) {
+    let lines = |p: *const f32| {
+        for i in 0..mr {
+            // SAFETY: a prefetch does not fault (`wrapping_add`: nothing is dereferenced).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * rs) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * rs + (nr - 1) * cs) as *const i8);
+            }
+        }
+    };
+    lines(c);
+    if let Some(e) = epi {
+        if let Some(p) = e.gelu_grad_of {
+            lines(p);
+        }
+        if let Some(o) = e.gelu_out {
+            lines(o);
+        }
+    }
+}
+
+/// The scalar end of a micro-kernel (ragged tiles, or `C` with a column stride): the
+/// sums in `tile` (row `i`, column `j` at `tile[i][j]`) added to the `mr x nr` tile of
+/// `C` if `beta` is 1, through the epilogue, one element at a time.
+///
+/// # Safety
+/// The tile lies in `C` (and in the epilogue's matrices); `tile` holds `mr` rows of at
+/// least `nr` sums.
+#[inline(always)]
+unsafe fn store_scalar<const W: usize>(
+    tile: &[[f32; W]],
+    beta: f32,
+    (c, rs, cs, mr, nr): (*mut f32, usize, usize, usize, usize),
+    epi: &Option<Epilogue>,
+) {
     for (i, t) in tile.iter().enumerate().take(mr) {
         for (j, &v) in t.iter().enumerate().take(nr) {
             // SAFETY: (i, j) lies in the tile's valid part of C (and of the epilogue's
@@ -596,13 +851,100 @@ unsafe fn kernel(
             unsafe {
                 let p = c.add(i * rs + j * cs);
                 let r = if beta != 0.0 { v + *p } else { v };
-                *p = match &epi {
+                *p = match epi {
                     Some(e) => e.scalar(r, i, j, rs, cs),
                     None => r,
                 };
             }
         }
     }
+}
+
+/// The tile of [`Micro::Avx512`]: `MA` panels of `A` (6 rows each, at `ap` and `ap +
+/// MR·kc`) by `NB` panels of `B` (16 columns, one 512-bit vector each, at `bp` and `bp +
+/// NR·kc`): `C[..mr, ..nr] = Σ_p a[p]·b[p] + beta·C`, then `epi` if given. At 2 x 2, 24
+/// accumulators and 2 `B` vectors of the 32 `zmm` registers, 12 broadcasts of `A` and
+/// 24 FMAs per step of `k`. Each element's sum is the FMA chain of [`kernel`] in the
+/// same order, and the epilogue the same operations on 16 lanes (`crate::avx512::gelu`
+/// is `simd::gelu` step for step), so the two micro-kernels give the same bits. Ragged
+/// columns (`nr` not a multiple of 16) load and store through lane masks; `C` with a
+/// column stride other than 1 takes the scalar path.
+///
+/// # Safety
+/// The panels hold `kc` packed steps each; the `mr x nr` tile `(c, rs, cs, mr, nr)` lies
+/// in `C` (and in the epilogue's matrices); `mr <= MA·MR`, `nr <= NB·NR`; the CPU has
+/// AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn kernel512<const MA: usize, const NB: usize>(
+    kc: usize,
+    ap: *const f32,
+    bp: *const f32,
+    beta: f32,
+    (c, rs, cs, mr, nr): (*mut f32, usize, usize, usize, usize),
+    epi: Option<Epilogue>,
+) {
+    use crate::avx512::{first, gelu, gelu_grad};
+    prefetch_tile(c, rs, cs, mr, nr, &epi);
+    let mut acc = [[_mm512_setzero_ps(); NB]; 2 * MR];
+    for p in 0..kc {
+        // SAFETY: p < kc, and each panel holds kc steps of NR (B) or MR (A) floats.
+        unsafe {
+            let b: [__m512; NB] =
+                std::array::from_fn(|j| _mm512_loadu_ps(bp.add(j * NR * kc + p * NR)));
+            for h in 0..MA {
+                let a = ap.add(h * MR * kc + p * MR);
+                for i in 0..MR {
+                    let ai = _mm512_set1_ps(*a.add(i));
+                    for j in 0..NB {
+                        acc[h * MR + i][j] = _mm512_fmadd_ps(ai, b[j], acc[h * MR + i][j]);
+                    }
+                }
+            }
+        }
+    }
+    if cs == 1 {
+        for (i, row) in acc.iter().enumerate().take(mr) {
+            for (j, &v) in row.iter().enumerate() {
+                if j * NR >= nr {
+                    break;
+                }
+                let k = first(nr - j * NR);
+                // SAFETY: the mask keeps the lanes of row i, columns j·NR.. inside the
+                // tile of C (and of the epilogue's matrices, at C's strides).
+                unsafe {
+                    let off = i * rs + j * NR;
+                    let ci = c.add(off);
+                    let mut r = v;
+                    if beta != 0.0 {
+                        r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, ci));
+                    }
+                    if let Some(e) = &epi {
+                        if let Some(b) = e.bias {
+                            r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, b.add(j * NR)));
+                        }
+                        if let Some(o) = e.gelu_out {
+                            _mm512_mask_storeu_ps(o.add(off), k, gelu(r));
+                        }
+                        if let Some(p) = e.gelu_grad_of {
+                            r = gelu_grad(_mm512_maskz_loadu_ps(k, p.add(off)), r);
+                        }
+                    }
+                    _mm512_mask_storeu_ps(ci, k, r);
+                }
+            }
+        }
+        return;
+    }
+    let mut tile = [[0.0f32; 2 * NR]; 2 * MR];
+    for (t, row) in tile.iter_mut().zip(&acc) {
+        for (j, &v) in row.iter().enumerate() {
+            // SAFETY: `t` holds 2·NR floats.
+            unsafe { _mm512_storeu_ps(t.as_mut_ptr().add(j * NR), v) };
+        }
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { store_scalar(&tile, beta, (c, rs, cs, mr, nr), &epi) };
 }
 
 /// The epilogue's pointers, shared by the threads of [`sgemm_threads`] (each writes only
@@ -673,6 +1015,9 @@ struct Slice {
 /// packed and, after the first slice of a column block, until the same task of the
 /// slice before it has added its part to the same tiles of `C`.
 struct Queue {
+    micro: Micro,
+    kc: usize,
+    mc: usize,
     m: usize,
     slices: Vec<Slice>,
     total: usize,
@@ -692,10 +1037,16 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(m: usize, k: usize, n: usize, threads: usize, beta: f32) -> Queue {
-        let row_blocks = m.div_ceil(MC);
+    fn new(micro: Micro, m: usize, k: usize, n: usize, threads: usize, beta: f32) -> Queue {
+        let Blocking {
+            kc: kcm,
+            mc: mcm,
+            nc: ncm,
+            ..
+        } = blocking_for(micro, k);
+        let row_blocks = m.div_ceil(mcm);
         let shared_a = row_blocks < UNITS_PER_THREAD * threads;
-        let max_panels = n.min(NC).div_ceil(NR);
+        let max_panels = n.min(ncm).div_ceil(NR);
         let chunks = if shared_a {
             (UNITS_PER_THREAD * threads)
                 .div_ceil(row_blocks)
@@ -705,12 +1056,12 @@ impl Queue {
         };
         let mut slices = Vec::new();
         let (mut start, mut progress) = (0, 0);
-        for jc in (0..n).step_by(NC) {
-            let nc = (n - jc).min(NC);
+        for jc in (0..n).step_by(ncm) {
+            let nc = (n - jc).min(ncm);
             let panels = nc.div_ceil(NR);
             let units = row_blocks * chunks.min(panels);
-            for pc in (0..k).step_by(KC) {
-                let kc = (k - pc).min(KC);
+            for pc in (0..k).step_by(kcm) {
+                let kc = (k - pc).min(kcm);
                 let packs_b = panels.div_ceil(PACK_PANELS);
                 let packs_a = if shared_a { row_blocks } else { 0 };
                 slices.push(Slice {
@@ -734,13 +1085,16 @@ impl Queue {
         }
         let counters = |len: usize| (0..len).map(|_| AtomicUsize::new(0)).collect();
         Queue {
+            micro,
+            kc: kcm,
+            mc: mcm,
             m,
             total: start,
             shared_a,
             chunks,
-            b_len: KC * max_panels * NR,
+            b_len: kcm * max_panels * NR,
             a_len: if shared_a {
-                KC * m.div_ceil(MR) * MR
+                kcm * m.div_ceil(MR) * MR
             } else {
                 0
             },
@@ -821,8 +1175,8 @@ impl Queue {
                         pack_b(kc, cols, b, sl.pc, sl.jc + p0 * NR, out);
                     }
                 } else {
-                    let r0 = (task - sl.packs_b) * MC;
-                    let mc = (self.m - r0).min(MC);
+                    let r0 = (task - sl.packs_b) * self.mc;
+                    let mc = (self.m - r0).min(self.mc);
                     // SAFETY: rows r0..r0 + mc of this slice's A lie in A and their
                     // panels in the buffer.
                     unsafe {
@@ -844,68 +1198,37 @@ impl Queue {
             }
             let chunks = self.chunks.min(sl.panels);
             let (rb, chunk) = (unit / chunks, unit % chunks);
-            let r0 = rb * MC;
-            let mc = (self.m - r0).min(MC);
+            let r0 = rb * self.mc;
+            let mc = (self.m - r0).min(self.mc);
             let (q0, q1) = (chunk * sl.panels / chunks, (chunk + 1) * sl.panels / chunks);
             let cols = (q0, q1);
+            let block = Block {
+                kc,
+                beta: sl.beta,
+                last: sl.last,
+                rows: (r0, mc),
+                jc: sl.jc,
+                nc: sl.nc,
+            };
+            let micro = self.micro;
             if self.shared_a {
                 // SAFETY: the slice's A panels of rows r0.. (packed above); the tiles
                 // are this task's alone.
-                unsafe { products(sl, r0, mc, cols, pa.add(r0 * kc), pb, c, epi) };
+                unsafe { tiles(micro, &block, cols, pa.add(r0 * kc), pb, c, epi.get()) };
             } else {
                 PACK.with(|pack| {
-                    let pa_own = &mut pack.borrow_mut().0;
-                    if pa_own.len() < KC * MC {
-                        pa_own.resize(KC * MC, 0.0);
-                    }
-                    // SAFETY: rows r0..r0 + mc of the slice's A lie in A.
-                    // and the tiles are this task's alone.
+                    let mut pack = pack.borrow_mut();
+                    let pa_own = aligned(&mut pack.0, self.kc * self.mc);
+                    // SAFETY: rows r0..r0 + mc of the slice's A lie in A, and the tiles
+                    // are this task's alone.
                     unsafe {
                         pack_a(mc, kc, a, r0, sl.pc, pa_own);
-                        products(sl, r0, mc, cols, pa_own.as_ptr(), pb, c, epi);
+                        tiles(micro, &block, cols, pa_own.as_ptr(), pb, c, epi.get());
                     }
                 });
             }
             progress.store(s + 1, Ordering::Release);
             self.computed[s].fetch_add(1, Ordering::Release);
-        }
-    }
-}
-
-/// The tiles of rows `r0..r0 + mc` and panels `cols` of slice `sl`: `ap` the rows'
-/// packed `A` panels, `pb` the slice's packed `B`.
-///
-/// # Safety
-/// The packed panels hold the slice's values; the tiles lie in `C` (and in the
-/// epilogue's matrices) and no other thread touches them meanwhile.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn products(
-    sl: &Slice,
-    r0: usize,
-    mc: usize,
-    (q0, q1): (usize, usize),
-    ap: *const f32,
-    pb: *const f32,
-    c: Operand,
-    epi: SharedEpilogue,
-) {
-    let kc = sl.kc;
-    for jr in (q0 * NR..q1 * NR).step_by(NR) {
-        let nr = (sl.nc - jr).min(NR);
-        for ir in (0..mc).step_by(MR) {
-            let mr = (mc - ir).min(MR);
-            // SAFETY: as the caller promises.
-            unsafe {
-                let bp = std::slice::from_raw_parts(pb.add(jr * kc), NR * kc);
-                let ap = std::slice::from_raw_parts(ap.add(ir * kc), MR * kc);
-                let (i0, j0) = (r0 + ir, sl.jc + jr);
-                let ct = c.ptr.get().add(i0 * c.rs + j0 * c.cs);
-                let e =
-                    (sl.last && !epi.get().is_empty()).then(|| epi.get().at(i0, j0, c.rs, c.cs));
-                kernel(kc, ap, bp, sl.beta, ct, c.rs, c.cs, mr, nr, e);
-            }
         }
     }
 }
@@ -938,6 +1261,7 @@ impl Queue {
 /// As [`sgemm_epilogue`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm_threads(
+    micro: Micro,
     m: usize,
     k: usize,
     n: usize,
@@ -950,17 +1274,14 @@ pub(crate) unsafe fn sgemm_threads(
 ) {
     if threads <= 1 || m == 0 || n == 0 || k == 0 {
         // SAFETY: forwarded.
-        unsafe { sgemm_epilogue(m, k, n, a, b, beta, c, epi) };
+        unsafe { sgemm_epilogue(micro, m, k, n, a, b, beta, c, epi) };
         return;
     }
-    let queue = Queue::new(m, k, n, threads, beta);
+    let queue = Queue::new(micro, m, k, n, threads, beta);
     let epi = SharedEpilogue(epi);
     let go = |buf: &mut Vec<f32>| {
-        // Grown, never shrunk (as `PACK`): every value the products read is packed first.
-        if buf.len() < queue.shared_len() {
-            buf.resize(queue.shared_len(), 0.0);
-        }
-        let ptr = crate::buffer::SendPtr(buf.as_mut_ptr());
+        // Every B slice (`b_len`, a multiple of 16 floats) starts on a cache line.
+        let ptr = crate::buffer::SendPtr(aligned(buf, queue.shared_len()).as_mut_ptr());
         // SAFETY: forwarded; the buffer is this call's alone.
         (0..threads)
             .into_par_iter()
@@ -978,6 +1299,17 @@ pub(crate) unsafe fn sgemm_threads(
 mod tests {
     use super::*;
 
+    /// The micro-kernels this CPU can run.
+    fn micros() -> Vec<Micro> {
+        let mut v = vec![Micro::Avx2];
+        if is_x86_feature_detected!("avx512f") {
+            v.push(Micro::Avx512);
+        } else {
+            eprintln!("no AVX-512 F: Micro::Avx512 not tested here");
+        }
+        v
+    }
+
     /// The operand over `p` at strides `rs`, `cs`.
     fn op(p: &mut [f32], rs: usize, cs: usize) -> Operand {
         Operand {
@@ -985,6 +1317,34 @@ mod tests {
             rs,
             cs,
         }
+    }
+
+    #[test]
+    fn blocking_parses_and_rejects_what_it_does_not_know() {
+        let b = parse_blocking(" 512, 48 ,1024,0").unwrap();
+        assert_eq!((b.kc, b.mc, b.nc, b.even), (512, 48, 1024, false));
+        assert!(parse_blocking("768,96,1536,1").unwrap().even);
+        for bad in [
+            "",
+            "768,96,1536",
+            "768,96,1536,1,1",
+            "0,96,1536,1",
+            "768,50,1536,1",
+        ] {
+            assert!(parse_blocking(bad).is_none(), "{bad:?}");
+        }
+        for bad in [
+            "768,96,0,1",
+            "768,96,1536,2",
+            "768,x,1536,1",
+            "768,0,1536,1",
+        ] {
+            assert!(parse_blocking(bad).is_none(), "{bad:?}");
+        }
+        assert_eq!(slice_depth(1024, 768, true), 512);
+        assert_eq!(slice_depth(8449, 768, true), 705);
+        assert_eq!(slice_depth(768, 768, true), 768);
+        assert_eq!(slice_depth(1024, 768, false), 768);
     }
 
     /// `C (+)= A·B` through [`sgemm`] against a float64 product, on shapes the conformance
@@ -998,19 +1358,22 @@ mod tests {
             return;
         }
         // SAFETY: the helper passes operands holding their whole matrices, C apart.
-        let product = |m, k, n, a, b, beta, c| unsafe { sgemm(m, k, n, a, b, beta, c) };
-        crate::gemm::check_against_f64(
-            "avx2 sgemm",
-            &[
-                (13, 2 * KC + KC / 2 + 3, 37),
-                (7, 5, NC + 21),
-                (1, KC, 1),
-                // A transposed with columns BY_COLUMNS_STRIDE or more apart: packed by
-                // columns, whole panels and a ragged last one, across a k slice.
-                (BY_COLUMNS_STRIDE + 4, KC + 44, 9),
-            ],
-            &[&product],
-        );
+        for micro in micros() {
+            let Blocking { kc, nc, .. } = blocking(micro);
+            let product = |m, k, n, a, b, beta, c| unsafe { sgemm(micro, m, k, n, a, b, beta, c) };
+            crate::gemm::check_against_f64(
+                &format!("{micro:?} sgemm"),
+                &[
+                    (13, 2 * kc + kc / 2 + 3, 37),
+                    (7, 5, nc + 21),
+                    (1, kc, 1),
+                    // A transposed with columns BY_COLUMNS_STRIDE or more apart: packed
+                    // by columns, whole panels and a ragged last one, across a k slice.
+                    (BY_COLUMNS_STRIDE + 4, kc + 44, 9),
+                ],
+                &[&product],
+            );
+        }
     }
 
     /// The epilogues in the micro-kernel give the bits of the plain product followed by
@@ -1027,7 +1390,20 @@ mod tests {
             return;
         }
         let mut r = andrea_testkit::random::Rand::new(11);
-        for &(m, k, n) in &[(13, KC + 7, 37), (12, 5, 32), (7, 0, 9), (1, 3, 16)] {
+        // For Micro::Avx512 also: 2 x 2 tiles with ragged rows and columns (25 x 70), an
+        // odd number of B panels (48).
+        let shapes = [
+            (13, 2 * BLOCKING_512.kc + 7, 37),
+            (12, 5, 32),
+            (7, 0, 9),
+            (1, 3, 16),
+            (25, 9, 70),
+            (6, 3, 48),
+        ];
+        for (micro, &(m, k, n)) in micros()
+            .into_iter()
+            .flat_map(|u| shapes.iter().map(move |s| (u, s)))
+        {
             for (beta, pad) in [(0.0f32, 0), (1.0, 3)] {
                 // C, out and pre are [m, n] at row stride n + pad; the pad is a guard.
                 let rs = n + pad;
@@ -1041,6 +1417,7 @@ mod tests {
                 // SAFETY: every operand holds its whole matrix; AVX2 + FMA checked.
                 unsafe {
                     sgemm(
+                        micro,
                         m,
                         k,
                         n,
@@ -1085,6 +1462,7 @@ mod tests {
                     // SAFETY: as above; out and pre hold C's layout.
                     unsafe {
                         sgemm_epilogue(
+                            micro,
                             m,
                             k,
                             n,
@@ -1095,7 +1473,7 @@ mod tests {
                             epi,
                         )
                     };
-                    let what = format!("{m}x{k}x{n} beta {beta} pad {pad} case {case}");
+                    let what = format!("{micro:?} {m}x{k}x{n} beta {beta} pad {pad} case {case}");
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&c), bits(&want_c), "C of {what}");
                     assert_eq!(bits(&out), bits(&want_out), "out of {what}");
@@ -1103,6 +1481,73 @@ mod tests {
             }
         }
     }
+
+    /// Each micro-kernel's scalar path (`C`, and the epilogue's matrices, stored
+    /// transposed) gives the bits of its vector path (row-major): for the 512-bit one in
+    /// every tile form (2 x 2, 2 x 1, 1 x 2, 1 x 1 panels), with the epilogues, `beta` 0
+    /// and 1, across `KC` slices.
+    #[test]
+    fn transposed_c_gives_the_bits_of_row_major_c() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("SKIPPED: no AVX2 + FMA");
+            return;
+        }
+        let mut r = andrea_testkit::random::Rand::new(17);
+        for micro in micros() {
+            let kc = blocking(micro).kc;
+            for &(m, k, n) in &[(19, kc + 3, 41), (4, 7, 20)] {
+                for beta in [0.0f32, 1.0] {
+                    let mut a = r.vec(m * k, -1.0, 1.0);
+                    let mut b = r.vec(k * n, -1.0, 1.0);
+                    let bias = r.vec(n, -1.0, 1.0);
+                    let pre = r.vec(m * n, -3.0, 3.0);
+                    let c0 = r.vec(m * n, -2.0, 2.0);
+                    // (row stride, column stride) of C, out and pre: row-major [m, n] or
+                    // transposed ([n, m] in memory); the results are read back as [m, n].
+                    let mut run = |(rs, cs): (usize, usize)| {
+                        let at = |v: &[f32]| {
+                            let mut t = vec![0.0f32; m * n];
+                            for i in 0..m {
+                                for j in 0..n {
+                                    t[i * rs + j * cs] = v[i * n + j];
+                                }
+                            }
+                            t
+                        };
+                        let back = |t: &[f32]| {
+                            let mut v = vec![0.0f32; m * n];
+                            for i in 0..m {
+                                for j in 0..n {
+                                    v[i * n + j] = t[i * rs + j * cs];
+                                }
+                            }
+                            v
+                        };
+                        let (mut c, mut out, pre) = (at(&c0), vec![-9.0f32; m * n], at(&pre));
+                        let epi = Epilogue {
+                            bias: Some(bias.as_ptr()),
+                            gelu_out: Some(out.as_mut_ptr()),
+                            gelu_grad_of: Some(pre.as_ptr()),
+                        };
+                        // SAFETY: every operand holds its whole matrix, out and pre in
+                        // C's layout; AVX2 + FMA checked, AVX-512 F by `micros`.
+                        unsafe {
+                            let (a, b) = (op(&mut a, k, 1), op(&mut b, n, 1));
+                            sgemm_epilogue(micro, m, k, n, a, b, beta, op(&mut c, rs, cs), epi);
+                        }
+                        (back(&c), back(&out))
+                    };
+                    let want = run((n, 1));
+                    let got = run((1, m));
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    let what = format!("{micro:?} {m}x{k}x{n} beta {beta}");
+                    assert_eq!(bits(&got.0), bits(&want.0), "C of {what}");
+                    assert_eq!(bits(&got.1), bits(&want.1), "out of {what}");
+                }
+            }
+        }
+    }
+
     /// [`sgemm_threads`] gives the bits of the single-threaded [`sgemm_epilogue`] on 2 and
     /// 3 threads, in both of its forms (`A` packed per task: `m` of many `MC` blocks; `A`
     /// packed once and the columns cut too: few rows), across four `KC` slices (both
@@ -1115,15 +1560,16 @@ mod tests {
             return;
         }
         let mut r = andrea_testkit::random::Rand::new(5);
-        let shapes = [
-            // Many row blocks: A packed per task (2 and 3 threads).
-            (13 * MC + 5, 3 * KC + 17, 45),
-            // Few rows, two NC blocks, the last ragged: A shared, columns cut.
-            (MC + 7, 2 * KC + 1, NC + 40),
-            (5, 4 * KC, 70),
-            (1, 9, 1),
-        ];
-        for threads in [2, 3] {
+        for (micro, threads) in micros().into_iter().flat_map(|u| [(u, 2), (u, 3)]) {
+            let Blocking { kc, mc, nc, .. } = blocking(micro);
+            let shapes = [
+                // Many row blocks: A packed per task (2 and 3 threads).
+                (13 * mc + 5, 3 * kc + 17, 45),
+                // Few rows, two NC blocks, the last ragged: A shared, columns cut.
+                (mc + 7, 2 * kc + 1, nc + 40),
+                (5, 4 * kc, 70),
+                (1, 9, 1),
+            ];
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
@@ -1147,35 +1593,21 @@ mod tests {
                         };
                         // A transposed when `m` is small (the weight gradients' layout),
                         // row-major otherwise.
-                        let a_op = if m < 2 * MC { op(a, 1, m) } else { op(a, k, 1) };
+                        let a_op = if m < 2 * mc { op(a, 1, m) } else { op(a, k, 1) };
                         // SAFETY: every operand holds its whole matrix; AVX2 + FMA checked.
-                        unsafe {
-                            if t == 1 {
-                                sgemm_epilogue(m, k, n, a_op, op(b, n, 1), beta, op(c, n, 1), epi)
-                            } else {
-                                let epi = SharedEpilogue(epi);
-                                pool.install(|| {
-                                    sgemm_threads(
-                                        m,
-                                        k,
-                                        n,
-                                        a_op,
-                                        op(b, n, 1),
-                                        beta,
-                                        op(c, n, 1),
-                                        epi.get(),
-                                        t,
-                                    )
-                                })
-                            }
-                        }
+                        // One thread: `sgemm_threads` is `sgemm_epilogue` itself.
+                        let epi = SharedEpilogue(epi);
+                        pool.install(|| unsafe {
+                            let (b, c) = (op(b, n, 1), op(c, n, 1));
+                            sgemm_threads(micro, m, k, n, a_op, b, beta, c, epi.get(), t)
+                        })
                     };
                     let (mut want, mut want_out) = (c0.clone(), vec![-9.0f32; m * n]);
                     run(&mut want, &mut want_out, &mut a, &mut b, 1);
                     let (mut got, mut got_out) = (c0.clone(), vec![-9.0f32; m * n]);
                     run(&mut got, &mut got_out, &mut a, &mut b, threads);
                     let what = format!(
-                        "{m}x{k}x{n} on {threads} threads, beta {beta}, epilogue {with_epi}"
+                        "{micro:?} {m}x{k}x{n} on {threads} threads, beta {beta}, epilogue {with_epi}"
                     );
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert!(bits(&got) == bits(&want), "C of {what}");

@@ -40,7 +40,7 @@ mod avx2_gemm_kernel {
     //! andrea's own AVX2 + FMA GEMM kernel (the default under `ANDREA_SIMD=avx2`, which
     //! `.ci/run` also runs the whole suite with). The suite's shapes (up to 300) leave
     //! ragged 6 x 16 tiles and take the general packing of strided and transposed
-    //! operands; the kernel's `k` slices (384) and `n` blocks are crossed by the unit
+    //! operands; the kernel's `k` slices (256) and `n` blocks are crossed by the unit
     //! test in `src/gemm_avx2.rs`.
     products_on!(andrea_cpu::GemmKernel::Avx2;
         matmul linear_gelu matmul_gelu_backward attention_forward attention_backward determinism);
@@ -52,6 +52,15 @@ mod avx512_gemm_kernel {
     //! and transposed operands come from the suite's shapes; the `k` slices and `n`
     //! blocks from the unit test in `src/gemm_avx512.rs`.
     products_on!(andrea_cpu::GemmKernel::Avx512;
+        matmul linear_gelu matmul_gelu_backward attention_forward attention_backward determinism);
+}
+
+mod avx512_queue_gemm_kernel {
+    //! The AVX2 kernel's packing and task queue with its 512-bit micro-kernel (12 x 32
+    //! tiles, masked ragged columns; under `ANDREA_SIMD=avx2` or without AVX-512 it falls
+    //! back to the AVX2 kernel). The `k` slices and `n` blocks are crossed by the unit
+    //! tests in `src/gemm_avx2.rs`.
+    products_on!(andrea_cpu::GemmKernel::Avx512Queue;
         matmul linear_gelu matmul_gelu_backward attention_forward attention_backward determinism);
 }
 

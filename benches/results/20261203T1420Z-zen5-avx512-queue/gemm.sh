@@ -1,0 +1,2 @@
+#!/bin/sh
+ANDREA_GEMM=gemm exec /tmp/andrea-q "$@"
