@@ -106,32 +106,76 @@ struct Shape {
     d: usize,
 }
 
-/// [`scores`]; with AVX2 (and not AVX-512), four positions at a time through
-/// `gemv_avx2::four_dots` (the generic `gemv::dot` vectorises badly there; the same bits).
+/// [`scores`]; with AVX-512, sixteen positions at a time through
+/// `gemv_avx512::sixteen_dots` (sixteen independent FMA chains and one shared reduction
+/// where the generic `gemv::dot` runs one short chain and one reduction per dot: at head
+/// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512), four at a
+/// time through `gemv_avx2::four_dots` (the generic dot vectorises badly there). The same
+/// bits either way.
 fn scores_any(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2_fma() && !crate::simd::has_avx512() {
+    if crate::simd::has_avx512() {
         let Shape { n, k_len, heads, d } = shape;
         let mut j = 0;
-        while j + 4 <= n {
+        while j + 16 <= n {
+            // Positions j..j + 16 of every head lie in `k`.
+            assert!((j + 15) * ks + heads * d <= k.len());
+            let first = k[j * ks..].as_ptr();
             for h in 0..heads {
-                let row = |r: usize| &k[(j + r) * ks + h * d..][..d];
-                // SAFETY: the CPU has AVX2 and FMA.
-                let dots = unsafe {
-                    crate::gemv_avx2::four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)])
+                // SAFETY: row r < 16 of head h starts at (j + r)·ks + h·d and has d floats
+                // inside `k` (asserted); the CPU has AVX-512 F.
+                unsafe {
+                    crate::gemv_avx512::sixteen_dots(
+                        &q[h * d..][..d],
+                        |r| first.wrapping_add(r * ks + h * d),
+                        &mut s[h * k_len + j..][..16],
+                    )
                 };
-                s[h * k_len + j..][..4].copy_from_slice(&dots);
             }
-            j += 4;
+            j += 16;
         }
         if j < n {
-            // The last positions (fewer than four) on the generic path.
+            // The last positions (fewer than sixteen), four at a time.
             let rest = Shape { n: n - j, ..shape };
-            scores(q, &k[j * ks..], ks, &mut s[j..], rest);
+            // SAFETY: AVX-512 F implies AVX2 and FMA here (`simd::level`).
+            unsafe { scores_by_four(q, &k[j * ks..], ks, &mut s[j..], rest) };
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        unsafe { scores_by_four(q, k, ks, s, shape) };
+        return;
+    }
     scores(q, k, ks, s, shape)
+}
+
+/// [`scores`] four positions at a time through `gemv_avx2::four_dots`, the last ones
+/// (fewer than four) on the generic path.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
+    let Shape { n, k_len, heads, d } = shape;
+    let mut j = 0;
+    while j + 4 <= n {
+        for h in 0..heads {
+            let row = |r: usize| &k[(j + r) * ks + h * d..][..d];
+            // SAFETY: the CPU has AVX2 and FMA (this function's contract).
+            let dots = unsafe {
+                crate::gemv_avx2::four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)])
+            };
+            s[h * k_len + j..][..4].copy_from_slice(&dots);
+        }
+        j += 4;
+    }
+    if j < n {
+        // The last positions (fewer than four) on the generic path.
+        let rest = Shape { n: n - j, ..shape };
+        scores(q, &k[j * ks..], ks, &mut s[j..], rest);
+    }
 }
 
 multiversion! {
@@ -173,6 +217,27 @@ mod tests {
     use andrea_core::{AttentionShape, Heads, View};
 
     use crate::CpuBackend;
+
+    /// The scores of the kernels this CPU runs (sixteen positions at a time with
+    /// AVX-512, four with AVX2) give the generic dot's bits: whole groups and a ragged
+    /// rest, head sizes with and without a tail past the 16-lane dots, the score rows
+    /// longer than the visible positions.
+    #[test]
+    fn scores_give_the_bits_of_the_generic_dot() {
+        use super::{scores, scores_any, Shape};
+        let mut r = andrea_testkit::random::Rand::new(3);
+        for (n, heads, d) in [(37, 3, 20), (32, 4, 32), (5, 2, 64), (16, 1, 16)] {
+            let (k_len, ks) = (n + 3, heads * d + 8);
+            let q = r.vec(heads * d, -1.0, 1.0);
+            let k = r.vec(n * ks, -1.0, 1.0);
+            let shape = Shape { n, k_len, heads, d };
+            let (mut want, mut got) = (vec![0.0f32; heads * k_len], vec![0.0f32; heads * k_len]);
+            scores(&q, &k, ks, &mut want, shape);
+            scores_any(&q, &k, ks, &mut got, shape);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "n {n}, {heads} heads of {d}");
+        }
+    }
 
     /// One query per head over caches of several lengths, against an f64 softmax
     /// attention: the output and the base-2 log-sum-exp; a head size with a tail past

@@ -61,8 +61,9 @@
 //! of the 16-column `B` panels at once, a 12 x 32 tile (24 `zmm` accumulators; ragged
 //! columns through lane masks), on the same queue and with the same epilogues. Its
 //! blocking is deeper ([`BLOCKING_512`]: `k` cut into equal slices of at most 768,
-//! `MC` 96, `NC` 1536): twice as fast per core, it pays twice as much for re-reading
-//! and re-writing `C` once per slice. On 2 Zen 5 cores (2026-12-03) it measured level
+//! `MC` 96, `NC` 1536; `ANDREA_GEMM_QUEUE_BLOCKING` overrides it for tuning runs): twice
+//! as fast per core, it pays twice as much for re-reading and re-writing `C` once per
+//! slice. On 2 Zen 5 cores (2026-12-03) it measured level
 //! with the `gemm` crate on ANDREA-120M's products (median ratio 0.999) and its step
 //! (0.97, ABBA rounds), behind on the tiny model's (0.94; step 0.84), so it is not the
 //! default; benches/results/20261203T1420Z-zen5-avx512-queue has the blocking sweep.

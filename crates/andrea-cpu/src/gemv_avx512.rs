@@ -75,7 +75,7 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// AVX-512 F.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn sixteen_dots(x: &[f32], row: impl Fn(usize) -> *const f32, out: &mut [f32]) {
+pub(crate) unsafe fn sixteen_dots(x: &[f32], row: impl Fn(usize) -> *const f32, out: &mut [f32]) {
     let k = x.len();
     let body = k - k % L;
     let mut acc = [_mm512_setzero_ps(); L];
