@@ -1,0 +1,2 @@
+#!/bin/sh
+ANDREA_SIMD=avx2 exec /tmp/andrea-rows-new "$@"
