@@ -26,7 +26,7 @@ eager and one compiled run first and keeps the faster for an A B A B A alternati
 
 Raw outputs go to `benches/results/<UTC stamp>[-<ANDREA_SIMD>]/`: `runs.jsonl` (every
 run's JSON object with the 1-minute load average before it), `peaks.jsonl`,
-`machine.json` (CPU model and flags, kernel, torch and transformers versions) and
+`machine.json` (CPU model and flags, kernel, torch and transformers versions, the commit) and
 `table.md` (what is printed). Ratio: the median of andrea's three runs over the mean of
 PyTorch's two (eager or compiled, whichever mean is higher; each run's figure is itself
 the median of its timed iterations). Beside it, for hosts whose speed swings: the same
@@ -131,6 +131,10 @@ def machine(args):
     info["llc_bytes"] = last_level_cache_bytes()
     info["kernel"] = os.uname().release
     info["ANDREA_SIMD"] = os.environ.get("ANDREA_SIMD")
+    # The code measured: the commit, and whether the work tree differed from it.
+    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()
+    info["commit"] = git("rev-parse", "HEAD") or "?"
+    info["work_tree_changed"] = bool(git("status", "--porcelain", "--untracked-files=no"))
     v = subprocess.run([args.python, "-c", "import torch, transformers; print(torch.__version__,"
                         " transformers.__version__, torch.backends.cpu.get_cpu_capability())"],
                        capture_output=True, text=True)
