@@ -61,7 +61,8 @@
 //! of the 16-column `B` panels at once, a 12 x 32 tile (24 `zmm` accumulators; ragged
 //! columns through lane masks), on the same queue and with the same epilogues. Its
 //! blocking is deeper ([`BLOCKING_512`]: `k` cut into equal slices of at most 768,
-//! `MC` 96, `NC` 1536; `ANDREA_GEMM_QUEUE_BLOCKING` overrides it for tuning runs): twice
+//! `MC` 96, `NC` 1536; `ANDREA_GEMM_QUEUE_BLOCKING` overrides it for tuning runs, as
+//! `ANDREA_GEMM_AVX2_BLOCKING` does the 6 x 16 kernel's): twice
 //! as fast per core, it pays twice as much for re-reading and re-writing `C` once per
 //! slice. On 2 Zen 5 cores (2026-12-03) it measured level
 //! with the `gemm` crate on ANDREA-120M's products (median ratio 0.999) and its step
@@ -108,34 +109,36 @@ const BLOCKING_512: Blocking = Blocking {
     even: true,
 };
 
-/// The blocking of `micro`; `ANDREA_GEMM_QUEUE_BLOCKING="kc,mc,nc,even"` (e.g.
-/// `768,96,1536,1`) overrides the 512-bit one's, for tuning runs (read once per process;
-/// a value it cannot read is reported and ignored).
+/// The 6 x 16 micro-kernel's blocking (the module doc says how it was chosen).
+const BLOCKING_AVX2: Blocking = Blocking {
+    kc: KC,
+    mc: MC,
+    nc: NC,
+    even: false,
+};
+
+/// The blocking of `micro`, for tuning runs overridden by `ANDREA_GEMM_AVX2_BLOCKING`
+/// (the 6 x 16 micro-kernel) or `ANDREA_GEMM_QUEUE_BLOCKING` (the 12 x 32 one), each
+/// `"kc,mc,nc,even"` (e.g. `768,96,1536,1`); read once per process, a value that cannot
+/// be read is reported and ignored.
 fn blocking(micro: Micro) -> Blocking {
-    static B: std::sync::OnceLock<Blocking> = std::sync::OnceLock::new();
-    if micro == Micro::Avx2 {
-        return Blocking {
-            kc: KC,
-            mc: MC,
-            nc: NC,
-            even: false,
+    static AVX2: std::sync::OnceLock<Blocking> = std::sync::OnceLock::new();
+    static AVX512: std::sync::OnceLock<Blocking> = std::sync::OnceLock::new();
+    let (cell, var, default) = match micro {
+        Micro::Avx2 => (&AVX2, "ANDREA_GEMM_AVX2_BLOCKING", BLOCKING_AVX2),
+        Micro::Avx512 => (&AVX512, "ANDREA_GEMM_QUEUE_BLOCKING", BLOCKING_512),
+    };
+    *cell.get_or_init(|| {
+        let Ok(v) = std::env::var(var) else {
+            return default;
         };
-    }
-    *B.get_or_init(|| {
-        let Ok(v) = std::env::var("ANDREA_GEMM_QUEUE_BLOCKING") else {
-            return BLOCKING_512;
-        };
-        match parse_blocking(&v) {
-            Some(b) => b,
-            None => {
-                eprintln!(
-                    "andrea-cpu: ignoring ANDREA_GEMM_QUEUE_BLOCKING={v:?} (expected \
-                     \"kc,mc,nc,even\": kc, nc > 0, mc a positive multiple of {MR}, even 0 \
-                     or 1)"
-                );
-                BLOCKING_512
-            }
-        }
+        parse_blocking(&v).unwrap_or_else(|| {
+            eprintln!(
+                "andrea-cpu: ignoring {var}={v:?} (expected \"kc,mc,nc,even\": kc, nc > 0, mc \
+                 a positive multiple of {MR}, even 0 or 1); using {default:?}"
+            );
+            default
+        })
     })
 }
 
