@@ -80,9 +80,10 @@ pub enum GemmKernel {
     Avx512Blocks,
     /// [`GemmKernel::Avx2`]'s packing, task queue and in-register epilogues with a
     /// 512-bit micro-kernel (a 12 x 32 tile over two of its `A` panels and two of its
-    /// `B` panels; `gemm_avx2::Micro::Avx512`), the same bits as [`GemmKernel::Avx2`]
-    /// (`ANDREA_GEMM=avx512-queue`). Where the kernels' level is below AVX-512 it falls
-    /// back to [`GemmKernel::Avx2`].
+    /// `B` panels; `gemm_avx2::Micro::Avx512`) and its own, deeper blocking
+    /// (`ANDREA_GEMM=avx512-queue`; measured level with the `gemm` crate on ANDREA-120M
+    /// and behind it on the tiny model, so not the default). Where the kernels' level is
+    /// below AVX-512 it falls back to [`GemmKernel::Avx2`].
     Avx512Queue,
 }
 

@@ -90,6 +90,7 @@ pub(crate) const MR: usize = 6;
 pub(crate) const NR: usize = 16;
 const KC: usize = 256;
 const MC: usize = 96;
+const NC: usize = 3072;
 
 /// The blocking of one micro-kernel: `KC`, `MC`, `NC` (see the module doc) and whether
 /// `k` is cut into equal slices of at most `kc` (else `kc` each, the last shorter).
@@ -178,11 +179,10 @@ fn slice_depth(k: usize, kc: usize, even: bool) -> usize {
         kc
     }
 }
-const NC: usize = 3072;
 
-/// The micro-kernel that runs over the packed panels: the same packing, blocking, task
-/// queue and epilogues either way, and the same bits (each element of `C` is the same
-/// FMA chain over `k` in both).
+/// The micro-kernel that runs over the packed panels: the same packing, task queue and
+/// epilogues either way, each with its own [`Blocking`]; for the same blocking they give
+/// the same bits (each element of `C` is the same FMA chain over `k` in both).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Micro {
     /// The 6 x 16 tile on 256-bit registers ([`kernel`]).
