@@ -14,8 +14,12 @@
 //!   AVX-512 kernel ([`GemmKernel::Avx512`], `gemm_avx512` module: BLIS-style packing, a
 //!   512-bit register-blocked micro-kernel, masked edges) packs each block of `B` once
 //!   and shares the rows of `C` out among the threads; it is selectable, not the default
-//!   (it measured behind the `gemm` crate). `ANDREA_GEMM=avx512|avx512-blocks|avx2|
-//!   avx2-blocks|gemm|matrixmultiply` or [`CpuBackend::with_gemm_kernel`] picks a kernel
+//!   (it measured behind the `gemm` crate). [`GemmKernel::Avx512Queue`] runs the AVX2
+//!   kernel's packing, task queue and in-register epilogues with a 12 x 32 micro-kernel
+//!   on 512-bit registers; also selectable, not the default (level with the `gemm` crate
+//!   on ANDREA-120M, behind on the tiny model). `ANDREA_GEMM=avx512-queue|avx512|
+//!   avx512-blocks|avx2|avx2-blocks|gemm|matrixmultiply` or
+//!   [`CpuBackend::with_gemm_kernel`] picks a kernel
 //!   ([`GemmKernel::from_env`]); the figures behind the choice are in
 //!   `benches/README.md`. Transposes are strides.
 //! * **Fused GEMM epilogues**: andrea's AVX2 kernel adds the bias, writes `GELU` and
