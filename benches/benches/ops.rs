@@ -798,6 +798,7 @@ fn benches(c: &mut Criterion) {
         AttentionProducts::Small,
         AttentionProducts::Sgemm,
         AttentionProducts::Fused,
+        AttentionProducts::FusedAvx2,
     ] {
         let be = CpuBackend::new().with_attention_products(products);
         let label = format!("cpu-{}t-{}", be.threads(), products.name());

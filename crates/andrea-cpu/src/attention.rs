@@ -1,10 +1,10 @@
 //! Fused causal attention, one task per (batch entry, head).
 //!
-//! Two implementations: where the kernels stop at AVX2 and the head size is a multiple of
-//! 16, [`AttentionProducts::Fused`] hands the whole forward and backward to
-//! `attention_avx2` (operands packed once per head, six queries at a time, one
-//! intrinsics tile for every product); otherwise, and when chosen, the blocked path
-//! below runs.
+//! Two implementations: where the kernels may use AVX2 + FMA and the head size is a
+//! multiple of 16, [`AttentionProducts::Fused`] (the default there) hands the whole
+//! forward and backward to `attention_avx2` (operands packed once per head, six queries
+//! at a time, one intrinsics tile for every product, 32 columns wide on AVX-512);
+//! otherwise, and when chosen, the blocked path below runs.
 //!
 //! Forward, per task: `S = q·kᵀ` (`[Tq, Tk]`, into a thread-local scratch), causal
 //! softmax of `S/sqrt(D)` in place, `out = P·v` (straight into the output heads). The
@@ -270,9 +270,9 @@ pub(crate) fn forward(
         };
     }
     #[cfg(target_arch = "x86_64")]
-    if products == AttentionProducts::Fused && crate::attention_avx2::supports(hd) {
-        // SAFETY: `supports` held; the views were checked by the op.
-        return unsafe { crate::attention_avx2::forward([q, k, v, out], lse, pos_offset, d) };
+    if let Some(w) = products.fused_width(hd) {
+        // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
+        return unsafe { crate::attention_avx2::forward(w, [q, k, v, out], lse, pos_offset, d) };
     }
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
@@ -344,10 +344,10 @@ pub(crate) fn backward(
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (t, hd) = (d.q_len, d.head_dim);
     #[cfg(target_arch = "x86_64")]
-    if products == AttentionProducts::Fused && crate::attention_avx2::supports(hd) {
+    if let Some(w) = products.fused_width(hd) {
         let heads = [q, k, v, dout, dq, dk, dv];
-        // SAFETY: `supports` held; the views were checked by the op.
-        return unsafe { crate::attention_avx2::backward(heads, lse, d) };
+        // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
+        return unsafe { crate::attention_avx2::backward(w, heads, lse, d) };
     }
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);

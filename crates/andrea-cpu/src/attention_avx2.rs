@@ -1,6 +1,7 @@
-//! Fused causal attention for AVX2 + FMA ([`crate::AttentionProducts::Fused`]): the training
-//! forward and backward of one (batch entry, head) per task with no call to a general
-//! GEMM, for head sizes that are a multiple of 16 (the tiny model's 32, ANDREA-120M's 64).
+//! Fused causal attention for AVX2 + FMA and AVX-512 ([`crate::AttentionProducts::Fused`]):
+//! the training forward and backward of one (batch entry, head) per task with no call to
+//! a general GEMM, for head sizes that are a multiple of 16 (the tiny model's 32,
+//! ANDREA-120M's 64).
 //!
 //! Why: the `attention` module's blocked path runs its seven per-head products through
 //! `sgemm_strided`, which packs both operands on every call and re-packs `kᵀ` and `vᵀ`
@@ -12,13 +13,19 @@
 //! Here every operand is packed at most once per head, and one micro-kernel ([`tile`],
 //! a 6 x 16 tile of the result in twelve 8-lane accumulators, two loads of `B` and six
 //! broadcasts of `A` per step, the layout of `gemm_avx2`'s) computes every product,
-//! reading `A` where it lies (its six rows through six pointers, at any stride):
+//! reading `A` where it lies (its six rows through six pointers, at any stride). Where
+//! the kernels may use AVX-512 and the head size is a multiple of 32, the tile is 6 x 32
+//! in twelve 16-lane accumulators ([`Width::Zmm`]: the same loads for twice the FMAs),
+//! the panels are 32 wide and the row passes run at 16 lanes; it runs the same chains,
+//! so both widths give the same bits (`AttentionProducts::FusedAvx2` keeps the 16-column
+//! tile on an AVX-512 CPU, to compare them):
 //!
 //! * forward, six queries at a time: `S = q·kᵀ` over the keys those six see, rounded up
-//!   to 16 (`kᵀ` packed once into 16-key panels by 8 x 8 register transposes), the
-//!   row softmax of `S/sqrt(D)` in place (`avx2::softmax_rows`, keeping each row's
-//!   base-2 log-sum-exp), then `out = P·v` (`v` packed once into 16-column panels),
-//!   written once. Computed: `T(T+1)/2` rounded up to tiles, 53% of `T x T` at 256.
+//!   to the tile's width (`kᵀ` packed once into 16- or 32-key panels by 8 x 8 register
+//!   transposes), the row softmax of `S/sqrt(D)` in place (`avx2::softmax_rows`, or
+//!   `avx512::softmax_row` row by row, keeping each row's base-2 log-sum-exp), then
+//!   `out = P·v` (`v` packed once into panels), written once. Computed: `T(T+1)/2`
+//!   rounded up to tiles, 53% of `T x T` at 256 with 16 columns.
 //! * backward, blocks of 64 queries: `S` and `dP = dO·vᵀ` for six rows at a time,
 //!   `P = 2^(S·scale·log2 e - L)` and `dS = scale·P∘(dP - rowsum(P∘dP))` row by row,
 //!   `dq = dS·k` (six rows at a time, `k` packed once into panels), then
@@ -41,6 +48,14 @@
 //! 10.21 -> 7.82 ms backward against the blocked path, the tiny model's (4 heads of 32)
 //! 1.72 -> 1.25 and 4.28 -> 2.81 ms. About 77% of the backward's samples are in the
 //! tiles' loops; the rest is the exponentials, the packing and the row passes.
+//!
+//! On the AVX-512 Zen 5 (same command; benches/results/20261203T1710Z-zen5-attention-zmm),
+//! the 32-column tile against the blocked path on the `gemm` crate: ANDREA-120M 2.02 ->
+//! 1.36 ms forward, 4.84 -> 3.85 ms backward; tiny 0.71 -> 0.59 and 1.39 -> 1.19 ms. The
+//! 16-column tile there is slower than the blocked path (2.23-3.18 and 5.83-5.85 ms;
+//! tiny 0.92-0.93 and 1.95-2.31 ms). In the tiny forward 48% of the samples are in the
+//! tiles and 31% in the row softmax (a head of 32 gives the products little to do per
+//! score); in the backward 64% in the tiles.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -57,8 +72,6 @@ use crate::simd;
 
 /// Rows of a tile (queries in `S`, `dP`, `out`, `dq`; keys in `dv`, `dk`).
 const MR: usize = 6;
-/// Columns of a tile: two 8-lane vectors.
-const NR: usize = 16;
 /// Queries per block of the backward pass: the block's `P` and `dS` (`64 x T`) stay in
 /// L2 while `dv` and `dk` take their sums over it.
 const QUERY_BLOCK: usize = 64;
@@ -66,9 +79,40 @@ const QUERY_BLOCK: usize = 64;
 /// its 64 rows (rows past the block repeat its last row and are never read).
 const BLOCK_ROWS: usize = QUERY_BLOCK.next_multiple_of(MR);
 
-/// Whether this kernel can run attention with heads of `head_dim` on this CPU.
-pub(crate) fn supports(head_dim: usize) -> bool {
-    head_dim > 0 && head_dim.is_multiple_of(NR) && simd::has_avx2_fma()
+/// The tile's columns: two vectors of 8 lanes (AVX2 + FMA) or of 16 (AVX-512 F). Every
+/// operand is packed in panels of that many columns, and head sizes must be a multiple
+/// of it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Width {
+    /// 16 columns in two `ymm` registers per row.
+    Ymm,
+    /// 32 columns in two `zmm` registers per row.
+    Zmm,
+}
+
+impl Width {
+    /// Columns of a tile.
+    pub(crate) const fn nr(self) -> usize {
+        match self {
+            Width::Ymm => 16,
+            Width::Zmm => 32,
+        }
+    }
+}
+
+/// The tile this kernel runs attention with for heads of `head_dim` on this CPU, or
+/// `None` where it cannot (no AVX2 + FMA, or a head size not a multiple of 16): the
+/// 32-column tile where the kernels may use AVX-512 ([`simd::has_avx512`]), `wide` is
+/// set and the head size is a multiple of 32, the 16-column one otherwise.
+pub(crate) fn width(head_dim: usize, wide: bool) -> Option<Width> {
+    let fits = |w: Width| head_dim > 0 && head_dim.is_multiple_of(w.nr());
+    if wide && simd::has_avx512() && fits(Width::Zmm) {
+        Some(Width::Zmm)
+    } else if simd::has_avx2_fma() && fits(Width::Ymm) {
+        Some(Width::Ymm)
+    } else {
+        None
+    }
 }
 
 thread_local! {
@@ -105,18 +149,47 @@ unsafe fn rows(o: Operand, r0: usize, mr: usize) -> [*const f32; MR] {
     std::array::from_fn(|r| unsafe { o.ptr.get().add((r0 + r.min(mr - 1)) * o.rs).cast_const() })
 }
 
-/// The product tile: for `r < rows`, `C[r, 0..16] (+)= Σ_{kk < k} a[r][kk·aks] ·
-/// b[kk·bks + 0..16]`, one FMA chain per element in `kk` order from zero, then stored
-/// (`add` false) or added to `C` (`add` true). `C` row `r` is at `c + r·crs`.
+/// The product tile: for `r < rows`, `C[r, 0..nr] (+)= Σ_{kk < k} a[r][kk·aks] ·
+/// b[kk·bks + 0..nr]` (`nr` = `width.nr()`), one FMA chain per element in `kk` order
+/// from zero, then stored (`add` false) or added to `C` (`add` true). `C` row `r` is at
+/// `c + r·crs`. Both widths run the same chains, so they give the same bits.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA; `a[r] + kk·aks` for `r < MR`, `kk < k` and the 16 floats at
-/// `b + kk·bks` are readable; rows `r < rows <= MR` of `C` hold 16 writable floats that
-/// overlap neither operand.
+/// The CPU has the width's instructions ([`width`]); `a[r] + kk·aks` for `r < MR`,
+/// `kk < k` and the `nr` floats at `b + kk·bks` are readable; rows `r < rows <= MR` of
+/// `C` hold `nr` writable floats that overlap neither operand.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    width: Width,
+    a: [*const f32; MR],
+    aks: usize,
+    b: *const f32,
+    bks: usize,
+    k: usize,
+    c: *mut f32,
+    crs: usize,
+    rows: usize,
+    add: bool,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        match width {
+            Width::Ymm => tile_ymm(a, aks, b, bks, k, c, crs, rows, add),
+            Width::Zmm => tile_zmm(a, aks, b, bks, k, c, crs, rows, add),
+        }
+    }
+}
+
+/// [`tile`] with 16 columns: twelve 8-lane accumulators, two loads of `B` and six
+/// broadcasts of `A` a step.
+///
+/// # Safety
+/// As [`tile`]; the CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile(
+unsafe fn tile_ymm(
     a: [*const f32; MR],
     aks: usize,
     b: *const f32,
@@ -152,22 +225,67 @@ unsafe fn tile(
     }
 }
 
+/// [`tile`] with 32 columns: twelve 16-lane accumulators (12 of the 32 `zmm`
+/// registers), two loads of `B` and six broadcasts of `A` a step, twice the FMAs of
+/// [`tile_ymm`] per load.
+///
+/// # Safety
+/// As [`tile`]; the CPU has AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_zmm(
+    a: [*const f32; MR],
+    aks: usize,
+    b: *const f32,
+    bks: usize,
+    k: usize,
+    c: *mut f32,
+    crs: usize,
+    rows: usize,
+    add: bool,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    // SAFETY (whole body): the reads and writes the caller promised.
+    unsafe {
+        for kk in 0..k {
+            let b0 = _mm512_loadu_ps(b.add(kk * bks));
+            let b1 = _mm512_loadu_ps(b.add(kk * bks + 16));
+            for (row, &ar) in acc.iter_mut().zip(&a) {
+                let x = _mm512_set1_ps(*ar.add(kk * aks));
+                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
+            }
+        }
+        for (r, row) in acc.iter().enumerate().take(rows) {
+            let c = c.add(r * crs);
+            if add {
+                _mm512_storeu_ps(c, _mm512_add_ps(_mm512_loadu_ps(c), row[0]));
+                _mm512_storeu_ps(c.add(16), _mm512_add_ps(_mm512_loadu_ps(c.add(16)), row[1]));
+            } else {
+                _mm512_storeu_ps(c, row[0]);
+                _mm512_storeu_ps(c.add(16), row[1]);
+            }
+        }
+    }
+}
+
 /// Packs rows `0..t` of `src` (`d` floats each, `d` a multiple of 8) transposed, in
-/// panels of 16 rows: `dst[(j / 16)·d·16 + c·16 + j % 16] = src[j, c]`, zero for
-/// `t <= j < t` rounded up to 16. Eight rows by eight columns at a time, transposed in
-/// registers.
+/// panels of `nr` rows (a multiple of 8): `dst[(j / nr)·d·nr + c·nr + j % nr] =
+/// src[j, c]`, zero for `t <= j < t` rounded up to `nr`. Eight rows by eight columns at
+/// a time, transposed in registers.
 ///
 /// # Safety
 /// The CPU has AVX2; rows `0..t` of `src` hold `d` readable floats; `dst` holds
-/// `t.next_multiple_of(16)·d` floats.
+/// `t.next_multiple_of(nr)·d` floats.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn pack_transposed(src: Operand, t: usize, d: usize, dst: &mut [f32]) {
-    let tp = t.next_multiple_of(NR);
-    assert!(d.is_multiple_of(8) && dst.len() >= tp * d);
+unsafe fn pack_transposed(src: Operand, t: usize, d: usize, nr: usize, dst: &mut [f32]) {
+    let tp = t.next_multiple_of(nr);
+    assert!(d.is_multiple_of(8) && nr.is_multiple_of(8) && dst.len() >= tp * d);
     let out = dst.as_mut_ptr();
     for j in (0..tp).step_by(8) {
-        // SAFETY: panel j / 16, lanes j % 16.. of each of its d rows, inside `dst`.
-        let panel = unsafe { out.add((j / NR) * d * NR + j % NR) };
+        // SAFETY: panel j / nr, lanes j % nr.. of each of its d rows, inside `dst`.
+        let panel = unsafe { out.add((j / nr) * d * nr + j % nr) };
         for c in (0..d).step_by(8) {
             // SAFETY: rows below t, columns c..c + 8 < d: inside `src`.
             let row = |i: usize| unsafe {
@@ -188,31 +306,32 @@ unsafe fn pack_transposed(src: Operand, t: usize, d: usize, dst: &mut [f32]) {
                 row(7),
             ]);
             for (x, v) in cols.iter().enumerate() {
-                // SAFETY: row c + x < d of the panel, 8 lanes from j % 16 (0 or 8).
-                unsafe { _mm256_storeu_ps(panel.add((c + x) * NR), *v) };
+                // SAFETY: row c + x < d of the panel, 8 lanes from j % nr (a multiple of
+                // 8 below nr).
+                unsafe { _mm256_storeu_ps(panel.add((c + x) * nr), *v) };
             }
         }
     }
 }
 
-/// Packs rows `0..t` of `src` (`d` floats each, `d` a multiple of 16) into `d / 16`
-/// panels of 16 columns: `dst[(c / 16)·t·16 + j·16 + c % 16] = src[j, c]`, so that a
-/// product reading 16 columns per step walks contiguous memory.
+/// Packs rows `0..t` of `src` (`d` floats each, `d` a multiple of `nr`, `nr` of 8) into
+/// `d / nr` panels of `nr` columns: `dst[(c / nr)·t·nr + j·nr + c % nr] = src[j, c]`, so
+/// that a product reading `nr` columns per step walks contiguous memory.
 ///
 /// # Safety
 /// The CPU has AVX2; rows `0..t` of `src` hold `d` readable floats; `dst` holds `t·d`.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn pack_panels(src: Operand, t: usize, d: usize, dst: &mut [f32]) {
-    assert!(d.is_multiple_of(NR) && dst.len() >= t * d);
+unsafe fn pack_panels(src: Operand, t: usize, d: usize, nr: usize, dst: &mut [f32]) {
+    assert!(d.is_multiple_of(nr) && nr.is_multiple_of(8) && dst.len() >= t * d);
     let out = dst.as_mut_ptr();
-    for p in 0..d / NR {
+    for p in 0..d / nr {
         for j in 0..t {
-            // SAFETY: row j, columns p·16.. p·16 + 16 of `src`; the panel's row j.
-            unsafe {
-                let s = src.ptr.get().add(j * src.rs + p * NR);
-                let o = out.add((p * t + j) * NR);
-                _mm256_storeu_ps(o, _mm256_loadu_ps(s));
-                _mm256_storeu_ps(o.add(8), _mm256_loadu_ps(s.add(8)));
+            for l in (0..nr).step_by(8) {
+                // SAFETY: row j, columns p·nr + l..+ 8 of `src`; the panel's row j.
+                unsafe {
+                    let s = src.ptr.get().add(j * src.rs + p * nr + l);
+                    _mm256_storeu_ps(out.add((p * t + j) * nr + l), _mm256_loadu_ps(s));
+                }
             }
         }
     }
@@ -264,23 +383,25 @@ unsafe fn softmax_grad_row(p: &[f32], dp: &mut [f32], n: usize, scale: f32) {
 /// Fused forward; `lse` receives `L: [B, H, Tq]` (base 2), as the blocked path's.
 ///
 /// # Safety
-/// [`supports`]`(d.head_dim)`; the views were checked by the op (`q`, `k`, `v` readable,
-/// `out` writable and disjoint from them).
+/// `width` came from [`width`] for `d.head_dim`; the views were checked by the op (`q`,
+/// `k`, `v` readable, `out` writable and disjoint from them).
 pub(crate) unsafe fn forward(
+    width: Width,
     [q, k, v, out]: [HeadsPtr; 4],
     lse: &mut [f32],
     pos_offset: usize,
     d: AttentionDims,
 ) {
     let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
-    let tkp = tk.next_multiple_of(NR);
+    let tkp = tk.next_multiple_of(width.nr());
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         let heads = [q, k, v, out].map(|x| head(x, b, h));
         with_buffers([hd * tkp, hd * tk, MR * tkp], |[kt, vp, s]| {
-            // SAFETY: the CPU has AVX2 and FMA (`supports`); the heads are inside their
-            // checked views; this task alone writes head `h` of entry `b` of `out`.
-            unsafe { forward_head(heads, lse, (tq, tk, hd), pos_offset, [kt, vp, s]) }
+            // SAFETY: the CPU has the tile's instructions (`width`); the heads are inside
+            // their checked views; this task alone writes head `h` of entry `b` of `out`.
+            let buffers = [kt, vp, s];
+            unsafe { forward_head(width, heads, lse, (tq, tk, hd), pos_offset, buffers) }
         })
     });
 }
@@ -289,53 +410,65 @@ pub(crate) unsafe fn forward(
 ///
 /// # Safety
 /// As [`forward`], for one head; the buffers hold `d·Tk'`, `d·Tk` and `6·Tk'` floats
-/// (`Tk'` = `Tk` rounded up to 16).
+/// (`Tk'` = `Tk` rounded up to the tile's width).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn forward_head(
+    width: Width,
     [q, k, v, out]: [Operand; 4],
     lse: &mut [f32],
     (tq, tk, hd): (usize, usize, usize),
     pos_offset: usize,
     [kt, vp, s]: [&mut [f32]; 3],
 ) {
-    let scale = 1.0 / (hd as f32).sqrt();
+    let (scale, nr) = (1.0 / (hd as f32).sqrt(), width.nr());
     let visible = |i: usize| (pos_offset + i + 1).min(tk);
     // SAFETY (whole body): every read is in rows `< tq` of `q`, `< tk` of `k`, `v` and the
     // packed buffers sized by the caller; writes go to rows `< tq` of `out` and to `s`.
     unsafe {
-        pack_transposed(k, tk, hd, kt);
-        pack_panels(v, tk, hd, vp);
+        pack_transposed(k, tk, hd, nr, kt);
+        pack_panels(v, tk, hd, nr, vp);
         for i0 in (0..tq).step_by(MR) {
             let mr = (tq - i0).min(MR);
             let kend = visible(i0 + mr - 1);
-            let w = kend.next_multiple_of(NR);
+            let w = kend.next_multiple_of(nr);
             let s = &mut s[..MR * w];
             let qrows = rows(q, i0, mr);
-            for p in 0..w / NR {
-                let b = kt.as_ptr().add(p * hd * NR);
+            for p in 0..w / nr {
+                let b = kt.as_ptr().add(p * hd * nr);
                 tile(
+                    width,
                     qrows,
                     1,
                     b,
-                    NR,
+                    nr,
                     hd,
-                    s.as_mut_ptr().add(p * NR),
+                    s.as_mut_ptr().add(p * nr),
                     w,
                     MR,
                     false,
                 );
             }
             let vis = |r: usize| visible(i0 + r.min(mr - 1));
-            crate::avx2::softmax_rows(None, s, w, vis, scale, |r, l| {
+            let mut keep = |r: usize, l: f32| {
                 if r < mr {
                     lse[i0 + r] = l;
                 }
-            });
+            };
+            match width {
+                Width::Ymm => crate::avx2::softmax_rows(None, s, w, vis, scale, keep),
+                // The same bits, row by row at 16 lanes.
+                Width::Zmm => {
+                    for (r, row) in s.chunks_exact_mut(w).enumerate() {
+                        let (m2, sum) = crate::avx512::softmax_row(None, row, vis(r), scale);
+                        keep(r, m2 + sum.log2());
+                    }
+                }
+            }
             let prows = std::array::from_fn(|r| s.as_ptr().add(r * w));
-            for p in 0..hd / NR {
-                let b = vp.as_ptr().add(p * tk * NR);
-                let c = out.ptr.get().add(i0 * out.rs + p * NR);
-                tile(prows, 1, b, NR, kend, c, out.rs, mr, false);
+            for p in 0..hd / nr {
+                let b = vp.as_ptr().add(p * tk * nr);
+                let c = out.ptr.get().add(i0 * out.rs + p * nr);
+                tile(width, prows, 1, b, nr, kend, c, out.rs, mr, false);
             }
         }
     }
@@ -344,19 +477,20 @@ unsafe fn forward_head(
 /// Fused backward (training: `Tq == Tk`, offset 0) from the forward's `lse`.
 ///
 /// # Safety
-/// [`supports`]`(d.head_dim)`; the views were checked by the op (`dq`, `dk`, `dv`
-/// writable, disjoint from each other and from the inputs).
-pub(crate) unsafe fn backward(heads: [HeadsPtr; 7], lse: &[f32], d: AttentionDims) {
+/// `width` came from [`width`] for `d.head_dim`; the views were checked by the op (`dq`,
+/// `dk`, `dv` writable, disjoint from each other and from the inputs).
+pub(crate) unsafe fn backward(width: Width, heads: [HeadsPtr; 7], lse: &[f32], d: AttentionDims) {
     let (t, hd) = (d.q_len, d.head_dim);
-    let tp = t.next_multiple_of(NR);
+    let tp = t.next_multiple_of(width.nr());
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         let heads = heads.map(|x| head(x, b, h));
         let lens = [hd * tp, hd * tp, hd * t, BLOCK_ROWS * tp, BLOCK_ROWS * tp];
         with_buffers(lens, |bufs| {
-            // SAFETY: the CPU has AVX2 and FMA; the heads are inside their checked views;
-            // this task alone writes head `h` of entry `b` of `dq`, `dk`, `dv`.
-            unsafe { backward_head(heads, lse, (t, hd), bufs) }
+            // SAFETY: the CPU has the tile's instructions (`width`); the heads are inside
+            // their checked views; this task alone writes head `h` of entry `b` of `dq`,
+            // `dk`, `dv`.
+            unsafe { backward_head(width, heads, lse, (t, hd), bufs) }
         })
     });
 }
@@ -365,22 +499,23 @@ pub(crate) unsafe fn backward(heads: [HeadsPtr; 7], lse: &[f32], d: AttentionDim
 ///
 /// # Safety
 /// As [`backward`], for one head; the buffers hold `d·T'`, `d·T'`, `d·T`, `66·T'` and
-/// `66·T'` floats (`T'` = `T` rounded up to 16).
+/// `66·T'` floats (`T'` = `T` rounded up to the tile's width).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn backward_head(
+    width: Width,
     [q, k, v, dout, dq, dk, dv]: [Operand; 7],
     lse: &[f32],
     (t, hd): (usize, usize),
     [kt, vt, kp, p, dp]: [&mut [f32]; 5],
 ) {
-    let scale = 1.0 / (hd as f32).sqrt();
+    let (scale, nr) = (1.0 / (hd as f32).sqrt(), width.nr());
     // SAFETY (whole body): every read is in rows `< t` of the heads and inside the
     // buffers sized by the caller; writes go to rows `< t` of `dq`, `dk`, `dv` (this
     // task's) and to the buffers.
     unsafe {
-        pack_transposed(k, t, hd, kt);
-        pack_transposed(v, t, hd, vt);
-        pack_panels(k, t, hd, kp);
+        pack_transposed(k, t, hd, nr, kt);
+        pack_transposed(v, t, hd, nr, vt);
+        pack_panels(k, t, hd, nr, kp);
         for g in [dk, dv] {
             for j in 0..t {
                 std::slice::from_raw_parts_mut(g.ptr.get().add(j * g.rs), hd).fill(0.0);
@@ -390,22 +525,22 @@ unsafe fn backward_head(
             let i1 = (i0 + QUERY_BLOCK).min(t);
             // Keys the block sees, and the block buffers' row stride.
             let kend = i1;
-            let ld = kend.next_multiple_of(NR);
+            let ld = kend.next_multiple_of(nr);
             let (p, dp) = (&mut p[..BLOCK_ROWS * ld], &mut dp[..BLOCK_ROWS * ld]);
             // S (into `p`) and dP = dO·vᵀ for six queries at a time, over the keys they see.
             for r0 in (i0..i1).step_by(MR) {
                 let mr = (i1 - r0).min(MR);
-                let w = (r0 + mr).next_multiple_of(NR);
+                let w = (r0 + mr).next_multiple_of(nr);
                 let (qrows, dorows) = (rows(q, r0, mr), rows(dout, r0, mr));
                 let at = (r0 - i0) * ld;
-                for c in 0..w / NR {
-                    let (kb, vb) = (kt.as_ptr().add(c * hd * NR), vt.as_ptr().add(c * hd * NR));
+                for c in 0..w / nr {
+                    let (kb, vb) = (kt.as_ptr().add(c * hd * nr), vt.as_ptr().add(c * hd * nr));
                     let (pc, dpc) = (
-                        p.as_mut_ptr().add(at + c * NR),
-                        dp.as_mut_ptr().add(at + c * NR),
+                        p.as_mut_ptr().add(at + c * nr),
+                        dp.as_mut_ptr().add(at + c * nr),
                     );
-                    tile(qrows, 1, kb, NR, hd, pc, ld, MR, false);
-                    tile(dorows, 1, vb, NR, hd, dpc, ld, MR, false);
+                    tile(width, qrows, 1, kb, nr, hd, pc, ld, MR, false);
+                    tile(width, dorows, 1, vb, nr, hd, dpc, ld, MR, false);
                 }
             }
             // P = 2^(S·scale·log2 e - L) and dS, row by row; zeros past each row's keys.
@@ -415,7 +550,11 @@ unsafe fn backward_head(
                     &mut p[(i - i0) * ld..][..ld],
                     &mut dp[(i - i0) * ld..][..ld],
                 );
-                crate::avx2::exp_shifted_row(&mut prow[..n], scale * LOG2_E, lse[i]);
+                let exp_row = match width {
+                    Width::Ymm => crate::avx2::exp_shifted_row,
+                    Width::Zmm => crate::avx512::exp_shifted_row,
+                };
+                exp_row(&mut prow[..n], scale * LOG2_E, lse[i]);
                 prow[n..].fill(0.0);
                 softmax_grad_row(prow, dprow, n, scale);
             }
@@ -428,10 +567,10 @@ unsafe fn backward_head(
                     cs: 1,
                 };
                 let dsrows = rows(ds, r0 - i0, mr);
-                for c in 0..hd / NR {
-                    let b = kp.as_ptr().add(c * t * NR);
-                    let out = dq.ptr.get().add(r0 * dq.rs + c * NR);
-                    tile(dsrows, 1, b, NR, r0 + mr, out, dq.rs, mr, false);
+                for c in 0..hd / nr {
+                    let b = kp.as_ptr().add(c * t * nr);
+                    let out = dq.ptr.get().add(r0 * dq.rs + c * nr);
+                    tile(width, dsrows, 1, b, nr, r0 + mr, out, dq.rs, mr, false);
                 }
             }
             // dv += Pᵀ·dO, dk += dSᵀ·q, six keys at a time, over the block's queries that
@@ -443,13 +582,35 @@ unsafe fn backward_head(
                     std::array::from_fn(|r| m.as_ptr().add((first - i0) * ld + j0 + r.min(mr - 1)))
                 };
                 let (pcols, dscols) = (cols(p), cols(dp));
-                for c in 0..hd / NR {
-                    let dob = dout.ptr.get().add(first * dout.rs + c * NR);
-                    let dvc = dv.ptr.get().add(j0 * dv.rs + c * NR);
-                    tile(pcols, ld, dob, dout.rs, i1 - first, dvc, dv.rs, mr, true);
-                    let qb = q.ptr.get().add(first * q.rs + c * NR);
-                    let dkc = dk.ptr.get().add(j0 * dk.rs + c * NR);
-                    tile(dscols, ld, qb, q.rs, i1 - first, dkc, dk.rs, mr, true);
+                for c in 0..hd / nr {
+                    let dob = dout.ptr.get().add(first * dout.rs + c * nr);
+                    let dvc = dv.ptr.get().add(j0 * dv.rs + c * nr);
+                    tile(
+                        width,
+                        pcols,
+                        ld,
+                        dob,
+                        dout.rs,
+                        i1 - first,
+                        dvc,
+                        dv.rs,
+                        mr,
+                        true,
+                    );
+                    let qb = q.ptr.get().add(first * q.rs + c * nr);
+                    let dkc = dk.ptr.get().add(j0 * dk.rs + c * nr);
+                    tile(
+                        width,
+                        dscols,
+                        ld,
+                        qb,
+                        q.rs,
+                        i1 - first,
+                        dkc,
+                        dk.rs,
+                        mr,
+                        true,
+                    );
                 }
             }
         }
@@ -458,14 +619,14 @@ unsafe fn backward_head(
 
 #[cfg(test)]
 mod tests {
-    use super::NR;
+    use super::Width;
     use crate::{AttentionProducts, CpuBackend, GemmKernel};
     use andrea_core::{AttentionOps, AttentionShape, Heads, MemoryOps, View};
     use andrea_testkit::random::Rand;
     use andrea_testkit::{reference, tol};
 
     fn skipped() -> bool {
-        let skip = !super::supports(NR);
+        let skip = super::width(16, false).is_none();
         if skip {
             eprintln!("skipped: this CPU (or ANDREA_SIMD) lacks AVX2 + FMA, so the fused kernel never runs");
         }
@@ -551,7 +712,13 @@ mod tests {
         if skipped() {
             return;
         }
-        let be = backend(AttentionProducts::Fused);
+        for products in [AttentionProducts::Fused, AttentionProducts::FusedAvx2] {
+            training_matches_the_f64_reference_with(products);
+        }
+    }
+
+    fn training_matches_the_f64_reference_with(products: AttentionProducts) {
+        let be = backend(products);
         let mut r = Rand::new(17);
         for (b, t, h, d) in [
             (1, 2, 1, 16),
@@ -569,7 +736,7 @@ mod tests {
             let [q, k, v] = unpack(&qkv, b * t, c);
             let mut want = vec![0.0; b * t * c];
             reference::attention_forward(&mut want, &q, &k, &v, (b, t, t, h, d), 0);
-            let name = format!("out B {b} T {t} H {h} D {d}");
+            let name = format!("{} out B {b} T {t} H {h} D {d}", products.name());
             tol::attention_out(t, d).check(&name, &out, &want).unwrap();
             let dout64: Vec<f64> = dout.iter().map(|&x| x as f64).collect();
             let mut g: [Vec<f64>; 3] = std::array::from_fn(|_| vec![0.0; b * t * c]);
@@ -578,9 +745,47 @@ mod tests {
             let got = unpack(&grads, b * t, c);
             for (name, (got, want)) in ["dq", "dk", "dv"].iter().zip(got.iter().zip(&g)) {
                 let got: Vec<f32> = got.iter().map(|&x| x as f32).collect();
-                let name = format!("{name} B {b} T {t} H {h} D {d}");
+                let name = format!("{} {name} B {b} T {t} H {h} D {d}", products.name());
                 tol::attention_grad(t, d).check(&name, &got, want).unwrap();
             }
+        }
+    }
+
+    /// The 32-column tile runs the 16-column tile's FMA chains (each element one chain
+    /// over the same inner index, the same row passes between the products): the same
+    /// bits, forward and backward, at ragged sizes, several query blocks, heads of 32
+    /// (tiny) and 64 (ANDREA-120M), and 96.
+    #[test]
+    fn both_tiles_give_the_same_bits() {
+        if super::width(32, true) != Some(Width::Zmm) {
+            eprintln!(
+                "skipped: no AVX-512 here (or ANDREA_SIMD caps it), so only the 16-column \
+                 tile runs"
+            );
+            return;
+        }
+        let (wide, narrow) = (
+            backend(AttentionProducts::Fused),
+            backend(AttentionProducts::FusedAvx2),
+        );
+        let mut r = Rand::new(23);
+        for (b, t, h, d) in [
+            (1, 1, 1, 32),
+            (2, 7, 3, 32),
+            (1, 33, 2, 64),
+            (2, 65, 2, 32),
+            (1, 150, 1, 96),
+            (1, 300, 1, 64),
+        ] {
+            let c = h * d;
+            let qkv = r.vec(b * t * 3 * c, -1.0, 1.0);
+            let dout = r.vec(b * t * c, -1.0, 1.0);
+            let [o1, g1] = train(&wide, &qkv, &dout, (b, t, h, d));
+            let [o2, g2] = train(&narrow, &qkv, &dout, (b, t, h, d));
+            let same =
+                |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same(&o1, &o2), "out B {b} T {t} H {h} D {d}");
+            assert!(same(&g1, &g2), "grads B {b} T {t} H {h} D {d}");
         }
     }
 

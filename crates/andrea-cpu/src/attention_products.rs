@@ -1,5 +1,5 @@
 //! The per-head matrix products of the blocked attention path (`attention` module; the
-//! AVX2 fused kernel, `attention_avx2`, has its own), sized for
+//! fused kernel, `attention_avx2`, has its own), sized for
 //! small heads: `S = q·kᵀ` and `dP = dO·vᵀ` (`[64, kend]`, inner dimension the head size
 //! `D`, 32 in the tiny model), `out = P·v` and `dq = dS·k` (`[64, D]`, inner `kend`), and
 //! `dv += Pᵀ·dO`, `dk += dSᵀ·q` (`[kend, D]`, inner 64).
@@ -44,18 +44,22 @@ pub enum AttentionProducts {
     /// attention, issue 17 second session"); kept selectable to compare on other CPUs.
     Small,
     /// The crate's general `sgemm_strided` with the backend's [`GemmKernel`] (the
-    /// default where the CPU has AVX-512 or lacks AVX2).
+    /// default where the CPU lacks AVX2).
     Sgemm,
     /// Not a kernel for the blocked path's products but a whole fused attention
     /// (`attention_avx2`): every operand packed once per head, six queries at a time,
-    /// with AVX2 + FMA intrinsics. The default where the CPU (or `ANDREA_SIMD`) stops at
-    /// AVX2; where the CPU lacks AVX2 and FMA, or the head size is not a multiple of 16,
-    /// attention runs the blocked path with `Sgemm` instead.
+    /// in tiles of 32 columns on AVX-512 (head sizes a multiple of 32) or of 16 with
+    /// AVX2 and FMA. The default where the CPU has AVX2 and FMA; where it lacks them, or
+    /// the head size is not a multiple of 16, attention runs the blocked path with
+    /// `Sgemm` instead.
     Fused,
+    /// [`Self::Fused`] with its 16-column AVX2 tile even where the CPU has AVX-512
+    /// (`fused-avx2`), to compare the two tiles on one machine; they give the same bits.
+    FusedAvx2,
 }
 
 impl AttentionProducts {
-    /// `ANDREA_ATTENTION_PRODUCTS` (`small`, `sgemm` or `fused`) if set, else
+    /// `ANDREA_ATTENTION_PRODUCTS` (`small`, `sgemm`, `fused` or `fused-avx2`) if set, else
     /// [`Self::default_for_cpu`]. An unknown value is reported on stderr and ignored.
     pub fn from_env() -> Self {
         static CHOICE: std::sync::OnceLock<AttentionProducts> = std::sync::OnceLock::new();
@@ -68,10 +72,11 @@ impl AttentionProducts {
                 "small" => AttentionProducts::Small,
                 "sgemm" => AttentionProducts::Sgemm,
                 "fused" => AttentionProducts::Fused,
+                "fused-avx2" => AttentionProducts::FusedAvx2,
                 _ => {
                     eprintln!(
                         "andrea-cpu: ignoring ANDREA_ATTENTION_PRODUCTS={want:?} (expected \
-                         small, sgemm or fused); using {}",
+                         small, sgemm, fused or fused-avx2); using {}",
                         fallback.name()
                     );
                     fallback
@@ -80,12 +85,12 @@ impl AttentionProducts {
         })
     }
 
-    /// [`Self::Fused`] where the kernels stop at AVX2 + FMA (an AVX2-only CPU, or
-    /// `ANDREA_SIMD=avx2`), where it was measured faster (benches/README.md, Zen 3
-    /// section); [`Self::Sgemm`] otherwise (AVX-512, where the fused kernel has not been
-    /// measured yet, and CPUs without AVX2).
+    /// [`Self::Fused`] where the kernels may use AVX2 + FMA, with its 32-column tile
+    /// where they may use AVX-512: measured faster than the blocked path on both (the
+    /// AVX2-only Zen 3 and the AVX-512 Zen 5, benches/README.md); [`Self::Sgemm`] on CPUs
+    /// without AVX2.
     pub fn default_for_cpu() -> Self {
-        if simd::has_avx2_fma() && !simd::has_avx512() {
+        if simd::has_avx2_fma() {
             AttentionProducts::Fused
         } else {
             AttentionProducts::Sgemm
@@ -98,6 +103,18 @@ impl AttentionProducts {
             AttentionProducts::Small => "small",
             AttentionProducts::Sgemm => "sgemm",
             AttentionProducts::Fused => "fused",
+            AttentionProducts::FusedAvx2 => "fused-avx2",
+        }
+    }
+
+    /// The fused kernel's tile for heads of `head_dim` on this CPU, or `None` where
+    /// attention takes the blocked path (not a fused choice, or the kernel cannot run).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn fused_width(self, head_dim: usize) -> Option<crate::attention_avx2::Width> {
+        match self {
+            AttentionProducts::Fused => crate::attention_avx2::width(head_dim, true),
+            AttentionProducts::FusedAvx2 => crate::attention_avx2::width(head_dim, false),
+            AttentionProducts::Small | AttentionProducts::Sgemm => None,
         }
     }
 }

@@ -54,10 +54,12 @@
 //!   step or generation loop inside [`CpuBackend::install`] so that start costs nothing
 //!   (the `andrea` binary does).
 //! * **Fused ops**: attention runs one task per (batch, head) and keeps only the
-//!   log-sum-exp per row for the backward pass; at the AVX2 level with heads a multiple
+//!   log-sum-exp per row for the backward pass; with AVX2 + FMA and heads a multiple
 //!   of 16 it is one intrinsics kernel (`attention_avx2`: operands packed once per head,
-//!   six queries at a time over the keys they see; 1.3-1.5x the blocked path on the Zen
-//!   3, benches/results/20261203T0418Z-zen3-fused-attention), elsewhere blocks of 64
+//!   six queries at a time over the keys they see, tiles of 16 columns, or 32 on
+//!   AVX-512; 1.3-1.5x the blocked path on the Zen 3,
+//!   benches/results/20261203T0418Z-zen3-fused-attention, 1.2-1.5x on the AVX-512 Zen 5,
+//!   benches/results/20261203T1710Z-zen5-attention-zmm), elsewhere blocks of 64
 //!   queries with a thread-local scratch and their products on `sgemm`
 //!   ([`AttentionProducts`], `ANDREA_ATTENTION_PRODUCTS`);
 //!   LayerNorm is one pass per row after its statistics; softmax + cross-entropy
@@ -75,8 +77,8 @@
 //! * **Layout**: each op family of `andrea_core::ops` is implemented in the module that
 //!   holds its kernels: `buffer` (memory), `gemm` (linalg: matmul, bias gradient,
 //!   `linear_gelu`), `elementwise`, `layernorm`, `softmax` (softmax and the loss),
-//!   `embedding`, `optim` and `attention` (with `attention_avx2` for the fused AVX2
-//!   kernel and `attention_decode` for one query per sequence). This file is the backend's set-up.
+//!   `embedding`, `optim` and `attention` (with `attention_avx2` for the fused AVX2 /
+//!   AVX-512 kernel and `attention_decode` for one query per sequence). This file is the backend's set-up.
 //! * **Determinism**: results are bit-identical from run to run *and for any thread
 //!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
 //!   reduction adds in an order fixed by the sizes, and GEMM blocks never split the

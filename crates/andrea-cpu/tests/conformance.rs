@@ -99,13 +99,15 @@ mod small_attention_products {
 }
 
 mod fused_attention {
-    //! The suite's attention cases with the fused AVX2 attention
-    //! (`AttentionProducts::Fused`, the default on AVX2-only CPUs): ragged six-row
-    //! tiles, keys past the last full 16-key panel, offsets into a KV cache, `dk`/`dv`
-    //! summed over query blocks. Head sizes that are not a multiple of 16 take the
-    //! blocked path (the suite has both). On a CPU without AVX2 and FMA every case
-    //! takes the blocked path, and the test says so on stderr. Sizes past the suite's
-    //! (several query blocks, T up to 300) are in the unit tests of
+    //! The suite's attention cases with the fused attention
+    //! (`AttentionProducts::Fused`, the default with AVX2 + FMA; its 32-column AVX-512
+    //! tile where the level allows it and the head size is a multiple of 32, so `.ci/run`'s
+    //! passes under `ANDREA_SIMD` caps run both tiles): ragged six-row tiles, keys past
+    //! the last full panel, offsets into a KV cache, `dk`/`dv` summed over query blocks.
+    //! Head sizes that are not a multiple of 16 take the blocked path (the suite has
+    //! both). On a CPU without AVX2 and FMA every case takes the blocked path, and the
+    //! test says so on stderr. Sizes past the suite's (several query blocks, T up to
+    //! 300) and the bit-equality of the two tiles are in the unit tests of
     //! `src/attention_avx2.rs`.
     use andrea_cpu::{AttentionProducts, CpuBackend};
 
