@@ -49,7 +49,7 @@
 //! 1.72 -> 1.25 and 4.28 -> 2.81 ms. About 77% of the backward's samples are in the
 //! tiles' loops; the rest is the exponentials, the packing and the row passes.
 //!
-//! On the AVX-512 Zen 5 (same command; benches/results/20261203T1710Z-zen5-attention-zmm),
+//! On the AVX-512 Zen 5 (same command; benches/results/20261203T1650Z-zen5-attention-zmm),
 //! the 32-column tile against the blocked path on the `gemm` crate: ANDREA-120M 2.02 ->
 //! 1.36 ms forward, 4.84 -> 3.85 ms backward; tiny 0.71 -> 0.59 and 1.39 -> 1.19 ms. The
 //! 16-column tile there is slower than the blocked path (2.23-3.18 and 5.83-5.85 ms;

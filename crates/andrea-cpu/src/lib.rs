@@ -59,7 +59,7 @@
 //!   six queries at a time over the keys they see, tiles of 16 columns, or 32 on
 //!   AVX-512; 1.3-1.5x the blocked path on the Zen 3,
 //!   benches/results/20261203T0418Z-zen3-fused-attention, 1.2-1.5x on the AVX-512 Zen 5,
-//!   benches/results/20261203T1710Z-zen5-attention-zmm), elsewhere blocks of 64
+//!   benches/results/20261203T1650Z-zen5-attention-zmm), elsewhere blocks of 64
 //!   queries with a thread-local scratch and their products on `sgemm`
 //!   ([`AttentionProducts`], `ANDREA_ATTENTION_PRODUCTS`);
 //!   LayerNorm is one pass per row after its statistics; softmax + cross-entropy
