@@ -401,17 +401,52 @@ pub(crate) unsafe fn forward(
             // SAFETY: the CPU has the tile's instructions (`width`); the heads are inside
             // their checked views; this task alone writes head `h` of entry `b` of `out`.
             let buffers = [kt, vp, s];
-            unsafe { forward_head(width, heads, lse, (tq, tk, hd), pos_offset, buffers) }
+            unsafe { forward_head_for(width, heads, lse, (tq, tk, hd), pos_offset, buffers) }
         })
     });
 }
+
+/// [`forward_head`] compiled for the width's instruction set (AVX2 + FMA, or AVX-512),
+/// so that its tiles and row passes inline into it.
+///
+/// # Safety
+/// As [`forward_head`].
+unsafe fn forward_head_for(
+    width: Width,
+    heads: [Operand; 4],
+    lse: &mut [f32],
+    dims: Dims3,
+    pos_offset: usize,
+    buffers: [&mut [f32]; 3],
+) {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn ymm(h: [Operand; 4], l: &mut [f32], d: Dims3, o: usize, b: [&mut [f32]; 3]) {
+        // SAFETY: the caller's.
+        unsafe { forward_head(Width::Ymm, h, l, d, o, b) }
+    }
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    unsafe fn zmm(h: [Operand; 4], l: &mut [f32], d: Dims3, o: usize, b: [&mut [f32]; 3]) {
+        // SAFETY: the caller's.
+        unsafe { forward_head(Width::Zmm, h, l, d, o, b) }
+    }
+    // SAFETY: the caller's; the width's instruction set is the CPU's.
+    unsafe {
+        match width {
+            Width::Ymm => ymm(heads, lse, dims, pos_offset, buffers),
+            Width::Zmm => zmm(heads, lse, dims, pos_offset, buffers),
+        }
+    }
+}
+
+/// `(Tq, Tk, D)`.
+type Dims3 = (usize, usize, usize);
 
 /// One head's forward (see the module docs).
 ///
 /// # Safety
 /// As [`forward`], for one head; the buffers hold `d·Tk'`, `d·Tk` and `6·Tk'` floats
-/// (`Tk'` = `Tk` rounded up to the tile's width).
-#[target_feature(enable = "avx2,fma")]
+/// (`Tk'` = `Tk` rounded up to the tile's width); the CPU has the width's instructions.
+#[inline(always)]
 unsafe fn forward_head(
     width: Width,
     [q, k, v, out]: [Operand; 4],
@@ -490,17 +525,48 @@ pub(crate) unsafe fn backward(width: Width, heads: [HeadsPtr; 7], lse: &[f32], d
             // SAFETY: the CPU has the tile's instructions (`width`); the heads are inside
             // their checked views; this task alone writes head `h` of entry `b` of `dq`,
             // `dk`, `dv`.
-            unsafe { backward_head(width, heads, lse, (t, hd), bufs) }
+            unsafe { backward_head_for(width, heads, lse, (t, hd), bufs) }
         })
     });
+}
+
+/// [`backward_head`] compiled for the width's instruction set, as [`forward_head_for`].
+///
+/// # Safety
+/// As [`backward_head`].
+unsafe fn backward_head_for(
+    width: Width,
+    heads: [Operand; 7],
+    lse: &[f32],
+    dims: (usize, usize),
+    buffers: [&mut [f32]; 5],
+) {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn ymm(h: [Operand; 7], l: &[f32], d: (usize, usize), b: [&mut [f32]; 5]) {
+        // SAFETY: the caller's.
+        unsafe { backward_head(Width::Ymm, h, l, d, b) }
+    }
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    unsafe fn zmm(h: [Operand; 7], l: &[f32], d: (usize, usize), b: [&mut [f32]; 5]) {
+        // SAFETY: the caller's.
+        unsafe { backward_head(Width::Zmm, h, l, d, b) }
+    }
+    // SAFETY: the caller's; the width's instruction set is the CPU's.
+    unsafe {
+        match width {
+            Width::Ymm => ymm(heads, lse, dims, buffers),
+            Width::Zmm => zmm(heads, lse, dims, buffers),
+        }
+    }
 }
 
 /// One head's backward (see the module docs).
 ///
 /// # Safety
 /// As [`backward`], for one head; the buffers hold `d·T'`, `d·T'`, `d·T`, `66·T'` and
-/// `66·T'` floats (`T'` = `T` rounded up to the tile's width).
-#[target_feature(enable = "avx2,fma")]
+/// `66·T'` floats (`T'` = `T` rounded up to the tile's width); the CPU has the width's
+/// instructions.
+#[inline(always)]
 unsafe fn backward_head(
     width: Width,
     [q, k, v, dout, dq, dk, dv]: [Operand; 7],
