@@ -2,7 +2,7 @@
 //!
 //! Two implementations: where the kernels may use AVX2 + FMA and the head size is a
 //! multiple of 16, [`AttentionProducts::Fused`] (the default there) hands the whole
-//! forward and backward to `attention_avx2` (operands packed once per head, six queries
+//! forward and backward to `attention_fused` (operands packed once per head, six queries
 //! at a time, one intrinsics tile for every product, 32 columns wide on AVX-512);
 //! otherwise, and when chosen, the blocked path below runs.
 //!
@@ -272,7 +272,7 @@ pub(crate) fn forward(
     #[cfg(target_arch = "x86_64")]
     if let Some(w) = products.fused_width(hd) {
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
-        return unsafe { crate::attention_avx2::forward(w, [q, k, v, out], lse, pos_offset, d) };
+        return unsafe { crate::attention_fused::forward(w, [q, k, v, out], lse, pos_offset, d) };
     }
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
@@ -347,7 +347,7 @@ pub(crate) fn backward(
     if let Some(w) = products.fused_width(hd) {
         let heads = [q, k, v, dout, dq, dk, dv];
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
-        return unsafe { crate::attention_avx2::backward(w, heads, lse, d) };
+        return unsafe { crate::attention_fused::backward(w, heads, lse, d) };
     }
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);

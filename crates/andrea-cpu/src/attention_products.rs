@@ -1,5 +1,5 @@
 //! The per-head matrix products of the blocked attention path (`attention` module; the
-//! fused kernel, `attention_avx2`, has its own), sized for
+//! fused kernel, `attention_fused`, has its own), sized for
 //! small heads: `S = q·kᵀ` and `dP = dO·vᵀ` (`[64, kend]`, inner dimension the head size
 //! `D`, 32 in the tiny model), `out = P·v` and `dq = dS·k` (`[64, D]`, inner `kend`), and
 //! `dv += Pᵀ·dO`, `dk += dSᵀ·q` (`[kend, D]`, inner 64).
@@ -47,7 +47,7 @@ pub enum AttentionProducts {
     /// default where the CPU lacks AVX2).
     Sgemm,
     /// Not a kernel for the blocked path's products but a whole fused attention
-    /// (`attention_avx2`): every operand packed once per head, six queries at a time,
+    /// (`attention_fused`): every operand packed once per head, six queries at a time,
     /// in tiles of 32 columns on AVX-512 (head sizes a multiple of 32) or of 16 with
     /// AVX2 and FMA. The default where the CPU has AVX2 and FMA; where it lacks them, or
     /// the head size is not a multiple of 16, attention runs the blocked path with
@@ -110,10 +110,10 @@ impl AttentionProducts {
     /// The fused kernel's tile for heads of `head_dim` on this CPU, or `None` where
     /// attention takes the blocked path (not a fused choice, or the kernel cannot run).
     #[cfg(target_arch = "x86_64")]
-    pub(crate) fn fused_width(self, head_dim: usize) -> Option<crate::attention_avx2::Width> {
+    pub(crate) fn fused_width(self, head_dim: usize) -> Option<crate::attention_fused::Width> {
         match self {
-            AttentionProducts::Fused => crate::attention_avx2::width(head_dim, true),
-            AttentionProducts::FusedAvx2 => crate::attention_avx2::width(head_dim, false),
+            AttentionProducts::Fused => crate::attention_fused::width(head_dim, true),
+            AttentionProducts::FusedAvx2 => crate::attention_fused::width(head_dim, false),
             AttentionProducts::Small | AttentionProducts::Sgemm => None,
         }
     }

@@ -55,7 +55,7 @@
 //!   (the `andrea` binary does).
 //! * **Fused ops**: attention runs one task per (batch, head) and keeps only the
 //!   log-sum-exp per row for the backward pass; with AVX2 + FMA and heads a multiple
-//!   of 16 it is one intrinsics kernel (`attention_avx2`: operands packed once per head,
+//!   of 16 it is one intrinsics kernel (`attention_fused`: operands packed once per head,
 //!   six queries at a time over the keys they see, tiles of 16 columns, or 32 on
 //!   AVX-512; 1.3-1.5x the blocked path on the Zen 3,
 //!   benches/results/20261203T0418Z-zen3-fused-attention, 1.2-1.5x on the AVX-512 Zen 5,
@@ -77,7 +77,7 @@
 //! * **Layout**: each op family of `andrea_core::ops` is implemented in the module that
 //!   holds its kernels: `buffer` (memory), `gemm` (linalg: matmul, bias gradient,
 //!   `linear_gelu`), `elementwise`, `layernorm`, `softmax` (softmax and the loss),
-//!   `embedding`, `optim` and `attention` (with `attention_avx2` for the fused AVX2 /
+//!   `embedding`, `optim` and `attention` (with `attention_fused` for the fused AVX2 /
 //!   AVX-512 kernel and `attention_decode` for one query per sequence). This file is the backend's set-up.
 //! * **Determinism**: results are bit-identical from run to run *and for any thread
 //!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
@@ -99,9 +99,9 @@
 //! ```
 
 mod attention;
-#[cfg(target_arch = "x86_64")]
-mod attention_avx2;
 mod attention_decode;
+#[cfg(target_arch = "x86_64")]
+mod attention_fused;
 mod attention_products;
 #[cfg(target_arch = "x86_64")]
 mod avx2;

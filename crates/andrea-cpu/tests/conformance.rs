@@ -108,7 +108,7 @@ mod fused_attention {
     //! both). On a CPU without AVX2 and FMA every case takes the blocked path, and the
     //! test says so on stderr. Sizes past the suite's (several query blocks, T up to
     //! 300) and the bit-equality of the two tiles are in the unit tests of
-    //! `src/attention_avx2.rs`.
+    //! `src/attention_fused.rs`.
     use andrea_cpu::{AttentionProducts, CpuBackend};
 
     macro_rules! attention {

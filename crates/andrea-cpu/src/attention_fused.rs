@@ -1,7 +1,8 @@
 //! Fused causal attention for AVX2 + FMA and AVX-512 ([`crate::AttentionProducts::Fused`]):
 //! the training forward and backward of one (batch entry, head) per task with no call to
 //! a general GEMM, for head sizes that are a multiple of 16 (the tiny model's 32,
-//! ANDREA-120M's 64).
+//! ANDREA-120M's 64). (Named `attention_avx2.rs` until it got its AVX-512 tile; results
+//! folders older than 2026-12-03 17:00 UTC use that name.)
 //!
 //! Why: the `attention` module's blocked path runs its seven per-head products through
 //! `sgemm_strided`, which packs both operands on every call and re-packs `kᵀ` and `vᵀ`
