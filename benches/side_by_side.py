@@ -33,7 +33,8 @@ the median of its timed iterations). Beside it, for hosts whose speed swings: th
 median over the peer's single best run of that set-up (its `--compile auto` calibration
 run included), and each side's spread (fastest over slowest run); a row spread more than
 10% is marked unsteady, and a target met on the means but not against the peer's best
-run says so. `--table-from DIR` rebuilds the table from a sitting's raw outputs alone
+run says so. When the FMA or read probes before and after the runs differ by more than
+10%, the table says so and lists both (its % of peak columns take the higher). `--table-from DIR` rebuilds the table from a sitting's raw outputs alone
 into `DIR/table.rebuilt.md`, so any committed table can be checked.
 """
 
@@ -416,6 +417,20 @@ def write_table(out, command, threads, compile_mode, name):
                  "set-up's runs. Against the peer's best run: the same median over the "
                  "fastest single run of that set-up, its calibration run included. Spread: "
                  "fastest over slowest run, andrea / peer.")
+    # The probes before and after the runs should agree; when they do not, the % of
+    # peak columns (against the higher) can mislead, so both are printed.
+    def disagree(values):
+        values = [v for v in values if v]
+        return len(values) > 1 and max(values) > (1 + UNSTEADY) * min(values)
+    fma_key = "fma_512_gflops" if level == "avx512" else "fma_256_gflops"
+    fma_probes = [p.get(fma_key) for p in peaks_all]
+    read_probes = [p["read_gbps"][str(READ_MB)] for p in peaks_all]
+    if disagree(fma_probes) or disagree(read_probes):
+        listed = lambda vs: ", ".join(f"{v:.1f}" for v in vs if v)
+        lines.append(f"**Probes disagree** by more than {100 * UNSTEADY:.0f}%: FMA "
+                     f"{listed(fma_probes)} GFLOP/s, read {listed(read_probes)} GB/s (before, "
+                     "after). The % of peak columns are against the higher; recompute "
+                     "against the lower before quoting them.")
     if unsteady:
         lines.append(f"**Unsteady sitting**: a side's runs spread more than "
                      f"{100 * UNSTEADY:.0f}% in a row marked so; the host's swings, not the "
