@@ -6,8 +6,11 @@
 //! after two warm-up tokens; set them against `peaks`' read stream on as many threads.
 //!
 //! ```text
-//! cargo run --release -p andrea-cpu --example decode_products -- [THREADS=2] [TOKENS=40]
+//! cargo run --release -p andrea-cpu --example decode_products -- [THREADS=2] [TOKENS=40] [MODEL]
 //! ```
+//!
+//! `MODEL` `tiny` takes configs/tiny.toml's sizes instead (4 layers of 128, 7.5 MB of
+//! weights: they stay in the last-level cache, so the figures are its read rate).
 //!
 //! The inputs are small constants, not a model's activations: the products' speed does
 //! not depend on the values.
@@ -27,15 +30,23 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     };
     let (threads, tokens) = (arg(1, 2)?, arg(2, 40)?);
+    // (d_model, MLP width, vocabulary, layers)
+    let dims = match std::env::args().nth(3).as_deref() {
+        None | Some("andrea-120m") => (768, 3072, 8449, 12),
+        Some("tiny") => (128, 512, 8449, 4),
+        Some(other) => return Err(format!("argument 3: andrea-120m or tiny, not {other:?}").into()),
+    };
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()?;
-    rayon::scope(|_| run(tokens))
+    rayon::scope(|_| run(tokens, dims))
 }
 
-fn run(tokens: usize) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn run(
+    tokens: usize,
+    (c, f, v, layers): (usize, usize, usize, usize),
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let be = CpuBackend::new();
-    let (c, f, v, layers) = (768usize, 3072usize, 8449usize, 12usize);
     let fill = |len: usize, s: u32| -> Vec<f32> {
         (0..len)
             .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(s) >> 8) as f32 / 8e9)
