@@ -10,7 +10,10 @@
 //!   weights): `B` is cut into chunks of [`CHUNK_K`] whole rows, one contiguous block of
 //!   memory each. A task walks its chunk four rows at a time,
 //!   `p += a0·b0 + a1·b1 + a2·b2 + a3·b3`, into a partial row `p[m, n]` of its own; the
-//!   partials are then added in chunk order.
+//!   partials are then added in chunk order. With AVX-512, one row of `A` (batch-1
+//!   decoding) and rows of at most [`ROW_REGISTERS_MAX_N`] floats, the partial row stays
+//!   in registers instead, up to 384 columns at a time, while the chunk's rows stream
+//!   past (`gemv_avx512::row_chunk_one`; same bits).
 //! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
@@ -53,6 +56,15 @@ pub(crate) const CHUNK_K: usize = 64;
 /// to 38.4-42.5 GB/s (4 alternating rounds, ahead in each), level at AVX-512
 /// (benches/results/20261203T1530Z-zen5-gemv-row-blocks).
 const ROW_BLOCK: usize = 64;
+/// The widest product whose row-form chunks take `gemv_avx512::row_chunk_one` (the
+/// partial row in registers) at batch 1: a chunk of 64 rows of at most 512 floats is at
+/// most 128 KB, so the passes over its column blocks after the first read it from L2.
+/// Measured on the tiny model's products (n = 128 to 512, weights in L3): the token's
+/// products 70-71 -> 64 µs (`decode_products 2 3000 tiny`, three alternating rounds,
+/// benches/results/20261203T1925Z-zen5-gemv-row-registers); ANDREA-120M's (n >= 768,
+/// from DRAM) measured within the host's noise either way (+8%, -4%, -4%), so they keep
+/// the four-rows-per-pass loop.
+const ROW_REGISTERS_MAX_N: usize = 512;
 /// Columns of `C` (rows of `W`) per task in the column form.
 pub(crate) const BAND_N: usize = 32;
 /// Products reading fewer weights than this run on the calling thread: spreading 256 KB
@@ -130,6 +142,13 @@ impl Gemv<'_> {
                         (rows - 1) * self.b_rs + n,
                     )
                 };
+                #[cfg(target_arch = "x86_64")]
+                if m == 1 && n <= ROW_REGISTERS_MAX_N && crate::simd::has_avx512() {
+                    // SAFETY: the CPU has AVX-512 F.
+                    return unsafe {
+                        crate::gemv_avx512::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
+                    };
+                }
                 row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
             };
             if k * n >= MIN_PARALLEL {
@@ -361,6 +380,39 @@ mod tests {
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
+    }
+
+    /// The AVX-512 row form for one row of `A` (the partial row in registers) gives the
+    /// bits of the generic chunk (four rows per pass), at widths that take every block
+    /// size and a masked tail, and chunks of one, three and 64 rows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_row_chunk_one_has_the_bits_of_the_generic_chunk() {
+        if !crate::simd::has_avx512() {
+            return;
+        }
+        for &n in &[1, 15, 16, 17, 40, 128, 384, 400, 512, 769] {
+            for &rows in &[1, 3, 64] {
+                let (k, k0, ws) = (rows + 5, 5, n + 3);
+                let x = values(k, 7);
+                let w = values((rows - 1) * ws + n, 8);
+                let start = values(n, 9);
+                let mut want = start.clone();
+                row_chunk(&mut want, &x, k, k0, rows, &w, ws, 1, n);
+                let mut got = start.clone();
+                // SAFETY: the CPU has AVX-512 F (checked above).
+                unsafe { crate::gemv_avx512::row_chunk_one(&mut got, &x[k0..k0 + rows], &w, ws) };
+                for j in 0..n {
+                    assert_eq!(
+                        got[j].to_bits(),
+                        want[j].to_bits(),
+                        "n {n} rows {rows}: part[{j}] = {}, want {}",
+                        got[j],
+                        want[j]
+                    );
+                }
+            }
+        }
     }
 
     /// The AVX-512 column form gives the bits of the generic dot product, at lengths

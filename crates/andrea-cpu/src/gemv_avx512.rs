@@ -77,7 +77,7 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// in memory order with one load per FMA. Against [`rows_together`] on the tiny model's
 /// output layer (`k` = 128, weights in L3), 2 Zen 5 cores: 34-41 -> 29-36 µs a token
 /// (one thread: 57 -> 71-77 GB/s), three alternating rounds each
-/// (benches/results/20261203T1955Z-zen5-gemv-rows-in-turn/).
+/// (benches/results/20261203T1915Z-zen5-gemv-rows-in-turn/).
 ///
 /// # Safety
 /// As [`sixteen_dots`], with `x.len() >= NV·16`.
@@ -198,4 +198,76 @@ pub(crate) unsafe fn sixteen_dots(x: &[f32], row: impl Fn(usize) -> *const f32, 
     // SAFETY: `all` is 16 floats.
     unsafe { _mm512_storeu_ps(all.as_mut_ptr(), dots) };
     out.copy_from_slice(&all[..out.len()]);
+}
+
+/// The row form's chunk for one row of `A` (`m = 1`, a decoded token):
+/// `part[j] += Σ_r a[r]·w[r·ws + j]` over the chunk's rows in order, with the partial
+/// row held in registers, up to 24 vectors (384 columns) at a time: each row's block is
+/// read front to back, one load per FMA, and the partial row is loaded and stored once
+/// per block rather than once per four rows. Each element gets the same fused steps in
+/// the same row order as the generic `row_chunk`: the same bits.
+///
+/// # Safety
+/// The CPU must have AVX-512 F. (Bounds are asserted.)
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
+    let (n, rows) = (part.len(), a.len());
+    assert!(rows > 0 && w.len() >= (rows - 1) * ws + n);
+    let mut j0 = 0;
+    // SAFETY (all calls): columns j0.. of each of the `rows` rows of `w` and of `part`
+    // are in bounds (asserted), each call covering what is left of them or less.
+    unsafe {
+        while n - j0 >= 16 {
+            j0 += match (n - j0) / 16 {
+                24.. => row_block::<24>(part, a, w, ws, j0),
+                16.. => row_block::<16>(part, a, w, ws, j0),
+                8.. => row_block::<8>(part, a, w, ws, j0),
+                4.. => row_block::<4>(part, a, w, ws, j0),
+                2.. => row_block::<2>(part, a, w, ws, j0),
+                _ => row_block::<1>(part, a, w, ws, j0),
+            };
+        }
+        if j0 < n {
+            let k = crate::avx512::first(n - j0);
+            let p = part.as_mut_ptr().add(j0);
+            let mut acc = _mm512_maskz_loadu_ps(k, p);
+            for (r, &ar) in a.iter().enumerate() {
+                let wv = _mm512_maskz_loadu_ps(k, w.as_ptr().add(r * ws + j0));
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(ar), wv, acc);
+            }
+            _mm512_mask_storeu_ps(p, k, acc);
+        }
+    }
+}
+
+/// Columns `j0..j0 + NV·16` of [`row_chunk_one`]; returns `NV·16`.
+///
+/// # Safety
+/// As [`row_chunk_one`], with those columns in bounds.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn row_block<const NV: usize>(
+    part: &mut [f32],
+    a: &[f32],
+    w: &[f32],
+    ws: usize,
+    j0: usize,
+) -> usize {
+    // SAFETY: columns j0..j0 + NV·16 of `part` and of each row are in bounds (the
+    // caller's promise).
+    unsafe {
+        let p = part.as_mut_ptr().add(j0);
+        let mut acc: [__m512; NV] = std::array::from_fn(|v| _mm512_loadu_ps(p.add(v * L)));
+        for (r, &ar) in a.iter().enumerate() {
+            let av = _mm512_set1_ps(ar);
+            let wr = w.as_ptr().add(r * ws + j0);
+            for (v, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm512_fmadd_ps(av, _mm512_loadu_ps(wr.add(v * L)), *acc);
+            }
+        }
+        for (v, acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(p.add(v * L), *acc);
+        }
+    }
+    NV * L
 }
