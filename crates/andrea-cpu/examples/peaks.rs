@@ -14,8 +14,14 @@
 //!   (Intel server cores) reads twice as much at 512 bits.
 //! * `read_gbps`: for each size in `--read-mb`, every thread sums its contiguous share of
 //!   one buffer (8 AVX accumulators, no writes), bytes read / seconds, best of `--reps`
-//!   after one untimed pass. A size past the last-level cache is the DRAM read
-//!   bandwidth; the decode's weights are read once per token in the same pattern. The
+//!   passes after one untimed pass, on threads started once, each pass begun on all of
+//!   them at a spinning barrier. A size past the last-level cache is the DRAM read
+//!   bandwidth; the decode's weights are read once per token in the same pattern. A size
+//!   that cache holds (8 MiB, about the tiny model's weights) is its read rate: on this
+//!   project's 2-core Zen 5 host 157-224 GB/s (2026-12-03), where fresh threads per pass
+//!   and a sleeping barrier (this probe until then) read 118-174, the threads' start-up
+//!   and wake-up counted as reading time in a pass of 40 µs; the DRAM figure is the same
+//!   either way (five alternating pairs, 2048 MiB: within 0-7%). The
 //!   buffer is advised transparent huge pages, as the CPU backend's large buffers are
 //!   (a stream over 4 KiB pages reads about a fifth slower on this project's machine).
 //! * `read_gbps_4k`: the same stream over a buffer left on 4 KiB pages, for comparison.
@@ -87,6 +93,77 @@ fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 
         best = best.min(t);
     }
     best
+}
+
+/// A barrier whose threads spin rather than sleep: a thread woken from a futex can start
+/// microseconds after the others, which in a pass of 40 µs (8 MiB from the last-level
+/// cache) would count as reading time.
+struct SpinBarrier {
+    threads: usize,
+    arrived: std::sync::atomic::AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(threads: usize) -> Self {
+        SpinBarrier {
+            threads,
+            arrived: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The `round`-th wait (0, 1, ...): returns once every thread has arrived at it.
+    fn wait(&self, round: usize) {
+        use std::sync::atomic::Ordering;
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        while self.arrived.load(Ordering::Acquire) < (round + 1) * self.threads {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Runs `pass(thread)` on `threads` threads started once, one untimed pass and then
+/// `reps` timed ones, each started on all threads at once (a barrier); the shortest
+/// span from the first thread's start to the last one's end. Each thread reads the same
+/// share in every pass, as each of the backend's threads mostly takes the same part of
+/// a product from token to token, so a buffer that fits the caches is read from them.
+fn best_pass(threads: usize, reps: usize, pass: impl Fn(usize) -> f32 + Sync) -> f64 {
+    let barrier = SpinBarrier::new(threads);
+    let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|i| {
+                let (pass, barrier) = (&pass, &barrier);
+                s.spawn(move || {
+                    std::hint::black_box(pass(i));
+                    (0..reps)
+                        .map(|r| {
+                            barrier.wait(r);
+                            let t0 = Instant::now();
+                            std::hint::black_box(pass(i));
+                            (t0, Instant::now())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("probe thread"))
+            .collect()
+    });
+    (0..reps)
+        .map(|r| {
+            let start = spans
+                .iter()
+                .map(|t| t[r].0)
+                .min()
+                .expect("one thread or more");
+            let end = spans
+                .iter()
+                .map(|t| t[r].1)
+                .max()
+                .expect("one thread or more");
+            end.duration_since(start).as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -216,8 +293,7 @@ fn main() {
                 let pass = |i: usize| unsafe {
                     x86::sum(&buf[(i * share).min(n)..((i + 1) * share).min(n)])
                 };
-                best_of(th, 1, pass);
-                let t = best_of(th, args.reps, pass);
+                let t = best_pass(th, args.reps, pass);
                 let entry = format!("\"{mb}\": {:.2}", (4 * n) as f64 / t / 1e9);
                 if huge { &mut read } else { &mut read_4k }.push(entry);
             }

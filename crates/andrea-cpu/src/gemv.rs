@@ -18,21 +18,20 @@
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
 //!
-//! **The bound on this project's 2-core Zen 5 host** (measured 2026-12-02, results in
-//! `benches/results/20261202T0715Z-decode-tiny-2/`). A tiny-model token (configs/tiny.toml)
-//! reads 7.47 MB of weights: 4 layers × (128·384 + 128·128 + 128·512 + 512·128) floats =
-//! 3.15 MB, plus the tied output layer's 8449 × 128 floats = 4.33 MB. That is more than
-//! the two 1 MB L2 caches, so every token streams them from L3. The L3 read stream on 2
-//! threads (`peaks --threads 2 --read-mb 4,8,16`, five loaded runs) gave 8 MiB: 75-93
-//! GB/s, median 78; 16 MiB: 58-92, median 88. At 78 GB/s the weights alone take 96 µs
-//! a token: **about 10,500 tokens/s from the L3 stream alone** (12,500 at the best 93.5
-//! GB/s; one thread alone read 8 MiB at a median 102.8 GB/s on the loaded host, a
-//! 13,760 tokens/s bound, though the decode on one thread runs at 6,300), before
-//! attention (which also streams the KV cache), the small ops and the fork/joins.
-//! The products ran at about 68 GB/s on a quieter host (matmul + linear_gelu, 0.108 ms
-//! for 7.4 MB), and at 42-48 GB/s at load 6-7 while the stream read 83-103 GB/s in the
-//! same hour: the gap to the bound is in the product kernels (small products' fork/joins
-//! and the partial row read and written every four rows), not in L3.
+//! **The bound on this project's 2-core Zen 5 host.** A tiny-model token
+//! (configs/tiny.toml) reads 7.47 MB of weights: 4 layers × (128·384 + 128·128 + 128·512
+//! + 512·128) floats = 3.15 MB, plus the tied output layer's 8449 × 128 floats = 4.33 MB.
+//! That is more than the two 1 MB L2 caches, so every token streams them from L3. An
+//! earlier probe put the L3 read stream at 75-93 GB/s on 2 threads and this path near
+//! that bound (benches/results/20261202T0715Z-decode-tiny-2/); it timed fresh threads
+//! woken by a sleeping barrier. Threads started once and released together read 8 MiB
+//! at 157-224 GB/s (`peaks --threads 2 --read-mb 8`, 2026-12-03,
+//! benches/results/20261203T1940Z-zen5-read-probe-cache/): 33-48 µs a token, a bound
+//! of 21,000-30,000 tokens/s, where the decode ran at 10,000-11,000. The gap is in
+//! the product kernels (the tiny model's products alone: 64-83 µs a token,
+//! `decode_products 2 3000 tiny`), attention and the small ops, and the fork/joins (a
+//! rayon join of two tasks costs ~1.3 µs over the work on this host, ~9 µs when the
+//! other worker has gone to sleep after ~15-30 µs idle), not in L3.
 //!
 //! Chunks and bands are fixed by the sizes and every sum runs in a fixed order, so, like
 //! the GEMM, the result does not depend on the thread count. It may differ from the GEMM
