@@ -19,8 +19,9 @@
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
 //!
 //! **The bound on this project's 2-core Zen 5 host.** A tiny-model token
-//! (configs/tiny.toml) reads 7.47 MB of weights: 4 layers × (128·384 + 128·128 + 128·512
-//! + 512·128) floats = 3.15 MB, plus the tied output layer's 8449 × 128 floats = 4.33 MB.
+//! (configs/tiny.toml) reads 7.47 MB of weights: 4 layers × (128·384 + 128·128 +
+//! 128·512 + 512·128) floats = 3.15 MB, plus the tied output layer's 8449 × 128 floats =
+//! 4.33 MB.
 //! That is more than the two 1 MB L2 caches, so every token streams them from L3. An
 //! earlier probe put the L3 read stream at 75-93 GB/s on 2 threads and this path near
 //! that bound (benches/results/20261202T0715Z-decode-tiny-2/); it timed fresh threads
