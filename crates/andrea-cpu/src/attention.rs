@@ -80,28 +80,33 @@ impl HeadsPtr {
         self.seq_stride
     }
 
-    /// Rows `0..rows` of heads `0..heads` of batch entry `b`, as one slice from the first
-    /// row's start to the last row's end (rows at stride `seq_stride`, heads side by
-    /// side within a row).
+    /// Rows `0..rows` of heads `h0..h1` of batch entry `b`, as one slice from the first
+    /// row's head `h0` to the last row's head `h1 - 1` (rows at stride `seq_stride`,
+    /// heads side by side within a row).
     ///
     /// # Safety
     /// The rows and heads must lie inside the checked view, and nothing may write them
     /// while the slice lives.
-    pub(crate) unsafe fn rows<'a>(&self, b: usize, rows: usize, heads: usize) -> &'a [f32] {
-        let o = head(*self, b, 0);
-        let len = (rows.max(1) - 1) * self.seq_stride + heads * self.head_dim;
+    pub(crate) unsafe fn rows<'a>(
+        &self,
+        b: usize,
+        rows: usize,
+        (h0, h1): (usize, usize),
+    ) -> &'a [f32] {
+        let o = head(*self, b, h0);
+        let len = (rows.max(1) - 1) * self.seq_stride + (h1 - h0) * self.head_dim;
         // SAFETY: inside the checked view (the caller's promise).
         unsafe { std::slice::from_raw_parts(o.ptr.get(), len) }
     }
 
-    /// Row 0 of heads `0..heads` of batch entry `b`, to write.
+    /// Row 0 of heads `h0..h1` of batch entry `b`, to write.
     ///
     /// # Safety
     /// Inside the checked view, and no other reference to it while the slice lives.
-    pub(crate) unsafe fn row_mut<'a>(&self, b: usize, heads: usize) -> &'a mut [f32] {
-        let o = head(*self, b, 0);
+    pub(crate) unsafe fn row_mut<'a>(&self, b: usize, (h0, h1): (usize, usize)) -> &'a mut [f32] {
+        let o = head(*self, b, h0);
         // SAFETY: inside the checked view, exclusive (the caller's promise).
-        unsafe { std::slice::from_raw_parts_mut(o.ptr.get(), heads * self.head_dim) }
+        unsafe { std::slice::from_raw_parts_mut(o.ptr.get(), (h1 - h0) * self.head_dim) }
     }
 }
 

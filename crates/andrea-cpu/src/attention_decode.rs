@@ -24,21 +24,24 @@
 //! and one token at a time.
 //!
 //! **Threads.** A decoded token's attention is `B·H` heads of `2·n·D` multiply-adds
-//! (tiny model, batch 1: 4 heads, at most 2·256·32 each): handing a few microseconds
-//! of work to a second thread costs about as much as it saves, so below
-//! [`MIN_PARALLEL_MACS`] the sequences run on the calling thread, above it one task per
-//! sequence.
+//! (tiny model, batch 1: 4 heads, at most 2·256·32 each), a few microseconds. Below
+//! [`MIN_PARALLEL_MACS`] the sequences run on the calling thread; above it they are
+//! shared out through the spinning team (`team` module), one task per sequence, or per
+//! group of a sequence's heads when there are fewer sequences than threads (batch 1 on
+//! 2 threads: two groups of two heads). Through rayon's fork/join (~1.4 µs a join) the
+//! threshold was 2^17 and batch 1 stayed on one thread; with the team and the head
+//! groups, 2^12: tiny decode at batch 1 11,700 -> 12,000 tokens/s (six alternating
+//! rounds, 2^14 in between; benches/results/20261203T1950Z-zen5-decode-team).
 
 use std::cell::Cell;
 
-use rayon::prelude::*;
-
 use crate::attention::{causal_softmax, HeadsPtr};
+use crate::buffer::SendPtr;
 use crate::simd::{multiversion, MulAdd};
 
 /// Multiply-adds of a whole call (`B·H·2·n·D`) below which the heads run on the calling
-/// thread (measured, benches/results/20261202T*-decode-tiny).
-pub(crate) const MIN_PARALLEL_MACS: usize = 1 << 17;
+/// thread (see the module docs).
+pub(crate) const MIN_PARALLEL_MACS: usize = 1 << 12;
 
 thread_local! {
     /// A task's scores, reused across calls so a decoding step allocates nothing.
@@ -63,24 +66,45 @@ pub(crate) unsafe fn forward(
 ) {
     let n = (pos_offset + 1).min(k_len);
     let d = q.head_dim();
-    // One task per sequence, all its heads: the heads of a position lie side by side, so
-    // walking positions in the outer loop reads the cached keys, then values, in
-    // contiguous runs of `H·D` floats instead of `D`-float pieces at a stride.
-    let task = |(b, l): (usize, &mut [f32])| {
+    let batch = lse.len() / heads;
+    // Tasks: each sequence's heads, in groups when there are fewer sequences than
+    // threads (batch 1: the heads shared out), all of a group's heads at once: the heads
+    // of a position lie side by side, so walking positions in the outer loop reads the
+    // cached keys, then values, in contiguous runs of the group's `D`-float heads rather
+    // than one head's `D` floats at the cache's stride, head after head.
+    let threads = rayon::current_num_threads();
+    let parallel = lse.len() * 2 * n * d >= MIN_PARALLEL_MACS;
+    let groups = if parallel && batch < threads {
+        heads.min(threads.div_ceil(batch))
+    } else {
+        1
+    };
+    let lse_ptr = SendPtr(lse.as_mut_ptr());
+    let task = |t: usize| {
+        let (b, g) = (t / groups, t % groups);
+        let hs = (g * heads / groups, (g + 1) * heads / groups);
+        let hg = hs.1 - hs.0;
         let mut s = SCORES.take();
         s.clear();
-        s.resize(heads * k_len, 0.0);
-        // SAFETY: sequence b inside the checked views: one row of q and out, n rows of k
-        // and v, all heads; each task writes only its own sequence's row of `out`.
-        let (qr, kr, vr, or) = unsafe {
+        s.resize(hg * k_len, 0.0);
+        // SAFETY: sequence b, heads hs, inside the checked views: one row of q and out,
+        // n rows of k and v; each task writes only its own heads of its sequence's row
+        // of `out` and their entries of `lse`.
+        let (qr, kr, vr, or, l) = unsafe {
             (
-                q.rows(b, 1, heads),
-                k.rows(b, n, heads),
-                v.rows(b, n, heads),
-                out.row_mut(b, heads),
+                q.rows(b, 1, hs),
+                k.rows(b, n, hs),
+                v.rows(b, n, hs),
+                out.row_mut(b, hs),
+                std::slice::from_raw_parts_mut(lse_ptr.get().add(b * heads + hs.0), hg),
             )
         };
-        let shape = Shape { n, k_len, heads, d };
+        let shape = Shape {
+            n,
+            k_len,
+            heads: hg,
+            d,
+        };
         scores_any(qr, kr, k.seq_stride(), &mut s, shape);
         for (row, lh) in s.chunks_exact_mut(k_len).zip(l) {
             let lh = std::slice::from_mut(lh);
@@ -89,10 +113,10 @@ pub(crate) unsafe fn forward(
         weighted_sum(&s, vr, v.seq_stride(), or, shape);
         SCORES.set(s);
     };
-    if lse.len() * 2 * n * d >= MIN_PARALLEL_MACS {
-        lse.par_chunks_mut(heads).enumerate().for_each(task);
+    if parallel {
+        crate::team::for_each(batch * groups, &task);
     } else {
-        lse.chunks_mut(heads).enumerate().for_each(task);
+        (0..batch).for_each(task);
     }
 }
 
@@ -242,10 +266,17 @@ mod tests {
     /// One query per head over caches of several lengths, against an f64 softmax
     /// attention: the output and the base-2 log-sum-exp; a head size with a tail past
     /// the 16-lane dot products; and the same bits on 1 and 2 threads on both sides of
-    /// the parallel threshold.
+    /// the parallel threshold, for two sequences (one task each) and for one (its three
+    /// heads in two groups of one and two on 2 threads).
     #[test]
     fn matches_an_f64_reference_on_any_thread_count() {
-        let (b, h, d, t_max) = (2, 3, 20, 300);
+        for b in [2, 1] {
+            matches_an_f64_reference_for(b);
+        }
+    }
+
+    fn matches_an_f64_reference_for(b: usize) {
+        let (h, d, t_max) = (3, 20, 300);
         let c = h * d;
         let mut r = andrea_testkit::random::Rand::new(11);
         let (q, k, v) = (
@@ -264,7 +295,8 @@ mod tests {
             let (qb, kb, vb, ob) = (up(&q), up(&k), up(&v), be.alloc(b * c).unwrap());
             let heads = |buf, t| Heads::from_tensor(View::new(buf, 0, [b, t, c]), h).unwrap();
             let mut run_bits = Vec::new();
-            // pos 299: 6 heads · 2·300·20 multiply-adds, past the parallel threshold.
+            // Parallel from pos 17 (two sequences) or 34 (one): B·3·2·(pos + 1)·20
+            // multiply-adds reach MIN_PARALLEL_MACS.
             for pos in [0, 1, 3, 16, 37, 299] {
                 let tk = pos + 1;
                 let shape = AttentionShape {
@@ -323,6 +355,6 @@ mod tests {
             }
             bits.push(run_bits);
         }
-        assert_eq!(bits[0], bits[1], "1 and 2 threads differ");
+        assert_eq!(bits[0], bits[1], "batch {b}: 1 and 2 threads differ");
     }
 }

@@ -39,7 +39,6 @@
 //! path's in the last bits (another summation order): prefill and decode agree to f32
 //! rounding, as the KV-cache tests check.
 
-use rayon::prelude::*;
 use std::cell::Cell;
 
 use crate::buffer::SendPtr;
@@ -67,9 +66,14 @@ const ROW_BLOCK: usize = 64;
 const ROW_REGISTERS_MAX_N: usize = 512;
 /// Columns of `C` (rows of `W`) per task in the column form.
 pub(crate) const BAND_N: usize = 32;
-/// Products reading fewer weights than this run on the calling thread: spreading 256 KB
-/// over threads costs more than it saves.
-const MIN_PARALLEL: usize = 1 << 16;
+/// Products reading fewer weights than this run on the calling thread; larger ones are
+/// shared out through the spinning team (`team` module). With rayon's fork/join (~1.4 µs
+/// a join on the Zen 5 host) the threshold was 2^16 weights (256 KB: 2^17 measured
+/// 0.81x, 2^15 level, benches/results/20261203T1730Z-zen5-gemv-min-parallel-not-kept);
+/// with the team, 2^14 takes the tiny model's QKV (49k weights) to two threads: 10 -> 7
+/// µs for its four layers, the token's products 61 -> 58 µs (three alternating rounds,
+/// 2^13 level with 2^14; benches/results/20261203T1950Z-zen5-decode-team).
+const MIN_PARALLEL: usize = 1 << 14;
 
 /// One validated product with few rows. Pointers are to element (0, 0); `c` has unit
 /// column stride; `b` has a unit column stride (row form) or a unit row stride (column
@@ -152,7 +156,14 @@ impl Gemv<'_> {
                 row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
             };
             if k * n >= MIN_PARALLEL {
-                p.par_chunks_mut(m * n).enumerate().for_each(chunk);
+                let pp = SendPtr(p.as_mut_ptr());
+                crate::team::for_each(k.div_ceil(CHUNK_K), &|ci| {
+                    // SAFETY: chunk ci's partial row, `m·n` floats of `p`, disjoint from
+                    // the other chunks'.
+                    let part =
+                        unsafe { std::slice::from_raw_parts_mut(pp.get().add(ci * m * n), m * n) };
+                    chunk((ci, part));
+                });
             } else {
                 p.chunks_mut(m * n).enumerate().for_each(chunk);
             }
@@ -194,7 +205,7 @@ impl Gemv<'_> {
                 }
             };
             if k * n >= MIN_PARALLEL {
-                (0..bands).into_par_iter().for_each(run_band);
+                crate::team::for_each(bands, &run_band);
             } else {
                 (0..bands).for_each(run_band);
             }
