@@ -262,27 +262,16 @@ mod tests {
             .num_threads(3)
             .build()
             .expect("pool");
-        pool.install(|| {
-            rayon::join(
-                || {
-                    for _ in 0..200 {
-                        let counts: Vec<AtomicU32> = (0..9).map(|_| AtomicU32::new(0)).collect();
-                        for_each(9, &|p| {
-                            counts[p].fetch_add(1, Ordering::Relaxed);
-                        });
-                        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
-                    }
-                },
-                || {
-                    for _ in 0..200 {
-                        let counts: Vec<AtomicU32> = (0..5).map(|_| AtomicU32::new(0)).collect();
-                        for_each(5, &|p| {
-                            counts[p].fetch_add(1, Ordering::Relaxed);
-                        });
-                        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
-                    }
-                },
-            );
-        });
+        // 200 jobs of `parts` parts, each part counted once.
+        let jobs = |parts: usize| {
+            for _ in 0..200 {
+                let counts: Vec<AtomicU32> = (0..parts).map(|_| AtomicU32::new(0)).collect();
+                for_each(parts, &|p| {
+                    counts[p].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+            }
+        };
+        pool.install(|| rayon::join(|| jobs(9), || jobs(5)));
     }
 }
