@@ -188,7 +188,6 @@ impl Gemv<'_> {
                         (cols - 1) * self.b_cs + k,
                     )
                 };
-                let mut dots = [0.0f32; BAND_N * MAX_ROWS];
                 let band = Band {
                     x,
                     w,
@@ -197,6 +196,14 @@ impl Gemv<'_> {
                     k,
                     cols,
                 };
+                if m == 1 && self.plain() {
+                    // The bare product of one row (the output layer's logits): straight
+                    // into C, without the band's scratch and the copy out of it.
+                    // SAFETY: columns j0..j0+cols of row 0 of C; bands are disjoint.
+                    let c = unsafe { std::slice::from_raw_parts_mut(self.c_row(0).add(j0), cols) };
+                    return column_band_any(c, band);
+                }
+                let mut dots = [0.0f32; BAND_N * MAX_ROWS];
                 column_band_any(&mut dots, band);
                 for i in 0..m {
                     // SAFETY: columns j0..j0+cols of row i of C; bands are disjoint.
@@ -220,6 +227,14 @@ impl Gemv<'_> {
 
     /// `c = (c if accumulating) + bias + product`, then the GELU epilogue, for columns
     /// `j0..j0 + c.len()` of row `i`.
+    /// Whether `C` is the bare product: no accumulation, bias or GELU epilogue.
+    fn plain(&self) -> bool {
+        !self.accumulate
+            && self.bias.is_none()
+            && self.gelu_out.is_none()
+            && self.gelu_grad_of.is_none()
+    }
+
     fn finish(&self, c: &mut [f32], product: &[f32], i: usize, j0: usize) {
         for (j, (cv, &pv)) in c.iter_mut().zip(product).enumerate() {
             let mut base = if self.accumulate { *cv } else { 0.0 };

@@ -77,7 +77,9 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// in memory order with one load per FMA. Against [`rows_together`] on the tiny model's
 /// output layer (`k` = 128, weights in L3), 2 Zen 5 cores: 34-41 -> 29-36 µs a token
 /// (one thread: 57 -> 71-77 GB/s), three alternating rounds each
-/// (benches/results/20261203T1915Z-zen5-gemv-rows-in-turn/).
+/// (benches/results/20261203T1915Z-zen5-gemv-rows-in-turn/). A prefetch of the same
+/// row of the next block took the products alone 64 -> 61-62 µs a token but the decode
+/// step to 0.95x (ABBA rounds): not kept (benches/results/20261203T2000Z-zen5-gemv-prefetch/).
 ///
 /// # Safety
 /// As [`sixteen_dots`], with `x.len() >= NV·16`.
