@@ -11,7 +11,9 @@
 //! * the causal softmax of `s_h / sqrt(D)` in place, keeping each row's base-2
 //!   log-sum-exp, by the fused kernel's own row function (`attention::causal_softmax`);
 //! * `out_h = Σ_j p_h[j] · v_{j,h}`, each element added in `j` order by fused
-//!   multiply-adds.
+//!   multiply-adds (with AVX-512, each head's output in registers while the positions
+//!   stream past: the op 22-24 -> 13 µs a tiny-model token,
+//!   benches/results/20261203T2025Z-zen5-decode-weighted-sum).
 //!
 //! The loops run over positions outside and heads inside: a position's heads lie side by
 //! side in the cache, so the keys and then the values are read in runs of `H·D` floats
@@ -110,7 +112,7 @@ pub(crate) unsafe fn forward(
             let lh = std::slice::from_mut(lh);
             causal_softmax(row, lh, 0, 1, k_len, pos_offset, scale);
         }
-        weighted_sum(&s, vr, v.seq_stride(), or, shape);
+        weighted_sum_any(&s, vr, v.seq_stride(), or, shape);
         SCORES.set(s);
     };
     if parallel {
@@ -216,6 +218,69 @@ multiversion! {
     }
 }
 
+/// [`weighted_sum`]; with AVX-512 and a head size of 16 to 128 in whole vectors, each
+/// head's output held in registers while the positions stream past
+/// ([`weighted_sum_avx512`]): the generic loop loads and stores the output row for every
+/// position and head, and at head size 32 spends more on the loop than on its two FMAs.
+/// The same bits either way.
+fn weighted_sum_any(p: &[f32], v: &[f32], vs: usize, out: &mut [f32], shape: Shape) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512() && shape.d.is_multiple_of(16) {
+        // SAFETY (every arm): the CPU has AVX-512 F; the head size is NV vectors.
+        unsafe {
+            match shape.d / 16 {
+                1 => return weighted_sum_avx512::<1>(p, v, vs, out, shape),
+                2 => return weighted_sum_avx512::<2>(p, v, vs, out, shape),
+                3 => return weighted_sum_avx512::<3>(p, v, vs, out, shape),
+                4 => return weighted_sum_avx512::<4>(p, v, vs, out, shape),
+                5 => return weighted_sum_avx512::<5>(p, v, vs, out, shape),
+                6 => return weighted_sum_avx512::<6>(p, v, vs, out, shape),
+                7 => return weighted_sum_avx512::<7>(p, v, vs, out, shape),
+                8 => return weighted_sum_avx512::<8>(p, v, vs, out, shape),
+                _ => {}
+            }
+        }
+    }
+    weighted_sum(p, v, vs, out, shape)
+}
+
+/// [`weighted_sum`] for a head size of `NV` vectors of 16: per head, `out_h` in `NV`
+/// registers, one broadcast of `p[h·k_len + j]` and `NV` fused multiply-adds per
+/// position, in `j` order from zero (the generic loop's operations on each element).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and `shape.d == NV·16`. (Bounds are asserted.)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn weighted_sum_avx512<const NV: usize>(
+    p: &[f32],
+    v: &[f32],
+    vs: usize,
+    out: &mut [f32],
+    shape: Shape,
+) {
+    use std::arch::x86_64::*;
+    let Shape { n, k_len, heads, d } = shape;
+    assert!(d == NV * 16 && out.len() >= heads * d);
+    assert!(n == 0 || (p.len() >= (heads - 1) * k_len + n && v.len() >= (n - 1) * vs + heads * d));
+    for h in 0..heads {
+        let mut acc = [_mm512_setzero_ps(); NV];
+        for (j, &pj) in p[h * k_len..][..n].iter().enumerate() {
+            let pv = _mm512_set1_ps(pj);
+            // SAFETY: position j's head h, d floats at j·vs + h·d, inside `v` (asserted).
+            let row = unsafe { v.as_ptr().add(j * vs + h * d) };
+            for (u, a) in acc.iter_mut().enumerate() {
+                // SAFETY: u·16 + 16 <= d floats of that row.
+                *a = _mm512_fmadd_ps(pv, unsafe { _mm512_loadu_ps(row.add(u * 16)) }, *a);
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            // SAFETY: head h's d floats of `out` (asserted).
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(h * d + u * 16), *a) };
+        }
+    }
+}
+
 multiversion! {
     avx512;
     /// `out_h = Σ_j p[h·k_len + j] · v_{j,h}`, each element added in `j` order, position
@@ -258,6 +323,33 @@ mod tests {
             let (mut want, mut got) = (vec![0.0f32; heads * k_len], vec![0.0f32; heads * k_len]);
             scores(&q, &k, ks, &mut want, shape);
             scores_any(&q, &k, ks, &mut got, shape);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "n {n}, {heads} heads of {d}");
+        }
+    }
+
+    /// The weighted sum of the kernels this CPU runs (the output in registers with
+    /// AVX-512) gives the generic loop's bits, at head sizes of one to eight vectors, a
+    /// size the fast path does not take, and zero positions.
+    #[test]
+    fn weighted_sum_gives_the_bits_of_the_generic_loop() {
+        use super::{weighted_sum, weighted_sum_any, Shape};
+        let mut r = andrea_testkit::random::Rand::new(5);
+        for (n, heads, d) in [
+            (37, 3, 32),
+            (1, 2, 16),
+            (20, 1, 128),
+            (9, 4, 48),
+            (5, 2, 20),
+            (0, 2, 32),
+        ] {
+            let (k_len, vs) = (n + 3, heads * d + 8);
+            let p = r.vec(heads * k_len, 0.0, 1.0);
+            let v = r.vec((n.max(1)) * vs, -1.0, 1.0);
+            let shape = Shape { n, k_len, heads, d };
+            let (mut want, mut got) = (vec![f32::NAN; heads * d], vec![f32::NAN; heads * d]);
+            weighted_sum(&p, &v, vs, &mut want, shape);
+            weighted_sum_any(&p, &v, vs, &mut got, shape);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "n {n}, {heads} heads of {d}");
         }
