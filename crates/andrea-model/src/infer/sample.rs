@@ -140,8 +140,32 @@ fn key(x: f32) -> f32 {
 /// Two passes: the maximum, then its first position. One pass that keeps the best index
 /// compares each logit with the best so far, a chain through every element (8449 of them
 /// per decoded token of the tiny model, a few µs); the maximum over 16 lanes has no such
-/// chain and vectorises, and the search for its first position stops early on average.
+/// chain and vectorises, and so does the search for its position, sixteen logits at a
+/// time before the one block that holds it. Compiled a second time for AVX2 and chosen at
+/// run time: over 8449 logits (the maximum at 6765) 4.7 µs as one generic pass with an
+/// element-by-element search, 2.1 with the blocked search, 1.2 with AVX2 on the Zen 5
+/// host (2026-12-03), a token of the tiny model decoding at ~12,000 tokens/s being ~85 µs.
 fn argmax(logits: &[f32]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { argmax_avx2(logits) };
+    }
+    argmax_generic(logits)
+}
+
+/// [`argmax_generic`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn argmax_avx2(logits: &[f32]) -> usize {
+    argmax_generic(logits)
+}
+
+#[inline(always)]
+fn argmax_generic(logits: &[f32]) -> usize {
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = logits.chunks_exact(LANES);
@@ -158,8 +182,17 @@ fn argmax(logits: &[f32]) -> usize {
     for l in lanes {
         max = if l > max { l } else { max };
     }
-    // `max` is one of the keys (or -∞ when every logit is NaN or -∞, found at 0).
-    logits.iter().position(|&x| key(x) == max).unwrap_or(0)
+    // `max` is one of the keys (or -∞ when every logit is NaN or -∞, found at 0): the
+    // first block of sixteen that holds it (a test of all sixteen, no early exit inside,
+    // so it vectorises), then its place in that block.
+    let mut base = 0;
+    for c in logits.chunks(LANES) {
+        if c.iter().fold(false, |found, &x| found | (key(x) == max)) {
+            return base + c.iter().position(|&x| key(x) == max).unwrap_or(0);
+        }
+        base += c.len();
+    }
+    0
 }
 
 #[cfg(test)]
@@ -200,6 +233,7 @@ mod tests {
                         .for_each(|x| *x = if *x > 0.0 { 0.0 } else { -0.0 });
                 }
                 assert_eq!(argmax(&v), one_pass(&v), "{v:?}");
+                assert_eq!(argmax_generic(&v), one_pass(&v), "generic: {v:?}");
             }
         }
         assert_eq!(argmax(&[f32::NAN; 20]), 0);
