@@ -497,6 +497,8 @@ mod tests {
             (1, 256, 300),
             (8, 300, 257),
             (2, 130, 700),
+            // One row, bare, in the column form (straight into C), on the parallel path.
+            (1, 130, 1061),
         ] {
             for column_form in [false, true] {
                 for (bias_on, acc, gelu_on) in [
