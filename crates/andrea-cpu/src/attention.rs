@@ -141,8 +141,6 @@ fn local(s: &mut [f32], cols: usize) -> Operand {
 /// skips most of the masked upper triangle (for T = 256, 62.5% of the full T×T work).
 const QUERY_BLOCK: usize = 64;
 
-/// A softmax row kernel: `(row, visible, scale) -> base-2 lse`.
-type SoftmaxRow = fn(&mut [f32], usize, f32) -> f32;
 /// An exponential row kernel: `(row, scale2, m2) -> Σ`, unsafe for its instruction set.
 type ExpRow = unsafe fn(&mut [f32], f32, f32) -> f32;
 
@@ -158,29 +156,17 @@ pub(crate) fn causal_softmax(
     pos_offset: usize,
     scale: f32,
 ) {
-    // The intrinsics row kernel for this CPU, if any (each returns the base-2 lse).
+    // The intrinsics kernel for this CPU, if any (each gives the base-2 lse).
     #[cfg(target_arch = "x86_64")]
-    let row_kernel: Option<SoftmaxRow> = if scale < 0.0 {
-        None
-    } else if simd::has_avx512() {
-        // SAFETY (both): the CPU has the kernel's instruction set; n >= 1.
-        Some(|row, n, scale| {
-            let (m, sum) = unsafe { crate::avx512::softmax_row(None, row, n, scale) };
-            m + sum.log2()
-        })
-    } else if simd::has_avx2_fma() {
-        let vis = |r: usize| visible(first_row + r, tq, tk, Some(pos_offset));
+    let vis = |r: usize| visible(first_row + r, tq, tk, Some(pos_offset));
+    #[cfg(target_arch = "x86_64")]
+    if scale >= 0.0 && simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512; scale >= 0; 1 <= visible <= tk.
+        unsafe { crate::avx512::softmax_rows(None, s, tk, vis, scale, |r, l| lse[r] = l) };
+        return;
+    } else if scale >= 0.0 && simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA; scale >= 0; 1 <= visible <= tk.
         unsafe { crate::avx2::softmax_rows(None, s, tk, vis, scale, |r, l| lse[r] = l) };
-        return;
-    } else {
-        None
-    };
-    #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = row_kernel {
-        for (r, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
-            *l = kernel(row, visible(first_row + r, tq, tk, Some(pos_offset)), scale);
-        }
         return;
     }
     causal_softmax_rows(s, lse, first_row, tq, tk, pos_offset, scale)

@@ -43,7 +43,8 @@ pub(crate) fn first(n: usize) -> __mmask16 {
     }
 }
 
-/// `2^z` on 16 lanes: [`simd::pow2`] step for step (`vscalefps` for `2^k`).
+/// `2^z` on 16 lanes: [`simd::pow2`] step for step (`vrndscaleps` for `round(z)`,
+/// `vscalefps` for `2^k`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn pow2(z: __m512) -> __m512 {
@@ -56,14 +57,16 @@ fn pow2(z: __m512) -> __m512 {
 #[target_feature(enable = "avx512f")]
 fn pow2_below<const HI: bool>(z: __m512) -> __m512 {
     use simd::pow2_consts as q;
-    let magic = _mm512_set1_ps(q::MAGIC);
     let z = _mm512_max_ps(_mm512_set1_ps(q::LO), z);
     let z = if HI {
         _mm512_min_ps(_mm512_set1_ps(q::HI), z)
     } else {
         z
     };
-    let k = _mm512_sub_ps(_mm512_add_ps(z, magic), magic);
+    // `k = round(z)`, ties to even: what adding and subtracting `q::MAGIC` gives on the
+    // clamped range, in one instruction instead of two (-10% on a row's exponentials).
+    // It may give `-0.0` where the trick gives `+0.0`; `z - k` and `2^k` are the same.
+    let k = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(z);
     let f = _mm512_sub_ps(z, k);
     // Horner, as `simd::poly2f`.
     let h = |acc, c: f32| _mm512_fmadd_ps(acc, f, _mm512_set1_ps(c));
@@ -364,6 +367,83 @@ pub(crate) unsafe fn softmax_row(
     }
 }
 
+/// Rows ahead whose source [`softmax_rows`] prefetches.
+const PREFETCH_ROWS: usize = 2;
+
+/// [`softmax_row`] over every row of `dst` (rows of `k_len`, row `r` with `visible(r)`
+/// visible values), from `src` (same shape) or in place; `lse(r, l)` receives row `r`'s
+/// base-2 log-sum-exp. The same bits as [`softmax_row`] row by row.
+///
+/// **Software-pipelined across rows**, three rows in flight. A row waits on itself twice:
+/// its exponentials on its maximum (a reduction across lanes), its scaling (`p = e / Σe`)
+/// on its sum (a tree of adds over the whole exponential pass, then a division), each
+/// 20-60 cycles of latency that one row alone cannot hide (perf put a quarter of the
+/// causal softmax's samples on these chains). So row `r + 1`'s maximum is taken before
+/// row `r`'s exponentials, and row `r - 1` is scaled after them, when its `1/Σ` has long
+/// been ready. With [`pow2_below`]'s one-instruction rounding, the causal softmax of
+/// `cargo bench --bench ops` went from 251 to 198 µs (medians of 4 alternated rounds,
+/// benches/results/20261204T0428Z-zen5-softmax-rows/). Each element still sees the same operations in the
+/// same order.
+///
+/// # Safety
+/// The CPU has AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+pub(crate) unsafe fn softmax_rows(
+    src: Option<&[f32]>,
+    dst: &mut [f32],
+    k_len: usize,
+    visible: impl Fn(usize) -> usize,
+    scale: f32,
+    mut lse: impl FnMut(usize, f32),
+) {
+    assert!(k_len >= 1 && scale >= 0.0 && src.is_none_or(|s| s.len() == dst.len()));
+    let rows = dst.len() / k_len;
+    let scale2 = scale * LOG2_E;
+    let d = dst.as_mut_ptr();
+    let s = src.map_or(d.cast_const(), |s| s.as_ptr());
+    let width = |r: usize| {
+        let n = visible(r);
+        assert!(n >= 1 && n <= k_len, "row {r}: {n} visible of {k_len}");
+        n
+    };
+    if rows == 0 {
+        return;
+    }
+    // The row whose scaling waits: (row, visible, 1/Σ, base-2 lse).
+    let mut pending: Option<(usize, usize, f32, f32)> = None;
+    // SAFETY (whole body): rows `r < rows` of `s` and `d` hold `k_len` elements, and every
+    // access stays in row `r`'s first `width(r)` (or, for the zeros, the rest of it). In
+    // place (`s == d`), row `r` is read (its max, then its exponentials) before its
+    // elements are written, and the zeros go where no read of the row looks.
+    unsafe {
+        let mut n_next = width(0);
+        let mut m2_next = max(s, n_next) * scale2;
+        for r in 0..rows {
+            let (n, m2) = (n_next, m2_next);
+            let (src_r, dst_r) = (s.add(r * k_len), d.add(r * k_len));
+            if src.is_some() && r + PREFETCH_ROWS < rows {
+                let ahead = r + PREFETCH_ROWS;
+                simd::prefetch_raw(s.add(ahead * k_len), width(ahead));
+            }
+            if r + 1 < rows {
+                n_next = width(r + 1);
+                m2_next = max(s.add((r + 1) * k_len), n_next) * scale2;
+            }
+            zero(dst_r.add(n), k_len - n);
+            let sum = exp_shifted(src_r, dst_r, n, scale2, m2);
+            if let Some((pr, pn, inv, l)) = pending {
+                scale_in_place(d.add(pr * k_len), pn, inv);
+                lse(pr, l);
+            }
+            pending = Some((r, n, 1.0 / sum, m2 + sum.log2()));
+        }
+        if let Some((pr, pn, inv, l)) = pending {
+            scale_in_place(d.add(pr * k_len), pn, inv);
+            lse(pr, l);
+        }
+    }
+}
+
 /// One row of softmax + cross-entropy: returns the loss of `target` under
 /// `softmax(src[..vocab])` and writes `grad_scale·(softmax - onehot)` into `dst[..vocab]`,
 /// 0 into `dst[vocab..]`, as [`crate::softmax::cross_entropy_in_place_with`] does
@@ -571,6 +651,17 @@ mod tests {
         }
         let mut x: Vec<f32> = (0..6000).map(|i| i as f32 * 0.047 - 140.0).collect();
         x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-30]);
+        // Ties and near-ties of `round(z)` (to even, both ways), and small negatives
+        // (where `vrndscaleps` gives -0.0 and the generic trick +0.0).
+        for k in -127..127 {
+            let t = k as f32 + 0.5;
+            x.extend([
+                t,
+                f32::from_bits(t.to_bits() + 1),
+                f32::from_bits(t.to_bits() - 1),
+            ]);
+        }
+        x.extend([-0.3, -1e-30, -0.5, -0.49999997]);
         x.resize(x.len().div_ceil(L) * L, 0.5);
         for c in x.chunks_exact(L) {
             let (mut got, mut low) = ([0.0f32; L], [0.0f32; L]);
@@ -661,6 +752,41 @@ mod tests {
                         );
                         assert_eq!(inplace[i].to_bits(), want[i].to_bits());
                     }
+                }
+            }
+            // A task's rows at once (software-pipelined): each row as `softmax_row` gives
+            // it, with ragged causal widths, from a source and in place.
+            let k_len = len.min(100);
+            let rows = 7;
+            let xs = data(rows * k_len, 7 + len as u32);
+            let vis = |r: usize| (1 + r * k_len / 5).min(k_len);
+            for scale in [0.125f32, 0.0] {
+                let mut want = xs.clone();
+                let mut lw = vec![0.0f32; rows];
+                for (r, row) in want.chunks_exact_mut(k_len).enumerate() {
+                    // SAFETY: AVX-512 checked above.
+                    let (m, s) = unsafe { softmax_row(None, row, vis(r), scale) };
+                    lw[r] = m + s.log2();
+                }
+                let mut got = vec![f32::NAN; rows * k_len];
+                let mut inplace = xs.clone();
+                let (mut lg, mut li) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
+                // SAFETY: as above.
+                unsafe {
+                    softmax_rows(Some(&xs), &mut got, k_len, vis, scale, |r, l| lg[r] = l);
+                    softmax_rows(None, &mut inplace, k_len, vis, scale, |r, l| li[r] = l);
+                }
+                for r in 0..rows {
+                    assert_eq!(
+                        lg[r].to_bits(),
+                        lw[r].to_bits(),
+                        "rows lse k {k_len} row {r}"
+                    );
+                    assert_eq!(li[r].to_bits(), lw[r].to_bits(), "in place lse row {r}");
+                }
+                for i in 0..rows * k_len {
+                    assert_eq!(got[i].to_bits(), want[i].to_bits(), "rows k {k_len} at {i}");
+                    assert_eq!(inplace[i].to_bits(), want[i].to_bits(), "in place at {i}");
                 }
             }
             let pad = len + 7;

@@ -74,7 +74,8 @@ pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> 
     })
 }
 
-/// Rows ahead whose source the AVX-512 softmax prefetches (the AVX2 one: `avx2::softmax_rows`).
+/// Rows ahead whose source the generic softmax prefetches (the intrinsics kernels have
+/// their own).
 const PREFETCH_ROWS: usize = 2;
 
 /// `y = softmax(src)` (or of `y` in place when `src` is `None`), rows of `k_len`.
@@ -93,29 +94,27 @@ pub(crate) fn softmax(
             let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
             let avx512 = cfg!(target_arch = "x86_64") && simd::has_avx512() && scale >= 0.0;
             let avx2 = cfg!(target_arch = "x86_64") && simd::has_avx2_fma() && scale >= 0.0;
+            let vis = |i: usize| visible(t * rows + i, q_len, k_len, causal);
             #[cfg(target_arch = "x86_64")]
-            if avx2 && !avx512 {
-                let vis = |i: usize| visible(t * rows + i, q_len, k_len, causal);
-                // SAFETY: the CPU has AVX2 and FMA; scale >= 0; `src` is this task's rows;
+            if avx512 {
+                // SAFETY: the CPU has AVX-512; scale >= 0; `src` is this task's rows;
                 // 1 <= visible <= k_len (a causal row sees its own key).
+                unsafe { avx512::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: as above, with AVX2 and FMA.
                 unsafe { avx2::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
                 return;
             }
             let ahead = |i: usize| (i + PREFETCH_ROWS) * k_len;
             for (i, row) in y.chunks_exact_mut(k_len).enumerate() {
-                let n = visible(t * rows + i, q_len, k_len, causal);
                 if let Some(s) = src.filter(|s| ahead(i) < s.len()) {
-                    let na = visible(t * rows + i + PREFETCH_ROWS, q_len, k_len, causal);
-                    simd::prefetch(&s[ahead(i)..ahead(i) + na]);
+                    simd::prefetch(&s[ahead(i)..ahead(i) + vis(i + PREFETCH_ROWS)]);
                 }
                 let src = src.map(|s| &s[i * k_len..(i + 1) * k_len]);
-                #[cfg(target_arch = "x86_64")]
-                if avx512 {
-                    // SAFETY: the CPU has AVX-512; n >= 1 (a causal row sees its own key).
-                    unsafe { avx512::softmax_row(src, row, n, scale) };
-                    continue;
-                }
-                softmax_row(src, row, n, scale);
+                softmax_row(src, row, vis(i), scale);
             }
         });
 }
