@@ -412,8 +412,9 @@ pub struct BenchArgs {
     pub json: bool,
     /// Time every op of the timed steps (the backend synchronised around each) and print
     /// a per-op table per step (per token of each sequence when decoding): calls, ms,
-    /// % of the step, GFLOP/s or GB/s. With --json, the table's rows go into the object
-    /// as `profile`.
+    /// % of the step, GFLOP/s or GB/s; each product shape its own row (`MxKxN` and the
+    /// operands' layouts: `tn` is Aᵀ·B). With --json, the table's rows go into the
+    /// object as `profile`.
     #[arg(long)]
     pub profile: bool,
 }

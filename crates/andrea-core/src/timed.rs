@@ -36,10 +36,15 @@ use crate::ops::{
     LayerNormOps, LinalgOps, LossOps, Mat, MemoryOps, OptimOps, SoftmaxOps, Tensor,
 };
 
-/// What one op has cost since the last [`Timed::reset`].
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// What one op has cost since the last [`Timed::reset`]; the products are counted per
+/// shape, each shape a row of its own.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OpStats {
     pub op: &'static str,
+    /// A product's shape, `MxKxN` and the layouts of `A` and `B` (`n` as stored, `t`
+    /// transposed: `tn` is `Aᵀ·B`), after `[B] ` for a batch of `B` products; empty for
+    /// the other ops.
+    pub shape: String,
     pub calls: u64,
     pub seconds: f64,
     /// Floating-point operations of all calls (0 for a memory-bound op).
@@ -72,6 +77,29 @@ fn floats(n: usize) -> Work {
 
 fn matmul_flops<M>(a: &crate::Matrix<'_, M>, c: &crate::Matrix<'_, M>) -> Work {
     Work::Flops(2.0 * (c.batch * c.rows * c.cols) as f64 * a.cols as f64)
+}
+
+/// The [`OpStats::shape`] of the product `C = A·B`: `MxKxN`, then `n` or `t` for each
+/// operand (`n`: its rows are contiguous, it is used as stored).
+fn product_shape<M>(
+    a: &crate::Matrix<'_, M>,
+    b: &crate::Matrix<'_, M>,
+    c: &crate::Matrix<'_, M>,
+) -> String {
+    let layout = |m: &crate::Matrix<'_, M>| if m.col_stride == 1 { 'n' } else { 't' };
+    let batch = if c.batch > 1 {
+        format!("[{}] ", c.batch)
+    } else {
+        String::new()
+    };
+    format!(
+        "{batch}{}x{}x{} {}{}",
+        c.rows,
+        a.cols,
+        c.cols,
+        layout(a),
+        layout(b)
+    )
 }
 
 /// Scores a causal attention computes: query `i` sees `pos_offset + i + 1` keys.
@@ -163,24 +191,36 @@ impl<B: MemoryOps> Timed<B> {
 
     /// Runs one op between two synchronisations and records it if it succeeded.
     fn time<R>(&self, op: &'static str, work: Work, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.time_shaped(op, String::new(), work, f)
+    }
+
+    /// [`Timed::time`] for a product, counted under its shape.
+    fn time_shaped<R>(
+        &self,
+        op: &'static str,
+        shape: String,
+        work: Work,
+        f: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
         self.inner.synchronize()?;
         let start = Instant::now();
         let r = f()?;
         self.inner.synchronize()?;
-        self.record(op, start.elapsed(), work);
+        self.record(op, shape, start.elapsed(), work);
         Ok(r)
     }
 
-    fn record(&self, op: &'static str, dt: Duration, work: Work) {
+    fn record(&self, op: &'static str, shape: String, dt: Duration, work: Work) {
         if self.paused_at.get().is_some() {
             return;
         }
         let mut stats = self.stats.borrow_mut();
-        let i = match stats.iter().position(|s| s.op == op) {
+        let i = match stats.iter().position(|s| s.op == op && s.shape == shape) {
             Some(i) => i,
             None => {
                 stats.push(OpStats {
                     op,
+                    shape,
                     calls: 0,
                     seconds: 0.0,
                     flops: 0.0,
@@ -206,14 +246,28 @@ impl Profile {
         self.ops.iter().map(|s| s.seconds).sum()
     }
 
-    /// A table of the ops per step (the counts divided by `steps`): op, calls, ms,
-    /// % of the wall time, and GFLOP/s or GB/s; then the time outside the ops and the
-    /// total.
+    /// A table of the ops per step (the counts divided by `steps`): op (a product with
+    /// its shape), calls, ms, % of the wall time, and GFLOP/s or GB/s; then the time
+    /// outside the ops and the total.
     pub fn table(&self, steps: usize) -> String {
         let per = 1.0 / steps.max(1) as f64;
         let pct = |s: f64| 100.0 * s / self.wall_s.max(f64::MIN_POSITIVE);
+        let name = |s: &OpStats| {
+            if s.shape.is_empty() {
+                s.op.to_string()
+            } else {
+                format!("{} {}", s.op, s.shape)
+            }
+        };
+        let w = self
+            .ops
+            .iter()
+            .map(|s| name(s).len())
+            .max()
+            .unwrap_or(0)
+            .max(24);
         let mut out = format!(
-            "{:<24} {:>9} {:>10} {:>9} {:>14}\n",
+            "{:<w$} {:>9} {:>10} {:>9} {:>14}\n",
             "op", "calls", "ms", "% of step", "rate"
         );
         for s in &self.ops {
@@ -226,8 +280,8 @@ impl Profile {
             };
             let _ = writeln!(
                 out,
-                "{:<24} {:>9} {:>10.3} {:>8.1}% {:>14}",
-                s.op,
+                "{:<w$} {:>9} {:>10.3} {:>8.1}% {:>14}",
+                name(s),
                 s.calls as f64 * per,
                 s.seconds * per * 1e3,
                 pct(s.seconds),
@@ -237,7 +291,7 @@ impl Profile {
         let outside = (self.wall_s - self.op_seconds()).max(0.0);
         let _ = writeln!(
             out,
-            "{:<24} {:>9} {:>10.3} {:>8.1}%",
+            "{:<w$} {:>9} {:>10.3} {:>8.1}%",
             "(outside the ops)",
             "",
             outside * per * 1e3,
@@ -245,7 +299,7 @@ impl Profile {
         );
         let _ = write!(
             out,
-            "{:<24} {:>9} {:>10.3} {:>8.1}%",
+            "{:<w$} {:>9} {:>10.3} {:>8.1}%",
             "step",
             "",
             self.wall_s * per * 1e3,
@@ -300,7 +354,8 @@ impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
     ) -> Result<()> {
-        self.time("matmul", matmul_flops(&a, &c), || {
+        let shape = product_shape(&a, &b, &c);
+        self.time_shaped("matmul", shape, matmul_flops(&a, &c), || {
             self.inner.matmul(a, b, bias, c)
         })
     }
@@ -311,7 +366,8 @@ impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
         bias: Option<Tensor<'_, Self>>,
         c: Mat<'_, Self>,
     ) -> Result<()> {
-        self.time("matmul_add", matmul_flops(&a, &c), || {
+        let shape = product_shape(&a, &b, &c);
+        self.time_shaped("matmul_add", shape, matmul_flops(&a, &c), || {
             self.inner.matmul_add(a, b, bias, c)
         })
     }
@@ -332,7 +388,8 @@ impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
         pre: Tensor<'_, Self>,
         out: Tensor<'_, Self>,
     ) -> Result<()> {
-        self.time("linear_gelu", matmul_flops(&x, &pre.mat()), || {
+        let shape = product_shape(&x, &w, &pre.mat());
+        self.time_shaped("linear_gelu", shape, matmul_flops(&x, &pre.mat()), || {
             self.inner.linear_gelu(x, w, bias, pre, out)
         })
     }
@@ -343,8 +400,9 @@ impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
         pre: Tensor<'_, Self>,
         dpre: Tensor<'_, Self>,
     ) -> Result<()> {
-        self.time(
+        self.time_shaped(
             "matmul_gelu_backward",
+            product_shape(&dy, &w, &dpre.mat()),
             matmul_flops(&dy, &dpre.mat()),
             || self.inner.matmul_gelu_backward(dy, w, pre, dpre),
         )

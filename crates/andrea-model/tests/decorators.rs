@@ -112,3 +112,49 @@ fn compare_runs_training_steps_on_two_backends_in_lockstep() {
         panic!("{d}");
     }
 }
+
+#[test]
+fn timed_counts_each_product_under_its_shape() {
+    // d_model 32, 16 tokens, vocabulary 256 (a multiple of the padding), MLP 128: the
+    // output layer's shapes differ from every block product's.
+    let (batch, seq, n_layer) = (2, 8, 2);
+    let cfg = ModelConfig::new(256, 32, 32, n_layer, 4);
+    let tr = train(Timed::new(CpuBackend::new()), &cfg, batch, seq, 1);
+    let p = tr.model().backend().profile();
+    let products = ["matmul", "matmul_add", "linear_gelu", "matmul_gelu_backward"];
+    for s in &p.ops {
+        if !products.contains(&s.op) {
+            assert!(s.shape.is_empty(), "{s:?}");
+            continue;
+        }
+        // `[B] MxKxN ab`: the shape must account for the row's FLOPs, call by call.
+        let (batch, dims) = match s.shape.strip_prefix('[') {
+            Some(rest) => {
+                let (b, dims) = rest.split_once("] ").expect("[B] before the shape");
+                (b.parse::<f64>().unwrap(), dims)
+            }
+            None => (1.0, s.shape.as_str()),
+        };
+        let (mkn, layouts) = dims.split_once(' ').expect("layouts after the shape");
+        assert!(matches!(layouts, "nn" | "nt" | "tn" | "tt"), "{s:?}");
+        let mkn: Vec<f64> = mkn.split('x').map(|v| v.parse().unwrap()).collect();
+        assert_eq!(mkn.len(), 3, "{s:?}");
+        let want = 2.0 * batch * mkn[0] * mkn[1] * mkn[2] * s.calls as f64;
+        assert!((s.flops - want).abs() <= 1e-9 * want, "{s:?}: {want} FLOPs");
+    }
+    let calls = |op: &str, shape: &str| {
+        p.ops
+            .iter()
+            .filter(|s| s.op == op && s.shape == shape)
+            .map(|s| s.calls)
+            .sum::<u64>()
+    };
+    let tokens = batch * seq;
+    let l = n_layer as u64;
+    // The logits against the tied embedding (`x·wteᵀ`), its gradient's product into the
+    // embedding's (`dlogitsᵀ·x`), and the MLP's fused products, forward and backward.
+    assert_eq!(calls("matmul", &format!("{tokens}x32x256 nt")), 1, "{p:?}");
+    assert_eq!(calls("matmul_add", &format!("256x{tokens}x32 tn")), 1, "{p:?}");
+    assert_eq!(calls("linear_gelu", &format!("{tokens}x32x128 nn")), l, "{p:?}");
+    assert_eq!(calls("matmul_gelu_backward", &format!("{tokens}x32x128 nt")), l);
+}
