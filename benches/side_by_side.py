@@ -34,7 +34,9 @@ the median of its timed iterations). Beside it, for hosts whose speed swings: th
 median over the peer's single best run of that set-up (its `--compile auto` calibration
 run included), and each side's spread (fastest over slowest run); a row spread more than
 10% is marked unsteady, and a target met on the means but not against the peer's best
-run says so. When the FMA or read probes before and after the runs differ by more than
+run says so. A missed target says what it would need of andrea on this host: the
+target ratio times the peer's share of the row's bound (FMA peak, read stream); over
+100% it is out of reach against that peer there, whatever the kernels. When the FMA or read probes before and after the runs differ by more than
 10%, the table says so and lists both (its % of peak columns take the higher). `--table-from DIR` rebuilds the table from a sitting's raw outputs alone
 into `DIR/table.rebuilt.md`, so any committed table can be checked.
 """
@@ -390,22 +392,29 @@ def write_table(out, command, threads, compile_mode, name):
         best = max(kept + calib)
         spread = lambda xs: max(xs) / min(xs) - 1
         s_a, s_p = spread(andrea), spread(kept + calib)
+        # The peer's share of the row's bound (FMA peak, read stream), where there is one:
+        # a ratio above 1 / that share would need andrea past the bound.
+        peer_share, bound = None, None
         if train:
             fpt, _ = flops_per_token(cfg, batch)
             pa, pp = a * fpt / 1e9 / fma_used, p * fpt / 1e9 / fma_used
             pct = f"{100 * pa:.0f}% of FMA", f"{100 * pp:.0f}% of FMA"
+            peer_share, bound = pp, "the FMA peak"
         else:
             wb = weights_bytes_per_token(cfg, flops_per_token(cfg, batch)[1])
             pct = (f"{100 * a * wb / 1e9 / dram:.0f}% of read",
                    f"{100 * p * wb / 1e9 / dram:.0f}% of read")
+            peer_share, bound = p * wb / 1e9 / dram, "the read stream"
             if info.get("llc_bytes") and wb < info["llc_bytes"]:
                 # Weights that fit the last-level cache are not read from memory: their
                 # denominator is the stream over a buffer that cache holds.
                 if read_c:
                     pct = (f"{100 * a * wb / 1e9 / read_c:.0f}% of cache read",
                            f"{100 * p * wb / 1e9 / read_c:.0f}% of cache read")
+                    peer_share, bound = p * wb / 1e9 / read_c, "the cache read stream"
                 else:
                     pct = tuple(f"in cache ({x})" for x in pct)
+                    peer_share, bound = None, None
         target = spec[7]
         if ratio < target:
             met = "**missed**"
@@ -413,6 +422,12 @@ def write_table(out, command, threads, compile_mode, name):
             met = "met on the means, **missed** against the peer's best run"
         else:
             met = "met"
+        if met != "met" and peer_share:
+            # What the target asks of andrea on this host: target x the peer's share
+            # (of its best run where the target was met on the means only).
+            need = target * peer_share * (best / p if ratio >= target else 1)
+            met += (f"; needs {100 * need:.0f}% of {bound}"
+                    + (": **out of reach against this peer here**" if need > 1 else ""))
         if kept_compiled and eager:
             peer = (f"eager {', '.join(fmt(x) for x in eager)}; compiled "
                     + ", ".join(fmt(x) for x in comp) + " (faster: used)")
@@ -431,7 +446,9 @@ def write_table(out, command, threads, compile_mode, name):
     lines.append("\nRatio: the median of andrea's runs over the mean of the faster peer "
                  "set-up's runs. Against the peer's best run: the same median over the "
                  "fastest single run of that set-up, its calibration run included. Spread: "
-                 "fastest over slowest run, andrea / peer.")
+                 "fastest over slowest run, andrea / peer. A missed target says what it "
+                 "needs: the target ratio times the peer's % of the row's bound; over 100%, "
+                 "no kernel meets it against this peer on this host.")
     # The probes before and after the runs should agree; when they do not, the % of
     # peak columns (against the higher) can mislead, so both are printed.
     def disagree(values):
