@@ -121,7 +121,12 @@ fn timed_counts_each_product_under_its_shape() {
     let cfg = ModelConfig::new(256, 32, 32, n_layer, 4);
     let tr = train(Timed::new(CpuBackend::new()), &cfg, batch, seq, 1);
     let p = tr.model().backend().profile();
-    let products = ["matmul", "matmul_add", "linear_gelu", "matmul_gelu_backward"];
+    let products = [
+        "matmul",
+        "matmul_add",
+        "linear_gelu",
+        "matmul_gelu_backward",
+    ];
     for s in &p.ops {
         if !products.contains(&s.op) {
             assert!(s.shape.is_empty(), "{s:?}");
@@ -154,7 +159,18 @@ fn timed_counts_each_product_under_its_shape() {
     // The logits against the tied embedding (`x·wteᵀ`), its gradient's product into the
     // embedding's (`dlogitsᵀ·x`), and the MLP's fused products, forward and backward.
     assert_eq!(calls("matmul", &format!("{tokens}x32x256 nt")), 1, "{p:?}");
-    assert_eq!(calls("matmul_add", &format!("256x{tokens}x32 tn")), 1, "{p:?}");
-    assert_eq!(calls("linear_gelu", &format!("{tokens}x32x128 nn")), l, "{p:?}");
-    assert_eq!(calls("matmul_gelu_backward", &format!("{tokens}x32x128 nt")), l);
+    assert_eq!(
+        calls("matmul_add", &format!("256x{tokens}x32 tn")),
+        1,
+        "{p:?}"
+    );
+    assert_eq!(
+        calls("linear_gelu", &format!("{tokens}x32x128 nn")),
+        l,
+        "{p:?}"
+    );
+    assert_eq!(
+        calls("matmul_gelu_backward", &format!("{tokens}x32x128 nt")),
+        l
+    );
 }
