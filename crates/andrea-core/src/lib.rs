@@ -24,8 +24,8 @@ pub use config::{Config, ConfigError, ModelConfig, OptimizerConfig, ScheduleConf
 pub use error::{Error, Result};
 pub use ops::{
     clip_stats, AdamWStep, AttentionOps, AttentionShape, Backend, DeviceRegion, ElementwiseOps,
-    EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps, LossOps, Mat, MemoryOps, OptimOps,
-    SoftmaxOps, Tensor, IGNORE_INDEX,
+    EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps, LinearOf, LinearParams, LossOps, Mat,
+    MemoryOps, OptimOps, SoftmaxOps, Tensor, IGNORE_INDEX,
 };
 pub use tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 
@@ -34,8 +34,8 @@ pub use tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 pub mod prelude {
     pub use crate::ops::{
         AdamWStep, AttentionOps, AttentionShape, Backend, ElementwiseOps, EmbeddingOps, HeadsOf,
-        Ids, LayerNormOps, LinalgOps, LossOps, Mat, MemoryOps, OptimOps, SoftmaxOps, Tensor,
-        IGNORE_INDEX,
+        Ids, LayerNormOps, LinalgOps, LinearOf, LinearParams, LossOps, Mat, MemoryOps, OptimOps,
+        SoftmaxOps, Tensor, IGNORE_INDEX,
     };
     pub use crate::tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 }

@@ -33,7 +33,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::ops::{
     AdamWStep, AttentionOps, AttentionShape, ElementwiseOps, EmbeddingOps, HeadsOf, Ids,
-    LayerNormOps, LinalgOps, LossOps, Mat, MemoryOps, OptimOps, SoftmaxOps, Tensor,
+    LayerNormOps, LinalgOps, LinearOf, LossOps, Mat, MemoryOps, OptimOps, SoftmaxOps, Tensor,
 };
 
 /// What one op has cost since the last [`Timed::reset`]; the products are counted per
@@ -407,6 +407,21 @@ impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
             || self.inner.matmul_gelu_backward(dy, w, pre, dpre),
         )
     }
+    fn mlp_forward(
+        &self,
+        x: Tensor<'_, Self>,
+        fc: LinearOf<'_, Self>,
+        pre: Tensor<'_, Self>,
+        act: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        // Two products of x's rows: C·M and M·C multiply-adds each.
+        let flops = 4.0 * (x.shape.rows() * x.shape.last() * pre.shape.last()) as f64;
+        self.time("mlp_forward", Work::Flops(flops), || {
+            self.inner.mlp_forward(x, fc, pre, act, proj, out)
+        })
+    }
 }
 
 impl<B: ElementwiseOps> ElementwiseOps for Timed<B> {
@@ -646,5 +661,33 @@ impl<B: AttentionOps + LinalgOps + SoftmaxOps> AttentionOps for Timed<B> {
             self.inner
                 .attention_backward(q, k, v, out, dout, dq, dk, dv, workspace, scratch)
         })
+    }
+    fn decode_attention(
+        &self,
+        x: Tensor<'_, Self>,
+        qkv_w: LinearOf<'_, Self>,
+        qkv: Tensor<'_, Self>,
+        keys: HeadsOf<'_, Self>,
+        values: HeadsOf<'_, Self>,
+        atty: Tensor<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        // The two products, and the attention of the new positions (the sizes as the
+        // op's check will see them; a call it refuses is timed with what they give).
+        let (n, c) = (x.shape.rows(), x.shape.last());
+        let t = n / keys.batch.max(1);
+        let q = HeadsOf::<'_, Self> { seq: t, ..keys };
+        let attention = 4.0 * keys.head_dim as f64 * visible_scores(&q, keys.seq.saturating_sub(t));
+        let products = 2.0 * (n * c * 4 * c) as f64;
+        self.time(
+            "decode_attention",
+            Work::Flops(products + attention),
+            || {
+                self.inner
+                    .decode_attention(x, qkv_w, qkv, keys, values, atty, workspace, proj, out)
+            },
+        )
     }
 }

@@ -30,7 +30,7 @@ use crate::gemm::{GemmKernel, Operand};
 use crate::simd::{self, multiversion};
 use crate::softmax::{softmax_row_in_place, visible};
 
-use andrea_core::{check, AttentionOps, AttentionShape, HeadsOf, Result, Tensor};
+use andrea_core::{check, fused, AttentionOps, AttentionShape, HeadsOf, LinearOf, Result, Tensor};
 
 use crate::buffer::{read, write};
 use crate::CpuBackend;
@@ -97,6 +97,13 @@ impl HeadsPtr {
         let len = (rows.max(1) - 1) * self.seq_stride + (h1 - h0) * self.head_dim;
         // SAFETY: inside the checked view (the caller's promise).
         unsafe { std::slice::from_raw_parts(o.ptr.get(), len) }
+    }
+
+    /// Element 0 of head `h` of row `r` of batch entry `b` (not dereferenced here).
+    pub(crate) fn at(&self, b: usize, r: usize, h: usize) -> *mut f32 {
+        self.ptr
+            .get()
+            .wrapping_add(b * self.batch_stride + r * self.seq_stride + h * self.head_dim)
     }
 
     /// Row 0 of heads `h0..h1` of batch entry `b`, to write.
@@ -494,6 +501,61 @@ impl AttentionOps for CpuBackend {
         let lse = unsafe { read(&lse) };
         let heads = [q, k, v, dout, dq, dk, dv].map(|h| HeadsPtr::of(&h));
         self.run(|| backward(heads, lse, d, self.products()));
+        Ok(())
+    }
+
+    /// One new token of one sequence as one team job (`decode` module); other shapes as
+    /// the default's fine ops.
+    fn decode_attention(
+        &self,
+        x: Tensor<'_, Self>,
+        qkv_w: LinearOf<'_, Self>,
+        qkv: Tensor<'_, Self>,
+        keys: HeadsOf<'_, Self>,
+        values: HeadsOf<'_, Self>,
+        atty: Tensor<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let (d, _) = check::decode_attention(
+            &x,
+            &qkv_w,
+            &qkv,
+            &keys,
+            &values,
+            &atty,
+            &workspace,
+            &proj,
+            &out,
+            |s| self.attention_workspace_len(s),
+        )?;
+        let rows = d.batch * d.q_len;
+        let Some((qkv_weight, proj_weight)) =
+            crate::decode::takes(rows, &qkv_w.weight, &proj.weight)
+        else {
+            return fused::decode_attention(
+                self, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,
+            );
+        };
+        // SAFETY: checked in bounds; the inputs are disjoint from the outputs.
+        let (xs, qkv_b, proj_b) = unsafe { (read(&x), read(&qkv_w.bias), read(&proj.bias)) };
+        // SAFETY: checked in bounds and disjoint from every other argument.
+        let out = unsafe { write(&out) };
+        let half = crate::decode::AttentionOne {
+            x: xs,
+            qkv_w: qkv_weight,
+            qkv_b,
+            keys: HeadsPtr::of(&keys),
+            values: HeadsPtr::of(&values),
+            pos: d.pos,
+            heads: d.heads,
+            proj_w: proj_weight,
+            proj_b,
+        };
+        // SAFETY: the cache views passed the op's check (rows 0..=pos inside their
+        // buffer, disjoint from `out` and the inputs); `&self` ops run one at a time.
+        self.run(|| unsafe { half.run(out) });
         Ok(())
     }
 }

@@ -86,9 +86,6 @@ pub(crate) unsafe fn forward(
         let (b, g) = (t / groups, t % groups);
         let hs = (g * heads / groups, (g + 1) * heads / groups);
         let hg = hs.1 - hs.0;
-        let mut s = SCORES.take();
-        s.clear();
-        s.resize(hg * k_len, 0.0);
         // SAFETY: sequence b, heads hs, inside the checked views: one row of q and out,
         // n rows of k and v; each task writes only its own heads of its sequence's row
         // of `out` and their entries of `lse`.
@@ -107,13 +104,8 @@ pub(crate) unsafe fn forward(
             heads: hg,
             d,
         };
-        scores_any(qr, kr, k.seq_stride(), &mut s, shape);
-        for (row, lh) in s.chunks_exact_mut(k_len).zip(l) {
-            let lh = std::slice::from_mut(lh);
-            causal_softmax(row, lh, 0, 1, k_len, pos_offset, scale);
-        }
-        weighted_sum_any(&s, vr, v.seq_stride(), or, shape);
-        SCORES.set(s);
+        let strides = (k.seq_stride(), v.seq_stride());
+        attend([qr, kr, vr], strides, or, l, shape, pos_offset, scale);
     };
     if parallel {
         crate::team::for_each(batch * groups, &task);
@@ -125,11 +117,36 @@ pub(crate) unsafe fn forward(
 /// Sizes of one sequence's heads: `n` visible positions, score rows of `k_len`, `heads`
 /// heads of `d`.
 #[derive(Clone, Copy)]
-struct Shape {
-    n: usize,
-    k_len: usize,
-    heads: usize,
-    d: usize,
+pub(crate) struct Shape {
+    pub n: usize,
+    pub k_len: usize,
+    pub heads: usize,
+    pub d: usize,
+}
+
+/// One query of `shape.heads` heads side by side (`q`, `out`: `heads·d` floats) over `n`
+/// cached positions (`k`, `v`: position `j`'s heads at `j·ks`, `j·vs`): the scores, their
+/// causal softmax (the base-2 log-sum-exps into `lse`, one per head), the weighted sum
+/// of the values into `out`.
+pub(crate) fn attend(
+    [q, k, v]: [&[f32]; 3],
+    (ks, vs): (usize, usize),
+    out: &mut [f32],
+    lse: &mut [f32],
+    shape: Shape,
+    pos_offset: usize,
+    scale: f32,
+) {
+    let mut s = SCORES.take();
+    s.clear();
+    s.resize(shape.heads * shape.k_len, 0.0);
+    scores_any(q, k, ks, &mut s, shape);
+    for (row, lh) in s.chunks_exact_mut(shape.k_len).zip(lse) {
+        let lh = std::slice::from_mut(lh);
+        causal_softmax(row, lh, 0, 1, shape.k_len, pos_offset, scale);
+    }
+    weighted_sum_any(&s, v, vs, out, shape);
+    SCORES.set(s);
 }
 
 /// [`scores`]; with AVX-512, sixteen positions at a time through
@@ -138,7 +155,7 @@ struct Shape {
 /// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512), four at a
 /// time through `gemv_avx2::four_dots` (the generic dot vectorises badly there). The same
 /// bits either way.
-fn scores_any(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
+pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
         let Shape { n, k_len, heads, d } = shape;
@@ -223,7 +240,7 @@ multiversion! {
 /// ([`weighted_sum_avx512`]): the generic loop loads and stores the output row for every
 /// position and head, and at head size 32 spends more on the loop than on its two FMAs.
 /// The same bits either way.
-fn weighted_sum_any(p: &[f32], v: &[f32], vs: usize, out: &mut [f32], shape: Shape) {
+pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: usize, out: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() && shape.d.is_multiple_of(16) {
         // SAFETY (every arm): the CPU has AVX-512 F; the head size is NV vectors.

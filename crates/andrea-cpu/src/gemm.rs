@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use crate::buffer::{CpuBuffer, SendPtr};
 
-use andrea_core::{check, LinalgOps, Mat, Result, Tensor};
+use andrea_core::{check, fused, LinalgOps, LinearOf, Mat, Result, Tensor};
 
 use crate::buffer::read;
 use crate::buffer::write;
@@ -867,6 +867,35 @@ impl LinalgOps for CpuBackend {
             .with_gelu_grad_of(pre_ptr)
         };
         self.run(|| g.run());
+        Ok(())
+    }
+
+    /// One token as one team job (`decode` module); more rows as the default's fine ops.
+    fn mlp_forward(
+        &self,
+        x: Tensor<'_, Self>,
+        fc: LinearOf<'_, Self>,
+        pre: Tensor<'_, Self>,
+        act: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let d = check::mlp_forward(&x, &fc, &pre, &act, &proj, &out)?;
+        let Some((fc_w, proj_w)) = crate::decode::takes(d.rows, &fc.weight, &proj.weight) else {
+            return fused::mlp_forward(self, x, fc, pre, act, proj, out);
+        };
+        // SAFETY: checked in bounds; the inputs are disjoint from `out`.
+        let (xs, fc_b, proj_b) = unsafe { (read(&x), read(&fc.bias), read(&proj.bias)) };
+        // SAFETY: checked in bounds and disjoint from every other argument.
+        let out = unsafe { write(&out) };
+        let mlp = crate::decode::MlpOne {
+            x: xs,
+            fc_w,
+            fc_b,
+            proj_w,
+            proj_b,
+        };
+        self.run(|| mlp.run(out));
         Ok(())
     }
 }

@@ -265,6 +265,24 @@ impl Gemv<'_> {
     }
 }
 
+/// `part[j] += Σ_r a[r]·w[r·ws + j]` over the rows of `w` in order (one row of `A`
+/// against `a.len()` rows of `part.len()` columns): a chunk of the row form at batch 1,
+/// with AVX-512 in registers (`gemv_avx512::row_chunk_one`), otherwise [`row_chunk`]:
+/// the same bits.
+pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
+    if a.is_empty() || part.is_empty() {
+        return;
+    }
+    assert!(w.len() >= (a.len() - 1) * ws + part.len());
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512 F.
+        return unsafe { crate::gemv_avx512::row_chunk_one(part, a, w, ws) };
+    }
+    let (rows, n) = (a.len(), part.len());
+    row_chunk(part, a, rows, 0, rows, w, ws, 1, n);
+}
+
 multiversion! {
     avx512;
     /// `part[i] = Σ_{r < rows} x[i, k0 + r] · w[r]` for each of the `m` rows, `w[r]` the

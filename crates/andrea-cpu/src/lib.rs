@@ -80,7 +80,10 @@
 //!   holds its kernels: `buffer` (memory), `gemm` (linalg: matmul, bias gradient,
 //!   `linear_gelu`), `elementwise`, `layernorm`, `softmax` (softmax and the loss),
 //!   `embedding`, `optim` and `attention` (with `attention_fused` for the fused AVX2 /
-//!   AVX-512 kernel and `attention_decode` for one query per sequence). This file is the backend's set-up.
+//!   AVX-512 kernel and `attention_decode` for one query per sequence), and `decode`
+//!   for generation's two fused halves of a block (`decode_attention`, `mlp_forward`: one
+//!   team job each for a token of a small model, `ANDREA_DECODE_FUSED=off` to compare).
+//!   This file is the backend's set-up.
 //! * **Determinism**: results are bit-identical from run to run *and for any thread
 //!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
 //!   reduction adds in an order fixed by the sizes, and GEMM blocks never split the
@@ -110,6 +113,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod buffer;
+mod decode;
 mod elementwise;
 mod embedding;
 mod gemm;

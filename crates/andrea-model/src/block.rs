@@ -23,7 +23,7 @@
 //! `andrea_testkit::reference::gpt2` (written plainly, one reference op per line); the
 //! model's gradients are checked against its finite differences (`tests/gradcheck.rs`).
 
-use andrea_core::{Backend, DeviceMemory, Heads, HeadsOf, Tensor};
+use andrea_core::{Backend, DeviceMemory, Heads, HeadsOf, LinearParams, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::layout::{LayerParams, Linear, Norm};
@@ -158,6 +158,14 @@ impl<'p, M: DeviceMemory> Norm<'p, M> {
 }
 
 impl<'p, M: DeviceMemory> Linear<'p, M> {
+    /// The weight and bias as fused ops take them.
+    pub fn params(&self) -> LinearParams<'p, M> {
+        LinearParams {
+            weight: self.weight.mat(),
+            bias: self.bias,
+        }
+    }
+
     /// `y = x · weight + bias`.
     pub fn forward<B: Backend<Buffer = M>>(
         &self,
@@ -230,6 +238,32 @@ pub(crate) fn forward<'a, B: Backend>(
         .residual_forward(be, a.x, a.proj, a.residual_2, &a.ln_2, eps)?;
     p.c_fc.gelu_forward(be, a.ln_2.out, a.fc_pre, a.fc)?;
     p.mlp_proj.forward(be, a.fc, a.proj)?;
+    next.residual_forward(be, a.residual_2, a.proj, a.residual_3, next_out, eps)
+}
+
+/// [`forward`] of a chunk of new positions over a KV cache (generation: nothing is kept
+/// for a backward pass): the attention half as one [`andrea_core::AttentionOps::decode_attention`]
+/// (QKV, the append of its keys and values to the cache's `keys` and `values`, the
+/// attention over them, the projection) and the MLP as one [`andrea_core::LinalgOps::mlp_forward`],
+/// so a backend can run each half as one kernel. `a.qkv`, `a.atty`, `a.fc_pre` and
+/// `a.fc` are then scratch.
+pub(crate) fn decode_forward<'a, B: Backend>(
+    be: &B,
+    p: &LayerParams<'_, B::Buffer>,
+    a: &BlockActs<'a, B>,
+    (keys, values): (HeadsOf<'a, B>, HeadsOf<'a, B>),
+    (next, next_out): (&Norm<'_, B::Buffer>, &LayerNormOut<'_, B>),
+    eps: f32,
+) -> Result<()> {
+    let (c_attn, attn_proj) = (p.c_attn.params(), p.attn_proj.params());
+    let (qkv, atty, ws) = (a.qkv.rows, a.atty.rows, a.attn_workspace);
+    be.decode_attention(
+        a.ln_1.out, c_attn, qkv, keys, values, atty, ws, attn_proj, a.proj,
+    )?;
+    p.ln_2
+        .residual_forward(be, a.x, a.proj, a.residual_2, &a.ln_2, eps)?;
+    let (c_fc, mlp_proj) = (p.c_fc.params(), p.mlp_proj.params());
+    be.mlp_forward(a.ln_2.out, c_fc, a.fc_pre, a.fc, mlp_proj, a.proj)?;
     next.residual_forward(be, a.residual_2, a.proj, a.residual_3, next_out, eps)
 }
 

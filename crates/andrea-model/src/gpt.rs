@@ -73,11 +73,13 @@ where
         } else {
             (layout.ln_f(params), acts.ln_f())
         };
-        let attention = |qkv: &_, atty: &_, ws| match acts.kv() {
-            Some(kv) => kv.attention(be, l, qkv, atty, ws),
-            None => self_attention(be, qkv, atty, ws),
-        };
-        block::forward(be, &p, &a, (&next, &next_out), eps, attention)?;
+        match acts.kv() {
+            Some(kv) => block::decode_forward(be, &p, &a, kv.layer(l), (&next, &next_out), eps)?,
+            None => {
+                let attention = |qkv: &_, atty: &_, ws| self_attention(be, qkv, atty, ws);
+                block::forward(be, &p, &a, (&next, &next_out), eps, attention)?
+            }
+        }
     }
     if let Some((ln_f, logits)) = acts.logits() {
         // Tied output layer: logits = ln_f · wteᵀ over the padded vocabulary.

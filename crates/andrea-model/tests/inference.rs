@@ -65,6 +65,47 @@ fn kv_cache_equals_full_forward_at_every_position() {
     assert!(e.to_string().contains("capacity of 12"), "{e}");
 }
 
+/// Batch 1, one token at a time from position 0: on the CPU backend each half of a block
+/// is then one fused op (`decode_attention`, `mlp_forward`). Against the full forward at
+/// every position, on 1 and 2 threads (the same bits on both), for a model whose heads
+/// are 32 wide (the AVX-512 weighted sum) with three MLP bands, and one whose 40 channels
+/// give 8-wide heads and a short last band (128 + 32 hidden columns).
+#[test]
+fn one_sequence_token_by_token_equals_full_forward_on_any_thread_count() {
+    for (d_model, heads) in [(96, 3), (40, 5)] {
+        let cfg = ModelConfig::new(70, 24, d_model, 2, heads);
+        let (t, v) = (24, cfg.vocab_size);
+        let x = tokens(t, v, 21);
+        let mut by_threads = Vec::new();
+        for threads in [1, 2] {
+            let be = CpuBackend::with_threads(threads).unwrap();
+            let model = Model::new(be, cfg.clone(), 7).unwrap();
+            let (model, full) = full_logits(model, &x, 1, t);
+            let mut cache = model.kv_cache(1, t).unwrap();
+            let mut all = Vec::new();
+            for pos in 0..t {
+                let logits = model.extend(&mut cache, &x[pos..pos + 1]).unwrap().to_vec();
+                let want: Vec<f64> = full[pos * v..(pos + 1) * v]
+                    .iter()
+                    .map(|&z| z as f64)
+                    .collect();
+                TOL.check(
+                    &format!("C {d_model}, {threads} threads, position {pos}"),
+                    &logits,
+                    &want,
+                )
+                .unwrap();
+                all.extend(logits);
+            }
+            by_threads.push(all);
+        }
+        assert!(
+            by_threads[0] == by_threads[1],
+            "C {d_model}: 1 and 2 threads decode different bits"
+        );
+    }
+}
+
 #[test]
 fn long_prompts_are_prefilled_in_chunks_with_the_same_result() {
     let cfg = ModelConfig::new(50, PREFILL_CHUNK + 40, 16, 2, 2);

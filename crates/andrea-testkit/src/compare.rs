@@ -176,6 +176,24 @@ impl<'a, X, Y> Split for Heads<'a, Pair<X, Y>> {
     }
 }
 
+impl<'a, X, Y> Split for LinearParams<'a, Pair<X, Y>> {
+    type A = LinearParams<'a, X>;
+    type B = LinearParams<'a, Y>;
+    fn split(self) -> (LinearParams<'a, X>, LinearParams<'a, Y>) {
+        let ((wa, wb), (ba, bb)) = (self.weight.split(), self.bias.split());
+        (
+            LinearParams {
+                weight: wa,
+                bias: ba,
+            },
+            LinearParams {
+                weight: wb,
+                bias: bb,
+            },
+        )
+    }
+}
+
 impl<T: Split> Split for Option<T> {
     type A = Option<T::A>;
     type B = Option<T::B>;
@@ -495,6 +513,25 @@ impl<A: Backend, B: Backend> LinalgOps for Compare<A, B> {
             || self.a.matmul_gelu_backward(da, wa, pa, ga),
             || self.b.matmul_gelu_backward(db, wb, pb, gb),
             &[("dpre", dpre)],
+        )
+    }
+    fn mlp_forward(
+        &self,
+        x: Tensor<'_, Self>,
+        fc: LinearOf<'_, Self>,
+        pre: Tensor<'_, Self>,
+        act: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let ((xa, xb), (fa, fb), (pa, pb)) = (x.split(), fc.split(), pre.split());
+        let ((aa, ab), (ja, jb), (oa, ob)) = (act.split(), proj.split(), out.split());
+        // `pre` and `act` are scratch (a fused kernel need not write them): `out` only.
+        self.op(
+            "mlp_forward",
+            || self.a.mlp_forward(xa, fa, pa, aa, ja, oa),
+            || self.b.mlp_forward(xb, fb, pb, ab, jb, ob),
+            &[("out", out)],
         )
     }
 }
@@ -833,6 +870,33 @@ impl<A: Backend, B: Backend> AttentionOps for Compare<A, B> {
             || self.a.attention_forward(qa, ka, va, oa, wa, pos_offset),
             || self.b.attention_forward(qb, kb, vb, ob, wb, pos_offset),
             &[("out", span(out.buf, out.extent()))],
+        )
+    }
+    fn decode_attention(
+        &self,
+        x: Tensor<'_, Self>,
+        qkv_w: LinearOf<'_, Self>,
+        qkv: Tensor<'_, Self>,
+        keys: HeadsOf<'_, Self>,
+        values: HeadsOf<'_, Self>,
+        atty: Tensor<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        let ((xa, xb), (qwa, qwb), (qa, qb)) = (x.split(), qkv_w.split(), qkv.split());
+        let ((ka, kb), (va, vb), (aa, ab)) = (keys.split(), values.split(), atty.split());
+        let ((wa, wb), (pa, pb), (oa, ob)) = (workspace.split(), proj.split(), out.split());
+        // `qkv`, `atty` and `workspace` are scratch: `out` and the cache.
+        self.op(
+            "decode_attention",
+            || self.a.decode_attention(xa, qwa, qa, ka, va, aa, wa, pa, oa),
+            || self.b.decode_attention(xb, qwb, qb, kb, vb, ab, wb, pb, ob),
+            &[
+                ("out", out),
+                ("keys", span(keys.buf, keys.extent())),
+                ("values", span(values.buf, values.extent())),
+            ],
         )
     }
     fn attention_backward(

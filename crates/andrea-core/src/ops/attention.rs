@@ -2,7 +2,7 @@
 //! between them. The defaults ([`fused`]) compose matmuls and softmaxes and keep the
 //! probabilities; a fused kernel keeps only one log-sum-exp per query row.
 
-use super::{HeadsOf, LinalgOps, MemoryOps, SoftmaxOps, Tensor};
+use super::{HeadsOf, LinalgOps, LinearOf, MemoryOps, SoftmaxOps, Tensor};
 use crate::error::Result;
 
 /// The attention problem a workspace is sized for.
@@ -98,12 +98,50 @@ pub trait AttentionOps: MemoryOps {
     {
         fused::attention_backward(self, q, k, v, out, dout, dq, dk, dv, workspace, scratch)
     }
+
+    /// Fused: the attention half of a block for `T` new positions of each of `B`
+    /// sequences over a KV cache (generation). With `x, out: [B·T, C]` (sequence-major),
+    /// `keys`, `values` the cache's `[B, pos + T, H, D]` views (`H·D = C`):
+    ///
+    /// 1. `qkv = x·qkv_w.weight + qkv_w.bias` (`[B·T, 3C]`: queries, keys, values);
+    /// 2. its keys and values are written to positions `pos..pos + T` of `keys` and
+    ///    `values` (positions before `pos` are only read);
+    /// 3. `atty` = [`AttentionOps::attention_forward`] of its queries over all `pos + T`
+    ///    cached positions (`pos_offset = pos`);
+    /// 4. `out = atty·proj.weight + proj.bias`.
+    ///
+    /// `qkv` (`B·T·3C` floats), `atty` (`B·T·C`) and `workspace` (at least
+    /// [`AttentionOps::attention_workspace_len`] of the step's shape) are scratch whose
+    /// contents afterwards are unspecified: the default leaves each step's result there,
+    /// a fused kernel may not write them. Outputs are disjoint from each other and from
+    /// the inputs (`keys` and `values` may interleave, as one cache's halves do).
+    /// Default: [`fused::decode_attention`].
+    fn decode_attention(
+        &self,
+        x: Tensor<'_, Self>,
+        qkv_w: LinearOf<'_, Self>,
+        qkv: Tensor<'_, Self>,
+        keys: HeadsOf<'_, Self>,
+        values: HeadsOf<'_, Self>,
+        atty: Tensor<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()>
+    where
+        Self: LinalgOps + SoftmaxOps,
+    {
+        fused::decode_attention(
+            self, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,
+        )
+    }
 }
 
 /// Argument checks of the attention ops.
 pub mod check {
-    use crate::check::{disjoint, heads, view, Region};
+    use crate::check::{disjoint, heads, numel, view, Region};
     use crate::error::{Error, Result};
+    use crate::ops::linalg::{check::matmul, LinearParams};
     use crate::tensor::{DeviceMemory, Heads, Shape, View};
 
     /// Sizes of a validated attention call.
@@ -310,14 +348,157 @@ pub mod check {
         )?;
         Ok(dims)
     }
+
+    /// Sizes of a validated [`super::AttentionOps::decode_attention`]: `batch`
+    /// sequences of `q_len` new positions from `pos`, `heads` heads of `head_dim`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct DecodeAttentionDims {
+        pub batch: usize,
+        pub q_len: usize,
+        pub pos: usize,
+        pub heads: usize,
+        pub head_dim: usize,
+    }
+
+    /// The views [`super::AttentionOps::decode_attention`] works through, derived from
+    /// its arguments (and checked by [`decode_attention`]).
+    #[derive(Debug)]
+    pub struct DecodeAttentionViews<'a, M> {
+        /// `x`, `qkv`, `atty` and `out` as `[B·T, ·]` matrices.
+        pub x: crate::tensor::Matrix<'a, M>,
+        pub qkv: crate::tensor::Matrix<'a, M>,
+        pub atty: crate::tensor::Matrix<'a, M>,
+        pub out: crate::tensor::Matrix<'a, M>,
+        /// The queries, keys and values of `qkv`, and `atty`, as heads `[B, T, H, D]`.
+        pub q: Heads<'a, M>,
+        pub k_new: Heads<'a, M>,
+        pub v_new: Heads<'a, M>,
+        pub atty_heads: Heads<'a, M>,
+        /// Positions `pos..pos + T` of the cache's keys and values.
+        pub k_rows: Heads<'a, M>,
+        pub v_rows: Heads<'a, M>,
+    }
+
+    /// [`super::AttentionOps::decode_attention`]: `x`'s rows a whole number `T` per
+    /// sequence of the cache, `C` splitting into the cache's heads, then the three steps
+    /// as [`matmul`], [`attention_forward`] and [`matmul`] check them (errors named after
+    /// those ops), and the outputs disjoint from each other and the inputs.
+    /// `workspace_len` is what the backend asks for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_attention<'a, M: DeviceMemory>(
+        x: &View<'a, M>,
+        qkv_w: &LinearParams<'a, M>,
+        qkv: &View<'a, M>,
+        keys: &Heads<'a, M>,
+        values: &Heads<'a, M>,
+        atty: &View<'a, M>,
+        workspace: &View<'a, M>,
+        proj: &LinearParams<'a, M>,
+        out: &View<'a, M>,
+        workspace_len: impl FnOnce(super::AttentionShape) -> usize,
+    ) -> Result<(DecodeAttentionDims, DecodeAttentionViews<'a, M>)> {
+        const OP: &str = "decode_attention";
+        view(OP, "x", x)?;
+        heads(OP, "keys", keys, true)?;
+        heads(OP, "values", values, true)?;
+        let (n, c, b) = (x.shape.rows(), x.shape.last(), keys.batch);
+        if !n.is_multiple_of(b) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "x has {n} rows: not the same number for each of the cache's {b} sequences"
+                ),
+            ));
+        }
+        let t = n / b;
+        if keys.seq < t {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the cache views hold {} positions, fewer than the {t} new ones",
+                    keys.seq
+                ),
+            ));
+        }
+        if keys.heads * keys.head_dim != c {
+            return Err(Error::SizeMismatch {
+                op: OP,
+                what: "channels",
+                a: "x",
+                a_size: c,
+                b: "keys (heads x head size)",
+                b_size: keys.heads * keys.head_dim,
+            });
+        }
+        numel(OP, "qkv", qkv, n * 3 * c)?;
+        numel(OP, "atty", atty, n * c)?;
+        numel(OP, "out", out, n * c)?;
+        let pos = keys.seq - t;
+        let shaped = |v: &View<'a, M>, w: usize| v.reshape([b, t, w]).expect("numel checked");
+        let [q, k_new, v_new] =
+            Heads::split_qkv(shaped(qkv, 3 * c), keys.heads).expect("C = H·D checked");
+        let atty_heads = Heads::from_tensor(shaped(atty, c), keys.heads).expect("C = H·D checked");
+        let views = DecodeAttentionViews {
+            x: x.mat(),
+            qkv: shaped(qkv, 3 * c).mat(),
+            atty: shaped(atty, c).mat(),
+            out: shaped(out, c).mat(),
+            q,
+            k_new,
+            v_new,
+            atty_heads,
+            k_rows: Heads {
+                offset: keys.offset + pos * keys.seq_stride,
+                seq: t,
+                ..*keys
+            },
+            v_rows: Heads {
+                offset: values.offset + pos * values.seq_stride,
+                seq: t,
+                ..*values
+            },
+        };
+        matmul(&views.x, &qkv_w.weight, Some(&qkv_w.bias), &views.qkv)?;
+        let dims = attention_forward(&q, keys, values, &atty_heads, workspace, pos, workspace_len)?;
+        matmul(&views.atty, &proj.weight, Some(&proj.bias), &views.out)?;
+        disjoint(
+            OP,
+            &[
+                Region::of("out", out),
+                Region::of_heads("keys", keys),
+                Region::of_heads("values", values),
+                Region::of("qkv", qkv),
+                Region::of("atty", atty),
+                Region::of("workspace", workspace),
+            ],
+            &[
+                Region::of("x", x),
+                Region::of_matrix("qkv_w.weight", &qkv_w.weight),
+                Region::of("qkv_w.bias", &qkv_w.bias),
+                Region::of_matrix("proj.weight", &proj.weight),
+                Region::of("proj.bias", &proj.bias),
+            ],
+            false,
+        )?;
+        Ok((
+            DecodeAttentionDims {
+                batch: b,
+                q_len: t,
+                pos,
+                heads: dims.heads,
+                head_dim: dims.head_dim,
+            },
+            views,
+        ))
+    }
 }
 
 /// Default implementations of the attention ops, from matmuls and softmaxes.
 pub mod fused {
-    use super::super::{HeadsOf, LinalgOps, Mat, SoftmaxOps, Tensor};
-    use super::{check, AttentionShape};
+    use super::super::{HeadsOf, LinalgOps, LinearOf, Mat, SoftmaxOps, Tensor};
+    use super::{check, AttentionOps, AttentionShape};
     use crate::error::Result;
-    use crate::tensor::Matrix;
+    use crate::tensor::{Heads, Matrix};
 
     /// Floats of workspace the default attention keeps: the probabilities
     /// `[B, H, Tq, Tk]`.
@@ -427,5 +608,63 @@ pub mod fused {
             be.matmul(dp_mat.t(), q.heads_of(b), None, dk.heads_of(b))?;
         }
         Ok(())
+    }
+
+    /// Heads `[B, T, H, D]` as a batch of `[T, H·D]` matrices.
+    fn rows_of<'a, M>(h: &Heads<'a, M>, cols: usize) -> Matrix<'a, M> {
+        Matrix {
+            buf: h.buf,
+            offset: h.offset,
+            batch: h.batch,
+            rows: h.seq,
+            cols,
+            batch_stride: h.batch_stride,
+            row_stride: h.seq_stride,
+            col_stride: 1,
+        }
+    }
+
+    /// Default [`AttentionOps::decode_attention`]: the QKV matmul, copies of its keys and
+    /// values into the cache (one copy where the cache keeps each position's values right
+    /// after its keys, as the `[k | v]` halves of one row), [`AttentionOps::attention_forward`]
+    /// and the projection's matmul. The reference of the fused kernels.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_attention<B: AttentionOps + LinalgOps + SoftmaxOps>(
+        be: &B,
+        x: Tensor<'_, B>,
+        qkv_w: LinearOf<'_, B>,
+        qkv: Tensor<'_, B>,
+        keys: HeadsOf<'_, B>,
+        values: HeadsOf<'_, B>,
+        atty: Tensor<'_, B>,
+        workspace: Tensor<'_, B>,
+        proj: LinearOf<'_, B>,
+        out: Tensor<'_, B>,
+    ) -> Result<()> {
+        let (d, v) = check::decode_attention(
+            &x,
+            &qkv_w,
+            &qkv,
+            &keys,
+            &values,
+            &atty,
+            &workspace,
+            &proj,
+            &out,
+            |s| be.attention_workspace_len(s),
+        )?;
+        be.matmul(v.x, qkv_w.weight, Some(qkv_w.bias), v.qkv)?;
+        let c = d.heads * d.head_dim;
+        let side_by_side = std::ptr::eq(keys.buf, values.buf)
+            && values.offset == keys.offset + c
+            && (values.batch_stride, values.seq_stride) == (keys.batch_stride, keys.seq_stride);
+        if side_by_side {
+            be.copy(rows_of(&v.k_new, 2 * c), rows_of(&v.k_rows, 2 * c))?;
+        } else {
+            be.copy(rows_of(&v.k_new, c), rows_of(&v.k_rows, c))?;
+            be.copy(rows_of(&v.v_new, c), rows_of(&v.v_rows, c))?;
+        }
+        be.attention_forward(v.q, keys, values, v.atty_heads, workspace, d.pos)?;
+        be.matmul(v.atty, proj.weight, Some(proj.bias), v.out)
     }
 }

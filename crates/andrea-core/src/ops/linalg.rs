@@ -1,9 +1,39 @@
 //! Linear algebra: the strided batched matmul (overwriting or accumulating), the bias
-//! gradient, the fused matmul + GELU of the MLP's first half and the fused matmul +
-//! GELU backward that gives its gradient.
+//! gradient, the fused matmul + GELU of the MLP's first half, the fused matmul +
+//! GELU backward that gives its gradient, and the whole MLP forward of generation.
+
+use std::fmt;
 
 use super::{ElementwiseOps, Mat, MemoryOps, Tensor};
 use crate::error::Result;
+use crate::tensor::{Matrix, View};
+
+/// A linear layer's parameters as an op reads them: `y = x·weight + bias`, `weight:
+/// [K, N]` (any strides), `bias: [N]`.
+pub struct LinearParams<'a, M> {
+    pub weight: Matrix<'a, M>,
+    pub bias: View<'a, M>,
+}
+
+impl<M> Clone for LinearParams<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<M> Copy for LinearParams<'_, M> {}
+
+impl<M> fmt::Debug for LinearParams<'_, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LinearParams {{ weight: {:?}, bias: {:?} }}",
+            self.weight, self.bias
+        )
+    }
+}
+
+/// [`LinearParams`] in backend `B`'s memory.
+pub type LinearOf<'a, B> = LinearParams<'a, <B as MemoryOps>::Buffer>;
 
 /// Matrix products.
 pub trait LinalgOps: MemoryOps {
@@ -74,6 +104,28 @@ pub trait LinalgOps: MemoryOps {
         Self: ElementwiseOps,
     {
         fused::matmul_gelu_backward(self, dy, w, pre, dpre)
+    }
+
+    /// Fused: the whole MLP of a block, `out = GELU(x·fc.weight + fc.bias)·proj.weight +
+    /// proj.bias`, for `x, out: [N, C]` and a hidden width `M` (`fc.weight: [C, M]`,
+    /// `proj.weight: [M, C]`): generation, where nothing is kept for a backward pass.
+    /// `pre` and `act` (`[N, M]`) are scratch whose contents afterwards are unspecified
+    /// (the default leaves `x·fc.weight + fc.bias` and its GELU there; a fused kernel may
+    /// not write them). `out` is disjoint from every other argument. Default:
+    /// [`fused::mlp_forward`].
+    fn mlp_forward(
+        &self,
+        x: Tensor<'_, Self>,
+        fc: LinearOf<'_, Self>,
+        pre: Tensor<'_, Self>,
+        act: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()>
+    where
+        Self: ElementwiseOps,
+    {
+        fused::mlp_forward(self, x, fc, pre, act, proj, out)
     }
 }
 
@@ -225,12 +277,68 @@ pub mod check {
         elementwise(OP, &[("pre", pre)], ("dpre", dpre), false)?;
         Ok(d)
     }
+
+    /// Sizes of a validated [`super::LinalgOps::mlp_forward`]: `rows` of `c` in, `m`
+    /// hidden.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct MlpDims {
+        pub rows: usize,
+        pub c: usize,
+        pub m: usize,
+    }
+
+    /// [`super::LinalgOps::mlp_forward`]: the first half as [`linear_gelu`] into `pre`
+    /// and `act`, the second as a [`matmul`] of `act` into `out` (errors named after
+    /// those ops), `out` as wide as `x` and disjoint from every other argument.
+    pub fn mlp_forward<M: DeviceMemory>(
+        x: &View<'_, M>,
+        fc: &super::LinearParams<'_, M>,
+        pre: &View<'_, M>,
+        act: &View<'_, M>,
+        proj: &super::LinearParams<'_, M>,
+        out: &View<'_, M>,
+    ) -> Result<MlpDims> {
+        const OP: &str = "mlp_forward";
+        view(OP, "x", x)?;
+        view(OP, "out", out)?;
+        let first = linear_gelu(&x.mat(), &fc.weight, &fc.bias, pre, act)?;
+        let second = matmul(&act.mat(), &proj.weight, Some(&proj.bias), &out.mat())?;
+        if second.n != first.k {
+            return Err(Error::SizeMismatch {
+                op: OP,
+                what: "columns",
+                a: "out",
+                a_size: second.n,
+                b: "x",
+                b_size: first.k,
+            });
+        }
+        disjoint(
+            OP,
+            &[Region::of("out", out)],
+            &[
+                Region::of("x", x),
+                Region::of_matrix("fc.weight", &fc.weight),
+                Region::of("fc.bias", &fc.bias),
+                Region::of("pre", pre),
+                Region::of("act", act),
+                Region::of_matrix("proj.weight", &proj.weight),
+                Region::of("proj.bias", &proj.bias),
+            ],
+            false,
+        )?;
+        Ok(MlpDims {
+            rows: first.m,
+            c: first.k,
+            m: first.n,
+        })
+    }
 }
 
 /// Default implementations of the fused linear-algebra ops, from the fine ops.
 pub mod fused {
     use super::super::{ElementwiseOps, Mat, Tensor};
-    use super::LinalgOps;
+    use super::{LinalgOps, LinearOf};
     use crate::error::Result;
 
     /// Default [`LinalgOps::linear_gelu`]: a matmul with bias into `pre`, then GELU.
@@ -259,5 +367,22 @@ pub mod fused {
         super::check::matmul_gelu_backward(&dy, &w, &pre, &dpre)?;
         be.matmul(dy, w, None, dpre.mat())?;
         be.gelu_backward(pre, dpre, dpre)
+    }
+
+    /// Default [`LinalgOps::mlp_forward`]: [`LinalgOps::linear_gelu`] into `pre` and
+    /// `act`, then a matmul with bias of `act` into `out`. The reference of the fused
+    /// kernels.
+    pub fn mlp_forward<B: LinalgOps + ElementwiseOps>(
+        be: &B,
+        x: Tensor<'_, B>,
+        fc: LinearOf<'_, B>,
+        pre: Tensor<'_, B>,
+        act: Tensor<'_, B>,
+        proj: LinearOf<'_, B>,
+        out: Tensor<'_, B>,
+    ) -> Result<()> {
+        super::check::mlp_forward(&x, &fc, &pre, &act, &proj, &out)?;
+        be.linear_gelu(x.mat(), fc.weight, fc.bias, pre, act)?;
+        be.matmul(act.mat(), proj.weight, Some(proj.bias), out.mat())
     }
 }

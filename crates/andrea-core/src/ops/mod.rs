@@ -4,14 +4,14 @@
 //! | family | trait | ops |
 //! |---|---|---|
 //! | [`memory`] | [`MemoryOps`] | buffers, `upload`/`download`, `synchronize`, `fill`, `copy` |
-//! | [`linalg`] | [`LinalgOps`] | `matmul`, `matmul_add`, `bias_backward`; fused `linear_gelu`, `matmul_gelu_backward` |
+//! | [`linalg`] | [`LinalgOps`] | `matmul`, `matmul_add`, `bias_backward`; fused `linear_gelu`, `matmul_gelu_backward`, `mlp_forward` (generation) |
 //! | [`elementwise`] | [`ElementwiseOps`] | `add`, `scale`, `gelu`, `gelu_backward` |
 //! | [`layernorm`] | [`LayerNormOps`] | `layernorm`, `layernorm_backward`; fused `residual_layernorm` |
 //! | [`softmax`] | [`SoftmaxOps`] | `softmax`, `softmax_backward` |
 //! | [`embedding`] | [`EmbeddingOps`] | `embedding`, `embedding_backward` |
 //! | [`loss`] | [`LossOps`] | `softmax_cross_entropy` |
 //! | [`optim`] | [`OptimOps`] | `sum_squares`, `adamw`, `clip_scale`, `adamw_scaled` |
-//! | [`attention`] | [`AttentionOps`] | fused `attention_forward`, `attention_backward` and their workspace |
+//! | [`attention`] | [`AttentionOps`] | fused `attention_forward`, `attention_backward` and their workspace; `decode_attention` (generation: QKV, cache append, attention, projection) |
 //!
 //! Each family's module holds its trait, the argument check of each of its ops
 //! (`check`, re-exported as [`crate::check`]) and the default implementations of its
@@ -54,7 +54,7 @@ pub use attention::{AttentionOps, AttentionShape};
 pub use elementwise::ElementwiseOps;
 pub use embedding::EmbeddingOps;
 pub use layernorm::LayerNormOps;
-pub use linalg::LinalgOps;
+pub use linalg::{LinalgOps, LinearOf, LinearParams};
 pub use loss::{LossOps, IGNORE_INDEX};
 pub use memory::{DeviceRegion, MemoryOps};
 pub use optim::{clip_stats, AdamWStep, OptimOps};

@@ -8,10 +8,9 @@
 //! scratch memory; the attention of a chunk sees the cache before it through
 //! `pos_offset`, so the result does not depend on the chunking.
 
-use andrea_core::{AttentionShape, Backend, Heads, Matrix, ModelConfig, Tensor, View};
+use andrea_core::{AttentionShape, Backend, Heads, HeadsOf, Matrix, ModelConfig, View};
 
 use crate::arena::{Act, Arena};
-use crate::block::{HeadsView, Qkv};
 use crate::error::{ModelError, Result};
 use crate::gpt::{self, Activations};
 use crate::memory::MemoryPlan;
@@ -308,41 +307,11 @@ pub(crate) struct KvAppend<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> KvAppend<'a, B> {
-    /// Appends this chunk's keys and values (the last two thirds of qkv) to the cache
-    /// at positions `pos..pos + cn`, then attends over every cached position.
-    pub fn attention(
-        &self,
-        be: &B,
-        l: usize,
-        qkv: &Qkv<'a, B>,
-        atty: &HeadsView<'a, B>,
-        workspace: Tensor<'a, B>,
-    ) -> Result<()> {
-        let (cache, pos, cn) = (self.cache, self.pos, self.cn);
-        let (batch, c) = (cache.batch, cache.config.d_model);
-        let (keys, values) = (cache.heads(l, 0, pos + cn), cache.heads(l, 1, pos + cn));
-        let src = Matrix {
-            buf: qkv.rows.buf,
-            offset: qkv.rows.offset + c,
-            batch,
-            rows: cn,
-            cols: 2 * c,
-            batch_stride: cn * 3 * c,
-            row_stride: 3 * c,
-            col_stride: 1,
-        };
-        let dst = Matrix {
-            buf: keys.buf,
-            offset: keys.offset + pos * keys.seq_stride,
-            batch,
-            rows: cn,
-            cols: 2 * c,
-            batch_stride: keys.batch_stride,
-            row_stride: keys.seq_stride,
-            col_stride: 1,
-        };
-        be.copy(src, dst)?;
-        Ok(be.attention_forward(qkv.q, keys, values, atty.heads, workspace, pos)?)
+    /// Layer `l`'s cached keys and values as the chunk's attention sees them: positions
+    /// `0..pos + cn`, the chunk's own (`pos..`) written by the op that reads them.
+    pub fn layer(&self, l: usize) -> (HeadsOf<'a, B>, HeadsOf<'a, B>) {
+        let end = self.pos + self.cn;
+        (self.cache.heads(l, 0, end), self.cache.heads(l, 1, end))
     }
 }
 

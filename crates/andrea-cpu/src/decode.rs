@@ -1,0 +1,322 @@
+//! The two halves of a block for one new token (batch 1): generation's
+//! `decode_attention` and `mlp_forward`, each one job of the spinning team (`team`
+//! module) instead of a chain of them.
+//!
+//! Op by op, a tiny-model token (configs/tiny.toml) is 21 parallel jobs: per block the
+//! QKV product, the attention, the projection, the MLP's two products; then the output
+//! layer. Each is a few microseconds of work, and each hands parts to the other core and
+//! waits for the last one back: about 0.5 µs for an empty job of two parts and 1.2 µs for
+//! one of eight on the Emerald Rapids host (2026-12-06), plus whatever the slower part
+//! keeps the faster waiting. Here each half is cut so that a part's outputs feed only its
+//! own next step, and the parts meet once, in a sum of partial rows:
+//!
+//! * **Attention, one part per head** `h` (columns `c0 = h·D..c0 + D` of each third of
+//!   the QKV weight): `q_h`, `k_h`, `v_h` of the new token (`x·W + b` over those
+//!   columns); `k_h`, `v_h` into the cache's row `pos`; the head's attention over the
+//!   cached rows `0..pos` and the new one; then the head's share of the projection,
+//!   `atty_h · W_proj[c0..c0 + D, :]`, a partial row of `C`. The call sums the partial
+//!   rows in head order and adds the bias.
+//! * **MLP, one part per band of [`MLP_BAND`] hidden columns** `j0..j1`:
+//!   `h = GELU(x·W_fc[:, j0..j1] + b_fc[j0..j1])`, then `h · W_proj[j0..j1, :]`, a
+//!   partial row of `C`; summed in band order, plus the bias.
+//!
+//! Products run on the row form's kernel (`gemv::row_product`, with AVX-512 a partial row
+//! in registers while the weight rows stream past). Parts and the order of every sum
+//! depend only on the sizes, so, like the rest of the backend, the result does not depend
+//! on the thread count; it differs from the op-by-op path's in the last bits (the
+//! projections' partial rows are cut by heads and bands, not by `gemv::CHUNK_K` rows).
+//!
+//! A part reads the cache's rows `0..pos` of its head (which no part writes) and writes
+//! only its head's row `pos`, kept in registers-sized buffers for its own attention: no
+//! slice a part holds covers memory another part writes.
+//!
+//! Other shapes (more than one new position or sequence, a weight whose rows are not
+//! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's) take
+//! the default composition of fine ops, as does every call with
+//! `ANDREA_DECODE_FUSED=off` (read once), kept to compare.
+
+use std::cell::Cell;
+
+use andrea_core::Matrix;
+
+use crate::attention::causal_softmax;
+use crate::attention::HeadsPtr;
+use crate::attention_decode::{scores_any, weighted_sum_any, Shape};
+use crate::buffer::{CpuBuffer, SendPtr};
+use crate::gemv::row_product;
+
+/// Hidden columns per part of the MLP: the tiny model's 512 in four parts, ANDREA-120M's
+/// 3,072 in 24.
+pub(crate) const MLP_BAND: usize = 128;
+/// The fewest columns of a part of the attention: whole heads, at least this many
+/// (the tiny model's 32-wide heads in pairs, ANDREA-120M's 64-wide ones one by one).
+pub(crate) const HEAD_GROUP_MIN: usize = 64;
+
+thread_local! {
+    /// The parts' partial rows, on the calling thread; reused across calls.
+    static PARTIALS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// A part's small rows (the query, the new key and value, the head's output, the
+    /// MLP band's hidden values, the scores); reused across calls.
+    static ROWS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+/// The most weights (floats) of a half this path takes. A part reads its columns of the
+/// first weight as short runs, one per row (the row stride apart): from the last-level
+/// cache that costs little, from DRAM it defeats the prefetchers. Measured on the
+/// Emerald Rapids host (2026-12-06, alternating runs of `andrea bench decode`): the
+/// tiny model (halves of 65k and 131k floats, in L3) 1.24x faster than op by op,
+/// ANDREA-120M (2.4M and 4.7M floats, from DRAM) 2.2x slower. Sizes in between were not
+/// measured; the bound sits between the two, at 1 MB of weights.
+pub(crate) const MAX_WEIGHTS: usize = 1 << 18;
+
+/// Whether a half with these weight matrices takes the fused path: one token, rows of the
+/// weights contiguous, at most [`MAX_WEIGHTS`] floats in all, and the path on.
+pub(crate) fn takes(
+    rows: usize,
+    a: &Matrix<'_, CpuBuffer>,
+    b: &Matrix<'_, CpuBuffer>,
+) -> Option<(Weight, Weight)> {
+    let small = a.rows * a.cols + b.rows * b.cols <= MAX_WEIGHTS;
+    if rows != 1 || !small || !enabled() {
+        return None;
+    }
+    Weight::of(a).zip(Weight::of(b))
+}
+
+/// Whether the fused path is on (`ANDREA_DECODE_FUSED`, read once: `off` runs the fine
+/// ops one by one, to compare).
+pub(crate) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("ANDREA_DECODE_FUSED") {
+        Ok(v) if v.trim().eq_ignore_ascii_case("off") => false,
+        Ok(v) if v.trim().eq_ignore_ascii_case("on") || v.trim().is_empty() => true,
+        Ok(v) => {
+            eprintln!(
+                "andrea-cpu: ignoring ANDREA_DECODE_FUSED={v:?} (expected on or off); using on"
+            );
+            true
+        }
+        Err(_) => true,
+    })
+}
+
+/// A checked weight matrix `[rows, cols]` with contiguous rows.
+#[derive(Clone, Copy)]
+pub(crate) struct Weight {
+    ptr: SendPtr,
+    rows: usize,
+    cols: usize,
+    rs: usize,
+}
+
+impl Weight {
+    /// `m` if it is one matrix with contiguous rows (the fused path's layout).
+    pub(crate) fn of(m: &Matrix<'_, CpuBuffer>) -> Option<Self> {
+        (m.batch == 1 && m.col_stride == 1 && m.rows > 0).then(|| Weight {
+            ptr: SendPtr::of(m),
+            rows: m.rows,
+            cols: m.cols,
+            rs: m.row_stride,
+        })
+    }
+
+    /// Rows `r0..r0 + rows`, columns `c0..c0 + cols`, as one slice from `(r0, c0)` (rows
+    /// at stride `self.rs`).
+    fn block(&self, r0: usize, rows: usize, c0: usize, cols: usize) -> &[f32] {
+        assert!(rows > 0 && r0 + rows <= self.rows && c0 + cols <= self.cols);
+        // SAFETY: inside the checked matrix (asserted); weights are only read.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.get().add(r0 * self.rs + c0),
+                (rows - 1) * self.rs + cols,
+            )
+        }
+    }
+}
+
+/// `dst[j] += bias[j]` (the op-by-op path's epilogue, `bias + product`: one rounded
+/// addition either way round).
+fn add_bias(dst: &mut [f32], bias: &[f32]) {
+    for (d, &b) in dst.iter_mut().zip(bias) {
+        *d += b;
+    }
+}
+
+/// Runs `part(p, partial row p)` for `p < parts` on the team, then
+/// `out = bias + Σ_p partial_p` (summed in part order).
+fn parts_then_sum(
+    parts: usize,
+    out: &mut [f32],
+    bias: &[f32],
+    part: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
+    let c = out.len();
+    let mut partials = PARTIALS.take();
+    partials.clear();
+    partials.resize(parts * c, 0.0);
+    let pp = SendPtr(partials.as_mut_ptr());
+    crate::team::for_each(parts, &|p| {
+        // SAFETY: part p's partial row, `c` floats of `partials`, disjoint from the other
+        // parts' rows; `partials` outlives the job.
+        let row = unsafe { std::slice::from_raw_parts_mut(pp.get().add(p * c), c) };
+        part(p, row);
+    });
+    let (first, rest) = partials.split_at_mut(c);
+    for row in rest.chunks_exact(c) {
+        crate::elementwise::add_assign(first, row);
+    }
+    out.copy_from_slice(first);
+    add_bias(out, bias);
+    PARTIALS.set(partials);
+}
+
+/// The attention half of a block for one new token of one sequence: see the module docs.
+pub(crate) struct AttentionOne<'a> {
+    /// `ln_1` of the token, `[C]`.
+    pub x: &'a [f32],
+    pub qkv_w: Weight,
+    pub qkv_b: &'a [f32],
+    /// The cache's keys and values (batch entry 0), rows `0..=pos`.
+    pub keys: HeadsPtr,
+    pub values: HeadsPtr,
+    pub pos: usize,
+    pub heads: usize,
+    pub proj_w: Weight,
+    pub proj_b: &'a [f32],
+}
+
+impl AttentionOne<'_> {
+    /// `out = attention half(x)`, `[C]`, the new key and value in the cache's row `pos`.
+    ///
+    /// # Safety
+    /// The cache views must have passed `check::decode_attention` (rows `0..=pos` of
+    /// `heads` heads inside their buffer, disjoint from `out` and from every input), and
+    /// nothing else may touch them during the call.
+    pub(crate) unsafe fn run(&self, out: &mut [f32]) {
+        let c = self.x.len();
+        let d = c / self.heads;
+        let (pos, scale) = (self.pos, 1.0 / (d as f32).sqrt());
+        // Parts of whole heads at least HEAD_GROUP_MIN columns wide, so that each row of
+        // a QKV third gives a part runs of at least that many floats.
+        let per_part = HEAD_GROUP_MIN.div_ceil(d).clamp(1, self.heads);
+        let parts = self.heads.div_ceil(per_part);
+        let group = |g: usize, partial: &mut [f32]| {
+            let (h0, h1) = (g * per_part, ((g + 1) * per_part).min(self.heads));
+            let (hg, c0) = (h1 - h0, h0 * d);
+            let w = hg * d;
+            let mut rows = ROWS.take();
+            rows.clear();
+            rows.resize(4 * w + hg * (pos + 1), 0.0);
+            let (qkv, rest) = rows.split_at_mut(3 * w);
+            let (o, s) = rest.split_at_mut(w);
+            // q, k, v of heads h0..h1: columns c0..c0 + w of each third of the weight.
+            for (i, t) in qkv.chunks_exact_mut(w).enumerate() {
+                row_product(
+                    t,
+                    self.x,
+                    self.qkv_w.block(0, c, i * c + c0, w),
+                    self.qkv_w.rs,
+                );
+                add_bias(t, &self.qkv_b[i * c + c0..][..w]);
+            }
+            let (q, kv) = qkv.split_at(w);
+            let (k_new, v_new) = kv.split_at(w);
+            // SAFETY (both): row `pos` of heads h0..h1, inside the checked cache views;
+            // only this part touches it (the module docs).
+            unsafe {
+                std::ptr::copy_nonoverlapping(k_new.as_ptr(), self.keys.at(0, pos, h0), w);
+                std::ptr::copy_nonoverlapping(v_new.as_ptr(), self.values.at(0, pos, h0), w);
+            }
+            // Per head: scores over the cached rows 0..pos, then the new one; the causal
+            // softmax of all pos + 1; the weighted sum of the cached values, then the new
+            // value's term, last (the order of the op-by-op path).
+            let k_len = pos + 1;
+            let cached = Shape {
+                n: pos,
+                k_len,
+                heads: hg,
+                d,
+            };
+            let (ks, vs) = (self.keys.seq_stride(), self.values.seq_stride());
+            if pos > 0 {
+                // SAFETY: rows 0..pos of heads h0..h1, inside the checked view; no part
+                // writes them during the job.
+                let kr = unsafe {
+                    std::slice::from_raw_parts(self.keys.at(0, 0, h0), (pos - 1) * ks + w)
+                };
+                scores_any(q, kr, ks, s, cached);
+            }
+            for hh in 0..hg {
+                let (qh, kh) = (&q[hh * d..][..d], &k_new[hh * d..][..d]);
+                let one = Shape {
+                    n: 1,
+                    k_len: 1,
+                    heads: 1,
+                    d,
+                };
+                scores_any(qh, kh, d, &mut s[hh * k_len + pos..][..1], one);
+                let mut lse = [0.0f32];
+                causal_softmax(
+                    &mut s[hh * k_len..][..k_len],
+                    &mut lse,
+                    0,
+                    1,
+                    k_len,
+                    pos,
+                    scale,
+                );
+            }
+            if pos > 0 {
+                // SAFETY: as above.
+                let vr = unsafe {
+                    std::slice::from_raw_parts(self.values.at(0, 0, h0), (pos - 1) * vs + w)
+                };
+                weighted_sum_any(s, vr, vs, o, cached);
+            } else {
+                o.fill(0.0);
+            }
+            for hh in 0..hg {
+                let p = s[hh * k_len + pos];
+                for (oi, &vi) in o[hh * d..][..d].iter_mut().zip(&v_new[hh * d..][..d]) {
+                    *oi = p.mul_add(vi, *oi);
+                }
+            }
+            // The heads' share of the projection: rows c0..c0 + w of its weight.
+            partial.fill(0.0);
+            row_product(partial, o, self.proj_w.block(c0, w, 0, c), self.proj_w.rs);
+            ROWS.set(rows);
+        };
+        parts_then_sum(parts, out, self.proj_b, &group);
+    }
+}
+
+/// The MLP of a block for one token: see the module docs.
+pub(crate) struct MlpOne<'a> {
+    /// `ln_2` of the token, `[C]`.
+    pub x: &'a [f32],
+    pub fc_w: Weight,
+    pub fc_b: &'a [f32],
+    pub proj_w: Weight,
+    pub proj_b: &'a [f32],
+}
+
+impl MlpOne<'_> {
+    /// `out = GELU(x·W_fc + b_fc)·W_proj + b_proj`, `[C]`.
+    pub(crate) fn run(&self, out: &mut [f32]) {
+        let (c, hidden) = (self.x.len(), self.fc_w.cols);
+        let band = |p: usize, partial: &mut [f32]| {
+            let j0 = p * MLP_BAND;
+            let w = MLP_BAND.min(hidden - j0);
+            let mut h = ROWS.take();
+            h.clear();
+            h.resize(w, 0.0);
+            row_product(&mut h, self.x, self.fc_w.block(0, c, j0, w), self.fc_w.rs);
+            add_bias(&mut h, &self.fc_b[j0..][..w]);
+            crate::elementwise::gelu_slice(None, &mut h);
+            partial.fill(0.0);
+            row_product(partial, &h, self.proj_w.block(j0, w, 0, c), self.proj_w.rs);
+            ROWS.set(h);
+        };
+        parts_then_sum(hidden.div_ceil(MLP_BAND), out, self.proj_b, &band);
+    }
+}
