@@ -7,28 +7,34 @@
 //! layer. Each is a few microseconds of work, and each hands parts to the other core and
 //! waits for the last one back: about 0.5 µs for an empty job of two parts and 1.2 µs for
 //! one of eight on the Emerald Rapids host (2026-12-06), plus whatever the slower part
-//! keeps the faster waiting. Here each half is cut so that a part's outputs feed only its
-//! own next step, and the parts meet once, in a sum of partial rows:
+//! keeps the faster waiting. Here each half is one job of parts that meet twice: once
+//! inside the job, where every part needs the whole first product, and once at its end,
+//! in a sum of partial rows:
 //!
-//! * **Attention, one part per head** `h` (columns `c0 = h·D..c0 + D` of each third of
-//!   the QKV weight): `q_h`, `k_h`, `v_h` of the new token (`x·W + b` over those
-//!   columns); `k_h`, `v_h` into the cache's row `pos`; the head's attention over the
-//!   cached rows `0..pos` and the new one; then the head's share of the projection,
-//!   `atty_h · W_proj[c0..c0 + D, :]`, a partial row of `C`. The call sums the partial
-//!   rows in head order and adds the bias.
+//! * **The first product** (`x·W_qkv`, `x·W_fc`) in chunks of `gemv::CHUNK_K` whole
+//!   weight rows, each computed once by the first part to claim it ([`FirstProduct`]):
+//!   contiguous blocks of the weight, where a part's own columns would be short runs a row
+//!   stride apart (those took the tiny model's attention half 25% longer).
+//! * **Attention, one part per group of heads** at least [`HEAD_GROUP_MIN`] columns wide
+//!   (`c0..c0 + w` of each third of the QKV): `q`, `k`, `v` of those heads from the first
+//!   product's sums plus bias; `k`, `v` into the cache's row `pos`; the heads' attention
+//!   over the cached rows `0..pos` and the new one; then their share of the projection,
+//!   `atty[c0..c0 + w] · W_proj[c0..c0 + w, :]`, a partial row of `C`. The call sums the
+//!   partial rows in group order and adds the bias.
 //! * **MLP, one part per band of [`MLP_BAND`] hidden columns** `j0..j1`:
-//!   `h = GELU(x·W_fc[:, j0..j1] + b_fc[j0..j1])`, then `h · W_proj[j0..j1, :]`, a
+//!   `h = GELU((x·W_fc)[j0..j1] + b_fc[j0..j1])`, then `h · W_proj[j0..j1, :]`, a
 //!   partial row of `C`; summed in band order, plus the bias.
 //!
 //! Products run on the row form's kernel (`gemv::row_product`, with AVX-512 a partial row
-//! in registers while the weight rows stream past). Parts and the order of every sum
-//! depend only on the sizes, so, like the rest of the backend, the result does not depend
-//! on the thread count; it differs from the op-by-op path's in the last bits (the
-//! projections' partial rows are cut by heads and bands, not by `gemv::CHUNK_K` rows).
+//! in registers while the weight rows stream past). Parts, chunks and the order of every
+//! sum depend only on the sizes, so, like the rest of the backend, the result does not
+//! depend on the thread count. The first products (bias included) have the bits of the
+//! op-by-op path; the output differs from it in the last bits (the projections' partial
+//! rows are cut by heads and bands, not by `gemv::CHUNK_K` rows).
 //!
-//! A part reads the cache's rows `0..pos` of its head (which no part writes) and writes
-//! only its head's row `pos`, kept in registers-sized buffers for its own attention: no
-//! slice a part holds covers memory another part writes.
+//! A part reads the cache's rows `0..pos` of its heads (which no part writes) and writes
+//! only its heads' row `pos`, kept in its own buffers for its attention: no slice a part
+//! holds covers memory another part writes.
 //!
 //! Other shapes (more than one new position or sequence, a weight whose rows are not
 //! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's) take
@@ -36,6 +42,7 @@
 //! `ANDREA_DECODE_FUSED=off` (read once), kept to compare.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use andrea_core::Matrix;
 
@@ -43,7 +50,7 @@ use crate::attention::causal_softmax;
 use crate::attention::HeadsPtr;
 use crate::attention_decode::{scores_any, weighted_sum_any, Shape};
 use crate::buffer::{CpuBuffer, SendPtr};
-use crate::gemv::row_product;
+use crate::gemv::{row_product, CHUNK_K};
 
 /// Hidden columns per part of the MLP: the tiny model's 512 in four parts, ANDREA-120M's
 /// 3,072 in 24.
@@ -58,15 +65,20 @@ thread_local! {
     /// A part's small rows (the query, the new key and value, the head's output, the
     /// MLP band's hidden values, the scores); reused across calls.
     static ROWS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// The first product's chunk partials and their states ([`FirstProduct`]), on the
+    /// calling thread; reused across calls.
+    static FIRST: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    static STATES: Cell<Vec<AtomicU8>> = const { Cell::new(Vec::new()) };
 }
 
-/// The most weights (floats) of a half this path takes. A part reads its columns of the
-/// first weight as short runs, one per row (the row stride apart): from the last-level
-/// cache that costs little, from DRAM it defeats the prefetchers. Measured on the
-/// Emerald Rapids host (2026-12-06, alternating runs of `andrea bench decode`): the
-/// tiny model (halves of 65k and 131k floats, in L3) 1.24x faster than op by op,
-/// ANDREA-120M (2.4M and 4.7M floats, from DRAM) 2.2x slower. Sizes in between were not
-/// measured; the bound sits between the two, at 1 MB of weights.
+/// The most weights (floats) of a half this path takes. Measured on the Emerald Rapids
+/// host (2026-12-06, alternating runs of `andrea bench decode`): the tiny model (halves
+/// of 65k and 131k floats, in L3) 1.07-1.24x faster than op by op; ANDREA-120M (2.4M and
+/// 4.7M floats, from DRAM) 2.2x slower when each part read its own columns of the first
+/// weight, and with the chunked first product either level (63-77 tokens/s op by op,
+/// 66-75 fused) or at half speed (31-40) from one run to the next, cause not found: it
+/// keeps the fine ops. Sizes in between were not measured; the bound sits between the
+/// two, at 1 MB of weights.
 pub(crate) const MAX_WEIGHTS: usize = 1 << 18;
 
 /// Whether a half with these weight matrices takes the fused path: one token, rows of the
@@ -81,6 +93,97 @@ pub(crate) fn takes(
         return None;
     }
     Weight::of(a).zip(Weight::of(b))
+}
+
+/// The first product of a half, `x·W` for `W: [K, N]` (the QKV or the MLP's up
+/// projection), cut into chunks of [`CHUNK_K`] whole rows: each chunk's partial row is
+/// computed once, by the first part to claim it, and every part then reads the columns
+/// it needs of their sum. A chunk is one contiguous block of the weight (where a part's
+/// own columns are short runs a row stride apart: measured 25% slower for the tiny
+/// model's QKV). The parts wait for each other here, but never for a part that has not
+/// started: a part claims each unclaimed chunk itself (state 0 -> 1) and only waits for
+/// a chunk another part is computing (state 1 -> 2), which depends on nothing.
+///
+/// The chunks and the order of the sum are those of the op-by-op row form (`gemv`), so
+/// these sums, bias included, have its bits.
+struct FirstProduct<'a> {
+    x: &'a [f32],
+    w: Weight,
+    /// `chunks × N` partial rows, zeroed.
+    partials: SendPtr,
+    /// Per chunk: 0 unclaimed, 1 being computed, 2 done.
+    state: &'a [AtomicU8],
+}
+
+impl FirstProduct<'_> {
+    /// Makes sure every chunk's partial row is done: claims and computes the unclaimed
+    /// ones, from chunk `first` on (a part's own, so that with as many parts as threads
+    /// each computes one), then waits for the rest.
+    fn ensure(&self, first: usize) {
+        let chunks = self.state.len();
+        for i in 0..chunks {
+            let p = (first + i) % chunks;
+            if self.state[p]
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                let (r0, n) = (p * CHUNK_K, self.w.cols);
+                let rows = CHUNK_K.min(self.w.rows - r0);
+                // SAFETY: chunk p's partial row, claimed by this part alone (the state's
+                // compare-and-swap); the buffer outlives the job.
+                let part =
+                    unsafe { std::slice::from_raw_parts_mut(self.partials.get().add(p * n), n) };
+                row_product(
+                    part,
+                    &self.x[r0..r0 + rows],
+                    self.w.block(r0, rows, 0, n),
+                    self.w.rs,
+                );
+                self.state[p].store(2, Ordering::Release);
+            }
+        }
+        for st in self.state {
+            while st.load(Ordering::Acquire) != 2 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// `out = Σ_chunks partial[j0..] + bias[j0..]` over `out.len()` columns, chunks in
+    /// order. Only after [`FirstProduct::ensure`].
+    fn columns(&self, j0: usize, out: &mut [f32], bias: &[f32]) {
+        let n = self.w.cols;
+        // SAFETY: every chunk is done (state 2, acquired in `ensure`) and no longer
+        // written; the buffer outlives the job.
+        let all = unsafe { std::slice::from_raw_parts(self.partials.get(), self.state.len() * n) };
+        let mut rows = all.chunks_exact(n);
+        out.copy_from_slice(&rows.next().expect("at least one chunk")[j0..][..out.len()]);
+        for row in rows {
+            crate::elementwise::add_assign(out, &row[j0..][..out.len()]);
+        }
+        add_bias(out, &bias[j0..][..out.len()]);
+    }
+}
+
+/// Runs `f` with a [`FirstProduct`] of `x·w` whose chunks are all unclaimed.
+fn with_first_product<R>(x: &[f32], w: Weight, f: impl FnOnce(&FirstProduct<'_>) -> R) -> R {
+    let chunks = w.rows.div_ceil(CHUNK_K);
+    let mut partials = FIRST.take();
+    partials.clear();
+    partials.resize(chunks * w.cols, 0.0);
+    let mut state = STATES.take();
+    state.clear();
+    state.resize_with(chunks, || AtomicU8::new(0));
+    let first = FirstProduct {
+        x,
+        w,
+        partials: SendPtr(partials.as_mut_ptr()),
+        state: &state,
+    };
+    let r = f(&first);
+    FIRST.set(partials);
+    STATES.set(state);
+    r
 }
 
 /// Whether the fused path is on (`ANDREA_DECODE_FUSED`, read once: `off` runs the fine
@@ -200,7 +303,7 @@ impl AttentionOne<'_> {
         // a QKV third gives a part runs of at least that many floats.
         let per_part = HEAD_GROUP_MIN.div_ceil(d).clamp(1, self.heads);
         let parts = self.heads.div_ceil(per_part);
-        let group = |g: usize, partial: &mut [f32]| {
+        let group = |first: &FirstProduct<'_>, g: usize, partial: &mut [f32]| {
             let (h0, h1) = (g * per_part, ((g + 1) * per_part).min(self.heads));
             let (hg, c0) = (h1 - h0, h0 * d);
             let w = hg * d;
@@ -209,15 +312,10 @@ impl AttentionOne<'_> {
             rows.resize(4 * w + hg * (pos + 1), 0.0);
             let (qkv, rest) = rows.split_at_mut(3 * w);
             let (o, s) = rest.split_at_mut(w);
-            // q, k, v of heads h0..h1: columns c0..c0 + w of each third of the weight.
+            // q, k, v of heads h0..h1: columns c0..c0 + w of each third of x·W + b.
+            first.ensure(g % first.state.len());
             for (i, t) in qkv.chunks_exact_mut(w).enumerate() {
-                row_product(
-                    t,
-                    self.x,
-                    self.qkv_w.block(0, c, i * c + c0, w),
-                    self.qkv_w.rs,
-                );
-                add_bias(t, &self.qkv_b[i * c + c0..][..w]);
+                first.columns(i * c + c0, t, self.qkv_b);
             }
             let (q, kv) = qkv.split_at(w);
             let (k_new, v_new) = kv.split_at(w);
@@ -286,7 +384,11 @@ impl AttentionOne<'_> {
             row_product(partial, o, self.proj_w.block(c0, w, 0, c), self.proj_w.rs);
             ROWS.set(rows);
         };
-        parts_then_sum(parts, out, self.proj_b, &group);
+        with_first_product(self.x, self.qkv_w, |first| {
+            parts_then_sum(parts, out, self.proj_b, &|g, partial| {
+                group(first, g, partial)
+            })
+        });
     }
 }
 
@@ -304,19 +406,24 @@ impl MlpOne<'_> {
     /// `out = GELU(x·W_fc + b_fc)·W_proj + b_proj`, `[C]`.
     pub(crate) fn run(&self, out: &mut [f32]) {
         let (c, hidden) = (self.x.len(), self.fc_w.cols);
-        let band = |p: usize, partial: &mut [f32]| {
+        let band = |first: &FirstProduct<'_>, p: usize, partial: &mut [f32]| {
             let j0 = p * MLP_BAND;
             let w = MLP_BAND.min(hidden - j0);
             let mut h = ROWS.take();
             h.clear();
             h.resize(w, 0.0);
-            row_product(&mut h, self.x, self.fc_w.block(0, c, j0, w), self.fc_w.rs);
-            add_bias(&mut h, &self.fc_b[j0..][..w]);
+            first.ensure(p % first.state.len());
+            first.columns(j0, &mut h, self.fc_b);
             crate::elementwise::gelu_slice(None, &mut h);
             partial.fill(0.0);
             row_product(partial, &h, self.proj_w.block(j0, w, 0, c), self.proj_w.rs);
             ROWS.set(h);
         };
-        parts_then_sum(hidden.div_ceil(MLP_BAND), out, self.proj_b, &band);
+        let parts = hidden.div_ceil(MLP_BAND);
+        with_first_product(self.x, self.fc_w, |first| {
+            parts_then_sum(parts, out, self.proj_b, &|p, partial| {
+                band(first, p, partial)
+            })
+        });
     }
 }

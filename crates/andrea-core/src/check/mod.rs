@@ -132,15 +132,19 @@ fn injective(
     strides: [usize; 3],
     sizes: [usize; 3],
 ) -> Result<()> {
-    let mut dims: Vec<(usize, usize)> = strides
-        .iter()
-        .zip(sizes)
-        .filter(|&(_, n)| n > 1)
-        .map(|(&s, n)| (s, n))
-        .collect();
+    // At most three dimensions: sorted in place, no allocation (ops check on every call).
+    let mut dims = [(0usize, 0usize); 3];
+    let mut len = 0;
+    for (&s, n) in strides.iter().zip(sizes) {
+        if n > 1 {
+            dims[len] = (s, n);
+            len += 1;
+        }
+    }
+    let dims = &mut dims[..len];
     dims.sort_unstable();
     let mut span = 0usize;
-    for (s, n) in dims {
+    for &mut (s, n) in dims {
         if s <= span || (s == 0) {
             return Err(Error::SelfOverlap {
                 op,
@@ -347,6 +351,11 @@ pub fn elementwise<M: DeviceMemory>(
         same_shape(op, name, x, first)?;
     }
     same_shape(op, out.0, out.1, first)?;
-    let regions: Vec<Region> = inputs.iter().map(|(n, x)| Region::of(n, x)).collect();
-    disjoint(op, &[Region::of(out.0, out.1)], &regions, in_place)
+    // One output: against each input in turn (what `disjoint` does with all of them at
+    // once), without collecting them.
+    let out_region = [Region::of(out.0, out.1)];
+    for (n, x) in inputs {
+        disjoint(op, &out_region, &[Region::of(n, x)], in_place)?;
+    }
+    Ok(())
 }

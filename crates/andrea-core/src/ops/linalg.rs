@@ -197,12 +197,15 @@ pub mod check {
                 });
             }
         }
-        let mut inputs = vec![Region::of_matrix("a", a), Region::of_matrix("b", b)];
-        if let Some(bias) = bias {
-            numel(OP, "bias", bias, c.cols)?;
-            inputs.push(Region::of("bias", bias));
-        }
-        disjoint(OP, &[Region::of_matrix("c", c)], &inputs, false)?;
+        let (a_region, b_region) = (Region::of_matrix("a", a), Region::of_matrix("b", b));
+        let inputs = match bias {
+            Some(bias) => {
+                numel(OP, "bias", bias, c.cols)?;
+                &[a_region, b_region, Region::of("bias", bias)][..]
+            }
+            None => &[a_region, b_region][..],
+        };
+        disjoint(OP, &[Region::of_matrix("c", c)], inputs, false)?;
         Ok(MatmulDims {
             batch: c.batch,
             m: c.rows,
