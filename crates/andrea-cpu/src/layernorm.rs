@@ -96,6 +96,10 @@ pub(crate) fn forward(
 ) {
     let c = gamma.len();
     let rows = rows_per_task(c);
+    if x.len() <= rows * c {
+        // One task (a decoded token's row): on this thread, without rayon's set-up.
+        return forward_rows(x, gamma, beta, out, mean, rstd, eps);
+    }
     out.par_chunks_mut(rows * c)
         .zip(x.par_chunks(rows * c))
         .zip(mean.par_chunks_mut(rows))
@@ -128,20 +132,28 @@ pub(crate) fn residual_forward(
     let c = gamma.len();
     let rows = rows_per_task(c);
     let chunk = rows * c;
+    let task = |(t, ((res, out), (mean, rstd))): (
+        usize,
+        ((&mut [f32], &mut [f32]), (&mut [f32], &mut [f32])),
+    )| {
+        let range = t * chunk..t * chunk + res.len();
+        match src {
+            ResidualSrc::Sum(a, b) => add_rows(&a[range.clone()], &b[range], res),
+            ResidualSrc::AddInto(x) => add_assign(res, &x[range]),
+            ResidualSrc::Double => double_rows(res),
+        }
+        forward_rows(res, gamma, beta, out, mean, rstd, eps);
+    };
+    if residual.len() <= chunk {
+        // One task (a decoded token's row): on this thread, without rayon's set-up.
+        return task((0, ((residual, out), (mean, rstd))));
+    }
     residual
         .par_chunks_mut(chunk)
         .zip(out.par_chunks_mut(chunk))
         .zip(mean.par_chunks_mut(rows).zip(rstd.par_chunks_mut(rows)))
         .enumerate()
-        .for_each(|(t, ((res, out), (mean, rstd)))| {
-            let range = t * chunk..t * chunk + res.len();
-            match src {
-                ResidualSrc::Sum(a, b) => add_rows(&a[range.clone()], &b[range], res),
-                ResidualSrc::AddInto(x) => add_assign(res, &x[range]),
-                ResidualSrc::Double => double_rows(res),
-            }
-            forward_rows(res, gamma, beta, out, mean, rstd, eps);
-        });
+        .for_each(task);
 }
 
 multiversion! {
