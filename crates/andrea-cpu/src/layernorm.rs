@@ -132,10 +132,7 @@ pub(crate) fn residual_forward(
     let c = gamma.len();
     let rows = rows_per_task(c);
     let chunk = rows * c;
-    let task = |(t, ((res, out), (mean, rstd))): (
-        usize,
-        ((&mut [f32], &mut [f32]), (&mut [f32], &mut [f32])),
-    )| {
+    let task = |t: usize, res: &mut [f32], out: &mut [f32], mean: &mut [f32], rstd: &mut [f32]| {
         let range = t * chunk..t * chunk + res.len();
         match src {
             ResidualSrc::Sum(a, b) => add_rows(&a[range.clone()], &b[range], res),
@@ -146,14 +143,14 @@ pub(crate) fn residual_forward(
     };
     if residual.len() <= chunk {
         // One task (a decoded token's row): on this thread, without rayon's set-up.
-        return task((0, ((residual, out), (mean, rstd))));
+        return task(0, residual, out, mean, rstd);
     }
     residual
         .par_chunks_mut(chunk)
         .zip(out.par_chunks_mut(chunk))
         .zip(mean.par_chunks_mut(rows).zip(rstd.par_chunks_mut(rows)))
         .enumerate()
-        .for_each(task);
+        .for_each(|(t, ((res, out), (mean, rstd)))| task(t, res, out, mean, rstd));
 }
 
 multiversion! {
