@@ -289,8 +289,13 @@ impl<B: Backend> Model<B> {
             return Ok(());
         }
         let logits = cache.slots.logits.rows(&cache.scratch, cache.batch);
-        be.download(logits, &mut cache.host_padded)?;
         let (v, vp) = (cfg.vocab_size, cfg.padded_vocab_size());
+        if cache.batch == 1 {
+            // One row: its first `v` logits straight into place (a decoded token of a
+            // small model spends ~1 µs on each 34 kB copy).
+            return Ok(be.download(logits.slice(0, [v]), &mut cache.host_logits[..v])?);
+        }
+        be.download(logits, &mut cache.host_padded)?;
         for b in 0..cache.batch {
             cache.host_logits[b * v..(b + 1) * v]
                 .copy_from_slice(&cache.host_padded[b * vp..b * vp + v]);
