@@ -39,6 +39,11 @@ enum Fault {
     ClipWithoutEps,
     /// `adamw_scaled` applies a NaN scale instead of skipping the update.
     AppliesNanScale,
+    /// `mlp_forward` without its GELU.
+    MlpWithoutGelu,
+    /// `decode_attention` attends without first writing the new keys and values into
+    /// the cache (it reads what was there).
+    DecodeSkipsAppend,
 }
 
 struct Faulty {
@@ -137,6 +142,24 @@ impl LinalgOps for Faulty {
     }
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
         self.inner.bias_backward(dout, dbias)
+    }
+    fn mlp_forward(
+        &self,
+        x: Tensor<'_, Self>,
+        fc: LinearOf<'_, Self>,
+        pre: Tensor<'_, Self>,
+        act: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        if self.fault != Fault::MlpWithoutGelu {
+            return andrea_core::fused::mlp_forward(self, x, fc, pre, act, proj, out);
+        }
+        check::mlp_forward(&x, &fc, &pre, &act, &proj, &out)?;
+        self.inner
+            .matmul(x.mat(), fc.weight, Some(fc.bias), act.mat())?;
+        self.inner
+            .matmul(act.mat(), proj.weight, Some(proj.bias), out.mat())
     }
     fn matmul_gelu_backward(
         &self,
@@ -421,7 +444,44 @@ impl OptimOps for Faulty {
     }
 }
 
-impl AttentionOps for Faulty {}
+impl AttentionOps for Faulty {
+    fn decode_attention(
+        &self,
+        x: Tensor<'_, Self>,
+        qkv_w: LinearOf<'_, Self>,
+        qkv: Tensor<'_, Self>,
+        keys: HeadsOf<'_, Self>,
+        values: HeadsOf<'_, Self>,
+        atty: Tensor<'_, Self>,
+        workspace: Tensor<'_, Self>,
+        proj: LinearOf<'_, Self>,
+        out: Tensor<'_, Self>,
+    ) -> Result<()> {
+        if self.fault != Fault::DecodeSkipsAppend {
+            return andrea_core::fused::decode_attention(
+                self, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,
+            );
+        }
+        let (d, v) = check::decode_attention(
+            &x,
+            &qkv_w,
+            &qkv,
+            &keys,
+            &values,
+            &atty,
+            &workspace,
+            &proj,
+            &out,
+            |s| self.attention_workspace_len(s),
+        )?;
+        self.inner
+            .matmul(v.x, qkv_w.weight, Some(qkv_w.bias), v.qkv)?;
+        self.inner
+            .attention_forward(v.q, keys, values, v.atty_heads, workspace, d.pos)?;
+        self.inner
+            .matmul(v.atty, proj.weight, Some(proj.bias), v.out)
+    }
+}
 
 type SuiteFn =
     fn(&Faulty, &Config) -> std::result::Result<(), proptest::test_runner::TestCaseError>;
@@ -446,6 +506,18 @@ const CASES: &[(Fault, &str, SuiteFn, &str)] = &[
         "linear_gelu",
         suite::linear_gelu,
         "linear_gelu: out",
+    ),
+    (
+        Fault::MlpWithoutGelu,
+        "mlp_forward",
+        suite::mlp_forward,
+        "mlp_forward: out",
+    ),
+    (
+        Fault::DecodeSkipsAppend,
+        "decode_attention",
+        suite::decode_attention,
+        "decode_attention: out",
     ),
     (
         Fault::ErfGeluGrad,

@@ -1,6 +1,6 @@
-//! Bad input for attention_forward and attention_backward.
+//! Bad input for attention_forward, attention_backward and decode_attention.
 
-use andrea_core::{AttentionShape, Backend, Heads, View};
+use andrea_core::{AttentionShape, Backend, Heads, LinearParams, View};
 
 use super::{filled, Expect};
 use crate::suite::{fail, Case, Config};
@@ -106,5 +106,89 @@ pub fn bad_input_attention<B: Backend>(be: &B, _cfg: &Config) -> Case {
             bwd(dq, dk, ws, View::new(&sc_buf, 0, [sc_len - 1]))
         });
     }
+    decode_attention(be, &mut x)?;
     x.finish()
+}
+
+/// decode_attention: one new position of one sequence (C 4, H 2) over a cache of 4
+/// positions whose rows hold `[keys | values]`, at position 2.
+fn decode_attention<B: Backend>(be: &B, x: &mut Expect) -> Case {
+    let ops = &["decode_attention", "matmul", "attention_forward"];
+    let (c, h, cap) = (4, 2, 4);
+    let (xb, wq, bq, scratch, kv, wp, bp, out) = (
+        filled(be, c)?,
+        filled(be, c * 3 * c)?,
+        filled(be, 3 * c)?,
+        filled(be, 64)?,
+        filled(be, cap * 2 * c)?,
+        filled(be, c * c)?,
+        filled(be, c)?,
+        filled(be, 2 * c)?,
+    );
+    let cache = |which: usize, heads: usize, seq: usize| Heads {
+        buf: &kv,
+        offset: which * c,
+        batch: 1,
+        seq,
+        heads,
+        head_dim: c / heads,
+        batch_stride: cap * 2 * c,
+        seq_stride: 2 * c,
+    };
+    let lin = |w, rows, cols, b| LinearParams {
+        weight: View::new(w, 0, [rows, cols]).mat(),
+        bias: View::new(b, 0, [cols]),
+    };
+    let (qkv, atty, ws) = (
+        View::new(&scratch, 0, [3 * c]),
+        View::new(&scratch, 12, [c]),
+        View::new(&scratch, 16, [48]),
+    );
+    let run = |xv, keys, values, out_view| {
+        be.decode_attention(
+            xv,
+            lin(&wq, c, 3 * c, &bq),
+            qkv,
+            keys,
+            values,
+            atty,
+            ws,
+            lin(&wp, c, c, &bp),
+            out_view,
+        )
+    };
+    let (xv, ov) = (View::new(&xb, 0, [1, c]), View::new(&out, 0, [1, c]));
+    x.ok("decode_attention", || {
+        run(xv, cache(0, h, 3), cache(1, h, 3), ov)
+    });
+    x.err(
+        ops,
+        "decode_attention: x of 4 channels, keys of 3 heads of 1",
+        || run(xv, cache(0, 3, 3), cache(1, 3, 3), ov),
+    );
+    x.err(
+        ops,
+        "decode_attention: values of another length than keys",
+        || run(xv, cache(0, h, 3), cache(1, h, 2), ov),
+    );
+    x.err(ops, "decode_attention: out [2, 4] for x [1, 4]", || {
+        run(
+            xv,
+            cache(0, h, 3),
+            cache(1, h, 3),
+            View::new(&out, 0, [2, c]),
+        )
+    });
+    x.err(ops, "decode_attention: out overlapping the cache", || {
+        run(
+            xv,
+            cache(0, h, 3),
+            cache(1, h, 3),
+            View::new(&kv, 2, [1, c]),
+        )
+    });
+    x.err(ops, "decode_attention: the cache past its buffer", || {
+        run(xv, cache(0, h, 5), cache(1, h, 5), ov)
+    });
+    Ok(())
 }

@@ -1,7 +1,7 @@
-//! Bad input for matmul, bias_backward, copy, linear_gelu, matmul_gelu_backward and the
-//! LayerNorm ops.
+//! Bad input for matmul, bias_backward, copy, linear_gelu, mlp_forward,
+//! matmul_gelu_backward and the LayerNorm ops.
 
-use andrea_core::{Backend, Matrix, View};
+use andrea_core::{Backend, LinearParams, Matrix, View};
 
 use super::{filled, Expect};
 use crate::suite::{Case, Config};
@@ -171,6 +171,45 @@ pub fn bad_input_linalg<B: Backend>(be: &B, _cfg: &Config) -> Case {
             View::new(&bias, 0, [4]),
             pre,
             View::new(&c, 8, [3, 4]),
+        )
+    });
+
+    // mlp_forward: x [2, 3] in a; fc [3, 4] in b at 0, its bias bias[0..4]; proj [4, 3]
+    // in b at 12, its bias bias[4..7]; pre and act [2, 4] in c at 0 and 8; out [2, 3] in
+    // c at 16.
+    let ops = &["mlp_forward", "linear_gelu", "matmul"];
+    let lin = |off: usize, rows: usize, cols: usize, boff: usize| LinearParams {
+        weight: mat(&b, off, rows, cols),
+        bias: View::new(&bias, boff, [cols]),
+    };
+    let (act, out3) = (View::new(&c, 8, [2, 4]), View::new(&c, 16, [2, 3]));
+    let xv = View::new(&a, 0, [2, 3]);
+    x.ok("mlp_forward", || {
+        be.mlp_forward(xv, lin(0, 3, 4, 0), pre, act, lin(12, 4, 3, 4), out3)
+    });
+    x.err(
+        ops,
+        "mlp_forward: proj [5, 3] for a hidden width of 4",
+        || be.mlp_forward(xv, lin(0, 3, 4, 0), pre, act, lin(12, 5, 3, 4), out3),
+    );
+    x.err(ops, "mlp_forward: out [2, 4] for x [2, 3]", || {
+        be.mlp_forward(
+            xv,
+            lin(0, 3, 4, 0),
+            pre,
+            act,
+            lin(12, 4, 4, 4),
+            View::new(&c, 16, [2, 4]),
+        )
+    });
+    x.err(ops, "mlp_forward: out overlapping act", || {
+        be.mlp_forward(
+            xv,
+            lin(0, 3, 4, 0),
+            pre,
+            act,
+            lin(12, 4, 3, 4),
+            View::new(&c, 12, [2, 3]),
         )
     });
 
