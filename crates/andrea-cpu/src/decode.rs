@@ -109,7 +109,7 @@ pub(crate) fn takes(
 struct FirstProduct<'a> {
     x: &'a [f32],
     w: Weight,
-    /// `chunks × N` partial rows, zeroed.
+    /// `chunks × N` partial rows (each zeroed by the part that computes it).
     partials: SendPtr,
     /// Per chunk: 0 unclaimed, 1 being computed, 2 done.
     state: &'a [AtomicU8],
@@ -133,6 +133,8 @@ impl FirstProduct<'_> {
                 // compare-and-swap); the buffer outlives the job.
                 let part =
                     unsafe { std::slice::from_raw_parts_mut(self.partials.get().add(p * n), n) };
+                // Zeroed here, where it is about to be in L1, not by the caller.
+                part.fill(0.0);
                 row_product(
                     part,
                     &self.x[r0..r0 + rows],
@@ -169,8 +171,10 @@ impl FirstProduct<'_> {
 fn with_first_product<R>(x: &[f32], w: Weight, f: impl FnOnce(&FirstProduct<'_>) -> R) -> R {
     let chunks = w.rows.div_ceil(CHUNK_K);
     let mut partials = FIRST.take();
-    partials.clear();
-    partials.resize(chunks * w.cols, 0.0);
+    // Grown, never cleared: each chunk's row is zeroed by the part that computes it.
+    if partials.len() < chunks * w.cols {
+        partials.resize(chunks * w.cols, 0.0);
+    }
     let mut state = STATES.take();
     state.clear();
     state.resize_with(chunks, || AtomicU8::new(0));
@@ -245,7 +249,8 @@ fn add_bias(dst: &mut [f32], bias: &[f32]) {
     }
 }
 
-/// Runs `part(p, partial row p)` for `p < parts` on the team, then
+/// Runs `part(p, partial row p)` for `p < parts` on the team (`part` overwrites its whole
+/// row: the rows hold what an earlier call left), then
 /// `out = bias + Σ_p partial_p` (summed in part order).
 fn parts_then_sum(
     parts: usize,
@@ -255,8 +260,10 @@ fn parts_then_sum(
 ) {
     let c = out.len();
     let mut partials = PARTIALS.take();
-    partials.clear();
-    partials.resize(parts * c, 0.0);
+    // Grown, never cleared: `part` overwrites its whole row.
+    if partials.len() < parts * c {
+        partials.resize(parts * c, 0.0);
+    }
     let pp = SendPtr(partials.as_mut_ptr());
     crate::team::for_each(parts, &|p| {
         // SAFETY: part p's partial row, `c` floats of `partials`, disjoint from the other
@@ -264,7 +271,7 @@ fn parts_then_sum(
         let row = unsafe { std::slice::from_raw_parts_mut(pp.get().add(p * c), c) };
         part(p, row);
     });
-    let (first, rest) = partials.split_at_mut(c);
+    let (first, rest) = partials[..parts * c].split_at_mut(c);
     for row in rest.chunks_exact(c) {
         crate::elementwise::add_assign(first, row);
     }
