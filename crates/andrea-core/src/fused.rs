@@ -7,5 +7,6 @@
 //! (`crate::ops::<family>::fused`); this module gathers them.
 
 pub use crate::ops::attention::fused::*;
+pub use crate::ops::decode::fused::*;
 pub use crate::ops::layernorm::fused::*;
 pub use crate::ops::linalg::fused::*;

@@ -32,8 +32,9 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::ops::{
-    AdamWStep, AttentionOps, AttentionShape, ElementwiseOps, EmbeddingOps, HeadsOf, Ids,
-    LayerNormOps, LinalgOps, LinearOf, LossOps, Mat, MemoryOps, OptimOps, SoftmaxOps, Tensor,
+    AdamWStep, AttentionOps, AttentionShape, DecodeBlockOf, DecodeOps, ElementwiseOps,
+    EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps, LinearOf, LossOps, Mat, MemoryOps,
+    OptimOps, SoftmaxOps, Tensor,
 };
 
 /// What one op has cost since the last [`Timed::reset`]; the products are counted per
@@ -617,6 +618,27 @@ impl<B: OptimOps> OptimOps for Timed<B> {
     ) -> Result<()> {
         self.time("adamw_scaled", floats(7 * param.numel()), || {
             self.inner.adamw_scaled(param, grad, m, v, step, scale)
+        })
+    }
+}
+
+impl<B: DecodeOps> DecodeOps for Timed<B> {
+    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
+        // Per block the six products (`x·W` of the QKV, the attention's projection and
+        // the MLP's two: 24·N·C² FLOPs) and the attention of the new positions, as
+        // `decode_attention` counts them.
+        let flops = blocks
+            .iter()
+            .map(|b| {
+                let (n, c) = (b.x.shape.rows(), b.x.shape.last());
+                let t = n / b.keys.batch.max(1);
+                let q = HeadsOf::<'_, Self> { seq: t, ..b.keys };
+                let past = b.keys.seq.saturating_sub(t);
+                24.0 * (n * c * c) as f64 + 4.0 * b.keys.head_dim as f64 * visible_scores(&q, past)
+            })
+            .sum();
+        self.time("decode_blocks", Work::Flops(flops), || {
+            self.inner.decode_blocks(blocks, eps)
         })
     }
 }

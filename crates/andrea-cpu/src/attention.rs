@@ -33,6 +33,7 @@ use crate::softmax::{softmax_row_in_place, visible};
 use andrea_core::{check, fused, AttentionOps, AttentionShape, HeadsOf, LinearOf, Result, Tensor};
 
 use crate::buffer::{read, write};
+use crate::decode::Row;
 use crate::CpuBackend;
 
 thread_local! {
@@ -538,20 +539,18 @@ impl AttentionOps for CpuBackend {
                 self, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,
             );
         };
-        // SAFETY: checked in bounds; the inputs are disjoint from the outputs.
-        let (xs, qkv_b, proj_b) = unsafe { (read(&x), read(&qkv_w.bias), read(&proj.bias)) };
         // SAFETY: checked in bounds and disjoint from every other argument.
         let out = unsafe { write(&out) };
         let half = crate::decode::AttentionOne {
-            x: xs,
+            x: Row::of(&x),
             qkv_w: qkv_weight,
-            qkv_b,
+            qkv_b: Row::of(&qkv_w.bias),
             keys: HeadsPtr::of(&keys),
             values: HeadsPtr::of(&values),
             pos: d.pos,
             heads: d.heads,
             proj_w: proj_weight,
-            proj_b,
+            proj_b: Row::of(&proj.bias),
         };
         // SAFETY: the cache views passed the op's check (rows 0..=pos inside their
         // buffer, disjoint from `out` and the inputs); `&self` ops run one at a time.

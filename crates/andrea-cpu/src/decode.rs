@@ -1,56 +1,67 @@
-//! The two halves of a block for one new token (batch 1): generation's
-//! `decode_attention` and `mlp_forward`, each one job of the spinning team (`team`
-//! module) instead of a chain of them.
+//! Generation for one new token of one sequence of a small model: the decoder stack
+//! (`DecodeOps::decode_blocks`) as one job of the spinning team (`team` module), and
+//! each block's two halves (`decode_attention`, `mlp_forward`) as one job each where
+//! they are called alone.
 //!
 //! Op by op, a tiny-model token (configs/tiny.toml) is 21 parallel jobs: per block the
 //! QKV product, the attention, the projection, the MLP's two products; then the output
 //! layer. Each is a few microseconds of work, and each hands parts to the other core and
 //! waits for the last one back: about 0.5 µs for an empty job of two parts and 1.2 µs for
 //! one of eight on the Emerald Rapids host (2026-12-06), plus whatever the slower part
-//! keeps the faster waiting. Here each half is one job of parts that meet twice: once
-//! inside the job, where every part needs the whole first product, and once at its end,
-//! in a sum of partial rows:
+//! keeps the faster waiting, and between two jobs the caller's serial steps (argument
+//! checks, a residual add with its LayerNorm) while the other core spins. Here the work
+//! is cut into [`Tasks`], each done once by whichever part claims it first, in stages
+//! whose parts meet where every part needs all of the stage before:
 //!
 //! * **The first product** (`x·W_qkv`, `x·W_fc`) in chunks of `gemv::CHUNK_K` whole
-//!   weight rows, each computed once by the first part to claim it ([`FirstProduct`]):
-//!   contiguous blocks of the weight, where a part's own columns would be short runs a row
-//!   stride apart (those took the tiny model's attention half 25% longer).
-//! * **Attention, one part per group of heads** at least [`HEAD_GROUP_MIN`] columns wide
+//!   weight rows ([`FirstProduct`]): contiguous blocks of the weight, where a part's own
+//!   columns would be short runs a row stride apart (those took the tiny model's
+//!   attention half 25% longer).
+//! * **Attention, one task per group of heads** at least [`HEAD_GROUP_MIN`] columns wide
 //!   (`c0..c0 + w` of each third of the QKV): `q`, `k`, `v` of those heads from the first
 //!   product's sums plus bias; `k`, `v` into the cache's row `pos`; the heads' attention
 //!   over the cached rows `0..pos` and the new one; then their share of the projection,
-//!   `atty[c0..c0 + w] · W_proj[c0..c0 + w, :]`, a partial row of `C`. The call sums the
-//!   partial rows in group order and adds the bias.
-//! * **MLP, one part per band of [`MLP_BAND`] hidden columns** `j0..j1`:
+//!   `atty[c0..c0 + w] · W_proj[c0..c0 + w, :]`, a partial row of `C`, summed in group
+//!   order, plus the bias.
+//! * **MLP, one task per band of [`MLP_BAND`] hidden columns** `j0..j1`:
 //!   `h = GELU((x·W_fc)[j0..j1] + b_fc[j0..j1])`, then `h · W_proj[j0..j1, :]`, a
 //!   partial row of `C`; summed in band order, plus the bias.
+//! * In the stack, **after each half, one task** adds the half's output to the residual
+//!   stream and takes the LayerNorm of the sum ([`residual_step`]), which the next stage
+//!   reads: the block's `ln_2`, then the next block's `ln_1` (or the final LayerNorm).
+//!   So a token's blocks are one job ([`run_blocks`]: 9 jobs a tiny token instead of 21,
+//!   and 2 with the stack) and the caller's only serial work is the arguments' checks.
 //!
 //! Products run on the row form's kernel (`gemv::row_product`, with AVX-512 a partial row
-//! in registers while the weight rows stream past). Parts, chunks and the order of every
+//! in registers while the weight rows stream past). Tasks, chunks and the order of every
 //! sum depend only on the sizes, so, like the rest of the backend, the result does not
-//! depend on the thread count. The first products (bias included) have the bits of the
-//! op-by-op path; the output differs from it in the last bits (the projections' partial
-//! rows are cut by heads and bands, not by `gemv::CHUNK_K` rows).
+//! depend on the thread count, and the stack has the bits of its blocks' four ops (the
+//! fused halves and `residual_layernorm`). The first products (bias included) have the
+//! bits of the op-by-op path; the output differs from it in the last bits (the
+//! projections' partial rows are cut by heads and bands, not by `gemv::CHUNK_K` rows).
 //!
-//! A part reads the cache's rows `0..pos` of its heads (which no part writes) and writes
-//! only its heads' row `pos`, kept in its own buffers for its attention: no slice a part
-//! holds covers memory another part writes.
+//! A task reads the cache's rows `0..pos` of its heads (which no task writes) and writes
+//! only its heads' row `pos`, kept in its own buffers for its attention. Views that one
+//! stage writes and an earlier one read (the model's one LayerNorm output serves every
+//! block's `ln_1`) are [`Row`]s: raw pointers, sliced inside a task only.
 //!
 //! Other shapes (more than one new position or sequence, a weight whose rows are not
 //! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's) take
-//! the default composition of fine ops, as does every call with
-//! `ANDREA_DECODE_FUSED=off` (read once), kept to compare.
+//! the default composition of fine ops. `ANDREA_DECODE_FUSED=halves` (the halves as a
+//! job each, the stack as its ops) and `off` (the fine ops), read once, are kept to
+//! compare.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use andrea_core::Matrix;
+use andrea_core::{check, fused, DecodeBlockOf, Matrix, Result, View};
 
 use crate::attention::causal_softmax;
 use crate::attention::HeadsPtr;
 use crate::attention_decode::{scores_any, weighted_sum_any, Shape};
 use crate::buffer::{CpuBuffer, SendPtr};
 use crate::gemv::{row_product, CHUNK_K};
+use crate::layernorm::{residual_forward, ResidualSrc};
 
 /// Hidden columns per part of the MLP: the tiny model's 512 in four parts, ANDREA-120M's
 /// 3,072 in 24.
@@ -59,16 +70,194 @@ pub(crate) const MLP_BAND: usize = 128;
 /// (the tiny model's 32-wide heads in pairs, ANDREA-120M's 64-wide ones one by one).
 pub(crate) const HEAD_GROUP_MIN: usize = 64;
 
+/// The buffers of a call, on the calling thread, reused across calls (grown, never
+/// cleared: every row is overwritten by the task that fills it).
+#[derive(Default)]
+struct Scratch {
+    /// Chunk partials of the first products (QKV, MLP up).
+    first_qkv: Vec<f32>,
+    first_fc: Vec<f32>,
+    /// Partial rows of the second products (attention groups, MLP bands).
+    parts_attn: Vec<f32>,
+    parts_mlp: Vec<f32>,
+    /// A half's output, summed from its partial rows (the stack's residual steps).
+    sum: Vec<f32>,
+    /// Task states ([`Tasks`]).
+    states: Vec<AtomicU8>,
+}
+
 thread_local! {
-    /// The parts' partial rows, on the calling thread; reused across calls.
-    static PARTIALS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
-    /// A part's small rows (the query, the new key and value, the head's output, the
-    /// MLP band's hidden values, the scores); reused across calls.
+    static SCRATCH: Cell<Scratch> = const {
+        Cell::new(Scratch {
+            first_qkv: Vec::new(),
+            first_fc: Vec::new(),
+            parts_attn: Vec::new(),
+            parts_mlp: Vec::new(),
+            sum: Vec::new(),
+            states: Vec::new(),
+        })
+    };
+    /// A task's small rows (the query, the new key and value, the head's output, the
+    /// MLP band's hidden values, the scores), on the thread that runs it; reused.
     static ROWS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
-    /// The first product's chunk partials and their states ([`FirstProduct`]), on the
-    /// calling thread; reused across calls.
-    static FIRST: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
-    static STATES: Cell<Vec<AtomicU8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's [`Scratch`] (taken out for the call: a nested call, which
+/// nothing makes, would get empty buffers, not the same ones).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut s = SCRATCH.take();
+    let r = f(&mut s);
+    SCRATCH.set(s);
+    r
+}
+
+/// `v[..len]`, grown to `len` if shorter, as a pointer for the job's tasks.
+fn grown(v: &mut Vec<f32>, len: usize) -> SendPtr {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    SendPtr(v.as_mut_ptr())
+}
+
+/// A checked row of backend memory (`len` floats) as a raw pointer. Slices of it are
+/// made inside a task and dropped at its end: which task may read or write it is the
+/// order of the tasks' stages (a view one step writes may be one an earlier step read,
+/// as the model's shared LayerNorm output is), never a borrow held across the job.
+#[derive(Clone, Copy)]
+pub(crate) struct Row {
+    ptr: SendPtr,
+    len: usize,
+}
+
+impl Row {
+    /// The elements of a checked view.
+    pub(crate) fn of(v: &View<'_, CpuBuffer>) -> Self {
+        Row {
+            // SAFETY: the view lies inside its buffer (checked by the op).
+            ptr: SendPtr(unsafe { v.buf.ptr().add(v.offset) }),
+            len: v.numel(),
+        }
+    }
+
+    fn same_as(self, other: Row) -> bool {
+        std::ptr::eq(self.ptr.get(), other.ptr.get()) && self.len == other.len
+    }
+
+    /// # Safety
+    /// Nothing may write these elements while the slice lives.
+    unsafe fn read<'s>(self) -> &'s [f32] {
+        // SAFETY: in bounds (checked view); no writer by the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.ptr.get(), self.len) }
+    }
+
+    /// # Safety
+    /// Nothing else may read or write these elements while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn write<'s>(self) -> &'s mut [f32] {
+        // SAFETY: in bounds (checked view); exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.get(), self.len) }
+    }
+}
+
+/// Tasks each done once, by the first part to claim it: a part claims every unclaimed
+/// task itself (state 0 -> 1, then 2 when done) and waits only for tasks another part
+/// is running, which depend on nothing not already done. So the parts wait for each
+/// other, but never for a part that has not started (a late or absent helper leaves
+/// its tasks to the others), and no order of claims can deadlock.
+struct Tasks<'a>(&'a [AtomicU8]);
+
+impl Tasks<'_> {
+    /// Runs `run(t)` for every unclaimed task `t`, from `first` on (a part's own, so
+    /// that with as many parts as threads each starts on a different one), then waits
+    /// until every task is done.
+    fn ensure(&self, first: usize, run: impl Fn(usize)) {
+        let n = self.0.len();
+        for i in 0..n {
+            let t = (first + i) % n;
+            if self.0[t]
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                run(t);
+                self.0[t].store(2, Ordering::Release);
+            }
+        }
+        for st in self.0 {
+            while st.load(Ordering::Acquire) != 2 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// `n` unclaimed task states.
+fn fresh(states: &mut Vec<AtomicU8>, n: usize) {
+    states.clear();
+    states.resize_with(n, || AtomicU8::new(0));
+}
+
+/// The first product of a half, `x·W` for `W: [K, N]` (the QKV or the MLP's up
+/// projection), cut into chunks of [`CHUNK_K`] whole rows, one [`Tasks`] task each:
+/// every chunk's partial row is computed once, and every part then reads the columns it
+/// needs of their sum. A chunk is one contiguous block of the weight (where a part's own
+/// columns are short runs a row stride apart: measured 25% slower for the tiny model's
+/// QKV).
+///
+/// The chunks and the order of the sum are those of the op-by-op row form (`gemv`), so
+/// these sums, bias included, have its bits.
+struct FirstProduct<'a> {
+    x: Row,
+    w: Weight,
+    /// `chunks × N` partial rows (each zeroed by the task that computes it).
+    partials: SendPtr,
+    tasks: Tasks<'a>,
+}
+
+impl FirstProduct<'_> {
+    fn chunks(w: &Weight) -> usize {
+        w.rows.div_ceil(CHUNK_K)
+    }
+
+    /// Makes sure every chunk's partial row is done ([`Tasks::ensure`]).
+    fn ensure(&self, first: usize) {
+        self.tasks.ensure(first, |p| {
+            let (r0, n) = (p * CHUNK_K, self.w.cols);
+            let rows = CHUNK_K.min(self.w.rows - r0);
+            // SAFETY: `x` is written by no task of this stage or an earlier one (the
+            // caller's order); chunk p's partial row is this task's alone; the buffer
+            // outlives the job.
+            let (x, part) = unsafe {
+                (
+                    self.x.read(),
+                    std::slice::from_raw_parts_mut(self.partials.get().add(p * n), n),
+                )
+            };
+            // Zeroed here, where it is about to be in L1, not by the caller.
+            part.fill(0.0);
+            row_product(
+                part,
+                &x[r0..r0 + rows],
+                self.w.block(r0, rows, 0, n),
+                self.w.rs,
+            );
+        });
+    }
+
+    /// `out = Σ_chunks partial[j0..] + bias[j0..]` over `out.len()` columns, chunks in
+    /// order. Only after [`FirstProduct::ensure`].
+    fn columns(&self, j0: usize, out: &mut [f32], bias: &[f32]) {
+        let n = self.w.cols;
+        // SAFETY: every chunk is done (acquired in `ensure`) and no longer written; the
+        // buffer outlives the job.
+        let all =
+            unsafe { std::slice::from_raw_parts(self.partials.get(), self.tasks.0.len() * n) };
+        let mut rows = all.chunks_exact(n);
+        out.copy_from_slice(&rows.next().expect("at least one chunk")[j0..][..out.len()]);
+        for row in rows {
+            crate::elementwise::add_assign(out, &row[j0..][..out.len()]);
+        }
+        add_bias(out, &bias[j0..][..out.len()]);
+    }
 }
 
 /// The most weights (floats) of a half this path takes. Measured on the Emerald Rapids
@@ -95,116 +284,37 @@ pub(crate) fn takes(
     Weight::of(a).zip(Weight::of(b))
 }
 
-/// The first product of a half, `x·W` for `W: [K, N]` (the QKV or the MLP's up
-/// projection), cut into chunks of [`CHUNK_K`] whole rows: each chunk's partial row is
-/// computed once, by the first part to claim it, and every part then reads the columns
-/// it needs of their sum. A chunk is one contiguous block of the weight (where a part's
-/// own columns are short runs a row stride apart: measured 25% slower for the tiny
-/// model's QKV). The parts wait for each other here, but never for a part that has not
-/// started: a part claims each unclaimed chunk itself (state 0 -> 1) and only waits for
-/// a chunk another part is computing (state 1 -> 2), which depends on nothing.
-///
-/// The chunks and the order of the sum are those of the op-by-op row form (`gemv`), so
-/// these sums, bias included, have its bits.
-struct FirstProduct<'a> {
-    x: &'a [f32],
-    w: Weight,
-    /// `chunks × N` partial rows (each zeroed by the part that computes it).
-    partials: SendPtr,
-    /// Per chunk: 0 unclaimed, 1 being computed, 2 done.
-    state: &'a [AtomicU8],
+/// How much of a small model's token is fused (`ANDREA_DECODE_FUSED`, read once): `on`
+/// (the default) all the blocks as one job, `halves` each block's two halves as a job
+/// each, `off` the fine ops one by one; the last two kept to compare.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Fusion {
+    Blocks,
+    Halves,
+    Off,
 }
 
-impl FirstProduct<'_> {
-    /// Makes sure every chunk's partial row is done: claims and computes the unclaimed
-    /// ones, from chunk `first` on (a part's own, so that with as many parts as threads
-    /// each computes one), then waits for the rest.
-    fn ensure(&self, first: usize) {
-        let chunks = self.state.len();
-        for i in 0..chunks {
-            let p = (first + i) % chunks;
-            if self.state[p]
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                let (r0, n) = (p * CHUNK_K, self.w.cols);
-                let rows = CHUNK_K.min(self.w.rows - r0);
-                // SAFETY: chunk p's partial row, claimed by this part alone (the state's
-                // compare-and-swap); the buffer outlives the job.
-                let part =
-                    unsafe { std::slice::from_raw_parts_mut(self.partials.get().add(p * n), n) };
-                // Zeroed here, where it is about to be in L1, not by the caller.
-                part.fill(0.0);
-                row_product(
-                    part,
-                    &self.x[r0..r0 + rows],
-                    self.w.block(r0, rows, 0, n),
-                    self.w.rs,
+pub(crate) fn fusion() -> Fusion {
+    static MODE: std::sync::OnceLock<Fusion> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("ANDREA_DECODE_FUSED") {
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "on" => Fusion::Blocks,
+            "halves" => Fusion::Halves,
+            "off" => Fusion::Off,
+            _ => {
+                eprintln!(
+                    "andrea-cpu: ignoring ANDREA_DECODE_FUSED={v:?} (expected on, halves or off); using on"
                 );
-                self.state[p].store(2, Ordering::Release);
+                Fusion::Blocks
             }
-        }
-        for st in self.state {
-            while st.load(Ordering::Acquire) != 2 {
-                std::hint::spin_loop();
-            }
-        }
-    }
-
-    /// `out = Σ_chunks partial[j0..] + bias[j0..]` over `out.len()` columns, chunks in
-    /// order. Only after [`FirstProduct::ensure`].
-    fn columns(&self, j0: usize, out: &mut [f32], bias: &[f32]) {
-        let n = self.w.cols;
-        // SAFETY: every chunk is done (state 2, acquired in `ensure`) and no longer
-        // written; the buffer outlives the job.
-        let all = unsafe { std::slice::from_raw_parts(self.partials.get(), self.state.len() * n) };
-        let mut rows = all.chunks_exact(n);
-        out.copy_from_slice(&rows.next().expect("at least one chunk")[j0..][..out.len()]);
-        for row in rows {
-            crate::elementwise::add_assign(out, &row[j0..][..out.len()]);
-        }
-        add_bias(out, &bias[j0..][..out.len()]);
-    }
-}
-
-/// Runs `f` with a [`FirstProduct`] of `x·w` whose chunks are all unclaimed.
-fn with_first_product<R>(x: &[f32], w: Weight, f: impl FnOnce(&FirstProduct<'_>) -> R) -> R {
-    let chunks = w.rows.div_ceil(CHUNK_K);
-    let mut partials = FIRST.take();
-    // Grown, never cleared: each chunk's row is zeroed by the part that computes it.
-    if partials.len() < chunks * w.cols {
-        partials.resize(chunks * w.cols, 0.0);
-    }
-    let mut state = STATES.take();
-    state.clear();
-    state.resize_with(chunks, || AtomicU8::new(0));
-    let first = FirstProduct {
-        x,
-        w,
-        partials: SendPtr(partials.as_mut_ptr()),
-        state: &state,
-    };
-    let r = f(&first);
-    FIRST.set(partials);
-    STATES.set(state);
-    r
-}
-
-/// Whether the fused path is on (`ANDREA_DECODE_FUSED`, read once: `off` runs the fine
-/// ops one by one, to compare).
-pub(crate) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("ANDREA_DECODE_FUSED") {
-        Ok(v) if v.trim().eq_ignore_ascii_case("off") => false,
-        Ok(v) if v.trim().eq_ignore_ascii_case("on") || v.trim().is_empty() => true,
-        Ok(v) => {
-            eprintln!(
-                "andrea-cpu: ignoring ANDREA_DECODE_FUSED={v:?} (expected on or off); using on"
-            );
-            true
-        }
-        Err(_) => true,
+        },
+        Err(_) => Fusion::Blocks,
     })
+}
+
+/// Whether the fused halves are on (`ANDREA_DECODE_FUSED` not `off`).
+pub(crate) fn enabled() -> bool {
+    fusion() != Fusion::Off
 }
 
 /// A checked weight matrix `[rows, cols]` with contiguous rows.
@@ -249,188 +359,485 @@ fn add_bias(dst: &mut [f32], bias: &[f32]) {
     }
 }
 
+/// Sums partial rows: `out = Σ_p rows[p] + bias`, the rows (`out.len()` floats each)
+/// in order, then the bias.
+fn sum_rows(out: &mut [f32], rows: &[f32], bias: &[f32]) {
+    let c = out.len();
+    let mut rows = rows.chunks_exact(c);
+    out.copy_from_slice(rows.next().expect("at least one partial row"));
+    for row in rows {
+        crate::elementwise::add_assign(out, row);
+    }
+    add_bias(out, bias);
+}
+
 /// Runs `part(p, partial row p)` for `p < parts` on the team (`part` overwrites its whole
-/// row: the rows hold what an earlier call left), then
-/// `out = bias + Σ_p partial_p` (summed in part order).
+/// row: the rows hold what an earlier call left), then `out = Σ_p partial_p + bias`.
 fn parts_then_sum(
+    partials: &mut Vec<f32>,
     parts: usize,
     out: &mut [f32],
     bias: &[f32],
     part: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) {
     let c = out.len();
-    let mut partials = PARTIALS.take();
-    // Grown, never cleared: `part` overwrites its whole row.
-    if partials.len() < parts * c {
-        partials.resize(parts * c, 0.0);
-    }
-    let pp = SendPtr(partials.as_mut_ptr());
+    let pp = grown(partials, parts * c);
     crate::team::for_each(parts, &|p| {
         // SAFETY: part p's partial row, `c` floats of `partials`, disjoint from the other
         // parts' rows; `partials` outlives the job.
         let row = unsafe { std::slice::from_raw_parts_mut(pp.get().add(p * c), c) };
         part(p, row);
     });
-    let (first, rest) = partials[..parts * c].split_at_mut(c);
-    for row in rest.chunks_exact(c) {
-        crate::elementwise::add_assign(first, row);
-    }
-    out.copy_from_slice(first);
-    add_bias(out, bias);
-    PARTIALS.set(partials);
+    sum_rows(out, &partials[..parts * c], bias);
 }
 
 /// The attention half of a block for one new token of one sequence: see the module docs.
-pub(crate) struct AttentionOne<'a> {
+pub(crate) struct AttentionOne {
     /// `ln_1` of the token, `[C]`.
-    pub x: &'a [f32],
+    pub x: Row,
     pub qkv_w: Weight,
-    pub qkv_b: &'a [f32],
+    pub qkv_b: Row,
     /// The cache's keys and values (batch entry 0), rows `0..=pos`.
     pub keys: HeadsPtr,
     pub values: HeadsPtr,
     pub pos: usize,
     pub heads: usize,
     pub proj_w: Weight,
-    pub proj_b: &'a [f32],
+    pub proj_b: Row,
 }
 
-impl AttentionOne<'_> {
+impl AttentionOne {
+    /// Heads per group and the number of groups: whole heads, at least
+    /// [`HEAD_GROUP_MIN`] columns, so that each row of a QKV third gives a group runs of
+    /// at least that many floats.
+    fn groups(&self) -> (usize, usize) {
+        let d = self.x.len / self.heads;
+        let per_group = HEAD_GROUP_MIN.div_ceil(d).clamp(1, self.heads);
+        (per_group, self.heads.div_ceil(per_group))
+    }
+
+    /// Group `g`'s attention, through to its partial row of the projection
+    /// (`partial`, `[C]`, overwritten). After `first.ensure`.
+    ///
+    /// # Safety
+    /// As [`AttentionOne::run`]; and the group's heads' cache row `pos` is this call's
+    /// alone, the rows before it written by nothing during the call.
+    unsafe fn group(&self, first: &FirstProduct<'_>, g: usize, partial: &mut [f32]) {
+        let c = self.x.len;
+        let d = c / self.heads;
+        let (pos, scale) = (self.pos, 1.0 / (d as f32).sqrt());
+        let per_group = self.groups().0;
+        let (h0, h1) = (g * per_group, ((g + 1) * per_group).min(self.heads));
+        let (hg, c0) = (h1 - h0, h0 * d);
+        let w = hg * d;
+        // SAFETY: a parameter, written by nothing during the job.
+        let qkv_b = unsafe { self.qkv_b.read() };
+        let mut rows = ROWS.take();
+        rows.clear();
+        rows.resize(4 * w + hg * (pos + 1), 0.0);
+        let (qkv, rest) = rows.split_at_mut(3 * w);
+        let (o, s) = rest.split_at_mut(w);
+        // q, k, v of heads h0..h1: columns c0..c0 + w of each third of x·W + b.
+        for (i, t) in qkv.chunks_exact_mut(w).enumerate() {
+            first.columns(i * c + c0, t, qkv_b);
+        }
+        let (q, kv) = qkv.split_at(w);
+        let (k_new, v_new) = kv.split_at(w);
+        // SAFETY (both): row `pos` of heads h0..h1, inside the checked cache views; only
+        // this call touches it (the caller's contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(k_new.as_ptr(), self.keys.at(0, pos, h0), w);
+            std::ptr::copy_nonoverlapping(v_new.as_ptr(), self.values.at(0, pos, h0), w);
+        }
+        // Per head: scores over the cached rows 0..pos, then the new one; the causal
+        // softmax of all pos + 1; the weighted sum of the cached values, then the new
+        // value's term, last (the order of the op-by-op path).
+        let k_len = pos + 1;
+        let cached = Shape {
+            n: pos,
+            k_len,
+            heads: hg,
+            d,
+        };
+        let (ks, vs) = (self.keys.seq_stride(), self.values.seq_stride());
+        if pos > 0 {
+            // SAFETY: rows 0..pos of heads h0..h1, inside the checked view; nothing
+            // writes them during the call.
+            let kr =
+                unsafe { std::slice::from_raw_parts(self.keys.at(0, 0, h0), (pos - 1) * ks + w) };
+            scores_any(q, kr, ks, s, cached);
+        }
+        for hh in 0..hg {
+            let (qh, kh) = (&q[hh * d..][..d], &k_new[hh * d..][..d]);
+            let one = Shape {
+                n: 1,
+                k_len: 1,
+                heads: 1,
+                d,
+            };
+            scores_any(qh, kh, d, &mut s[hh * k_len + pos..][..1], one);
+            let mut lse = [0.0f32];
+            causal_softmax(
+                &mut s[hh * k_len..][..k_len],
+                &mut lse,
+                0,
+                1,
+                k_len,
+                pos,
+                scale,
+            );
+        }
+        if pos > 0 {
+            // SAFETY: as above.
+            let vr =
+                unsafe { std::slice::from_raw_parts(self.values.at(0, 0, h0), (pos - 1) * vs + w) };
+            weighted_sum_any(s, vr, vs, o, cached);
+        } else {
+            o.fill(0.0);
+        }
+        for hh in 0..hg {
+            let p = s[hh * k_len + pos];
+            for (oi, &vi) in o[hh * d..][..d].iter_mut().zip(&v_new[hh * d..][..d]) {
+                *oi = p.mul_add(vi, *oi);
+            }
+        }
+        // The heads' share of the projection: rows c0..c0 + w of its weight.
+        partial.fill(0.0);
+        row_product(partial, o, self.proj_w.block(c0, w, 0, c), self.proj_w.rs);
+        ROWS.set(rows);
+    }
+
     /// `out = attention half(x)`, `[C]`, the new key and value in the cache's row `pos`.
     ///
     /// # Safety
-    /// The cache views must have passed `check::decode_attention` (rows `0..=pos` of
-    /// `heads` heads inside their buffer, disjoint from `out` and from every input), and
-    /// nothing else may touch them during the call.
+    /// The rows and cache views must have passed `check::decode_attention` (rows
+    /// `0..=pos` of `heads` heads inside their buffer, disjoint from `out` and from every
+    /// input), and nothing else may touch them during the call.
     pub(crate) unsafe fn run(&self, out: &mut [f32]) {
-        let c = self.x.len();
-        let d = c / self.heads;
-        let (pos, scale) = (self.pos, 1.0 / (d as f32).sqrt());
-        // Parts of whole heads at least HEAD_GROUP_MIN columns wide, so that each row of
-        // a QKV third gives a part runs of at least that many floats.
-        let per_part = HEAD_GROUP_MIN.div_ceil(d).clamp(1, self.heads);
-        let parts = self.heads.div_ceil(per_part);
-        let group = |first: &FirstProduct<'_>, g: usize, partial: &mut [f32]| {
-            let (h0, h1) = (g * per_part, ((g + 1) * per_part).min(self.heads));
-            let (hg, c0) = (h1 - h0, h0 * d);
-            let w = hg * d;
-            let mut rows = ROWS.take();
-            rows.clear();
-            rows.resize(4 * w + hg * (pos + 1), 0.0);
-            let (qkv, rest) = rows.split_at_mut(3 * w);
-            let (o, s) = rest.split_at_mut(w);
-            // q, k, v of heads h0..h1: columns c0..c0 + w of each third of x·W + b.
-            first.ensure(g % first.state.len());
-            for (i, t) in qkv.chunks_exact_mut(w).enumerate() {
-                first.columns(i * c + c0, t, self.qkv_b);
-            }
-            let (q, kv) = qkv.split_at(w);
-            let (k_new, v_new) = kv.split_at(w);
-            // SAFETY (both): row `pos` of heads h0..h1, inside the checked cache views;
-            // only this part touches it (the module docs).
-            unsafe {
-                std::ptr::copy_nonoverlapping(k_new.as_ptr(), self.keys.at(0, pos, h0), w);
-                std::ptr::copy_nonoverlapping(v_new.as_ptr(), self.values.at(0, pos, h0), w);
-            }
-            // Per head: scores over the cached rows 0..pos, then the new one; the causal
-            // softmax of all pos + 1; the weighted sum of the cached values, then the new
-            // value's term, last (the order of the op-by-op path).
-            let k_len = pos + 1;
-            let cached = Shape {
-                n: pos,
-                k_len,
-                heads: hg,
-                d,
+        let groups = self.groups().1;
+        let chunks = FirstProduct::chunks(&self.qkv_w);
+        with_scratch(|s| {
+            fresh(&mut s.states, chunks);
+            let first = FirstProduct {
+                x: self.x,
+                w: self.qkv_w,
+                partials: grown(&mut s.first_qkv, chunks * self.qkv_w.cols),
+                tasks: Tasks(&s.states),
             };
-            let (ks, vs) = (self.keys.seq_stride(), self.values.seq_stride());
-            if pos > 0 {
-                // SAFETY: rows 0..pos of heads h0..h1, inside the checked view; no part
-                // writes them during the job.
-                let kr = unsafe {
-                    std::slice::from_raw_parts(self.keys.at(0, 0, h0), (pos - 1) * ks + w)
-                };
-                scores_any(q, kr, ks, s, cached);
-            }
-            for hh in 0..hg {
-                let (qh, kh) = (&q[hh * d..][..d], &k_new[hh * d..][..d]);
-                let one = Shape {
-                    n: 1,
-                    k_len: 1,
-                    heads: 1,
-                    d,
-                };
-                scores_any(qh, kh, d, &mut s[hh * k_len + pos..][..1], one);
-                let mut lse = [0.0f32];
-                causal_softmax(
-                    &mut s[hh * k_len..][..k_len],
-                    &mut lse,
-                    0,
-                    1,
-                    k_len,
-                    pos,
-                    scale,
-                );
-            }
-            if pos > 0 {
-                // SAFETY: as above.
-                let vr = unsafe {
-                    std::slice::from_raw_parts(self.values.at(0, 0, h0), (pos - 1) * vs + w)
-                };
-                weighted_sum_any(s, vr, vs, o, cached);
-            } else {
-                o.fill(0.0);
-            }
-            for hh in 0..hg {
-                let p = s[hh * k_len + pos];
-                for (oi, &vi) in o[hh * d..][..d].iter_mut().zip(&v_new[hh * d..][..d]) {
-                    *oi = p.mul_add(vi, *oi);
-                }
-            }
-            // The heads' share of the projection: rows c0..c0 + w of its weight.
-            partial.fill(0.0);
-            row_product(partial, o, self.proj_w.block(c0, w, 0, c), self.proj_w.rs);
-            ROWS.set(rows);
-        };
-        with_first_product(self.x, self.qkv_w, |first| {
-            parts_then_sum(parts, out, self.proj_b, &|g, partial| {
-                group(first, g, partial)
-            })
+            // SAFETY: parameters, written by nothing during the call.
+            let proj_b = unsafe { self.proj_b.read() };
+            parts_then_sum(&mut s.parts_attn, groups, out, proj_b, &|g, partial| {
+                first.ensure(g % chunks);
+                // SAFETY: group g's heads are this part's alone (the caller's contract).
+                unsafe { self.group(&first, g, partial) }
+            });
         });
     }
 }
 
 /// The MLP of a block for one token: see the module docs.
-pub(crate) struct MlpOne<'a> {
+pub(crate) struct MlpOne {
     /// `ln_2` of the token, `[C]`.
-    pub x: &'a [f32],
+    pub x: Row,
     pub fc_w: Weight,
-    pub fc_b: &'a [f32],
+    pub fc_b: Row,
     pub proj_w: Weight,
-    pub proj_b: &'a [f32],
+    pub proj_b: Row,
 }
 
-impl MlpOne<'_> {
+impl MlpOne {
+    fn bands(&self) -> usize {
+        self.fc_w.cols.div_ceil(MLP_BAND)
+    }
+
+    /// Band `p`: `h = GELU((x·W_fc)[j0..j1] + b_fc[j0..j1])`, then its partial row
+    /// `h · W_proj[j0..j1, :]` (`partial`, `[C]`, overwritten). After `first.ensure`.
+    ///
+    /// # Safety
+    /// As [`MlpOne::run`].
+    unsafe fn band(&self, first: &FirstProduct<'_>, p: usize, partial: &mut [f32]) {
+        let (c, hidden) = (self.x.len, self.fc_w.cols);
+        let j0 = p * MLP_BAND;
+        let w = MLP_BAND.min(hidden - j0);
+        // SAFETY: a parameter, written by nothing during the job.
+        let fc_b = unsafe { self.fc_b.read() };
+        let mut h = ROWS.take();
+        h.clear();
+        h.resize(w, 0.0);
+        first.columns(j0, &mut h, fc_b);
+        crate::elementwise::gelu_slice(None, &mut h);
+        partial.fill(0.0);
+        row_product(partial, &h, self.proj_w.block(j0, w, 0, c), self.proj_w.rs);
+        ROWS.set(h);
+    }
+
     /// `out = GELU(x·W_fc + b_fc)·W_proj + b_proj`, `[C]`.
-    pub(crate) fn run(&self, out: &mut [f32]) {
-        let (c, hidden) = (self.x.len(), self.fc_w.cols);
-        let band = |first: &FirstProduct<'_>, p: usize, partial: &mut [f32]| {
-            let j0 = p * MLP_BAND;
-            let w = MLP_BAND.min(hidden - j0);
-            let mut h = ROWS.take();
-            h.clear();
-            h.resize(w, 0.0);
-            first.ensure(p % first.state.len());
-            first.columns(j0, &mut h, self.fc_b);
-            crate::elementwise::gelu_slice(None, &mut h);
-            partial.fill(0.0);
-            row_product(partial, &h, self.proj_w.block(j0, w, 0, c), self.proj_w.rs);
-            ROWS.set(h);
-        };
-        let parts = hidden.div_ceil(MLP_BAND);
-        with_first_product(self.x, self.fc_w, |first| {
-            parts_then_sum(parts, out, self.proj_b, &|p, partial| {
-                band(first, p, partial)
-            })
+    ///
+    /// # Safety
+    /// The rows must have passed `check::mlp_forward` (`out` disjoint from every input)
+    /// and nothing else may write them during the call.
+    pub(crate) unsafe fn run(&self, out: &mut [f32]) {
+        let chunks = FirstProduct::chunks(&self.fc_w);
+        with_scratch(|s| {
+            fresh(&mut s.states, chunks);
+            let first = FirstProduct {
+                x: self.x,
+                w: self.fc_w,
+                partials: grown(&mut s.first_fc, chunks * self.fc_w.cols),
+                tasks: Tasks(&s.states),
+            };
+            // SAFETY: a parameter, written by nothing during the call.
+            let proj_b = unsafe { self.proj_b.read() };
+            parts_then_sum(
+                &mut s.parts_mlp,
+                self.bands(),
+                out,
+                proj_b,
+                &|p, partial| {
+                    first.ensure(p % chunks);
+                    // SAFETY: the caller's contract.
+                    unsafe { self.band(&first, p, partial) }
+                },
+            );
         });
+    }
+}
+
+/// A LayerNorm step of the stack: its parameters and outputs (`mean`, `rstd`: one float).
+pub(crate) struct NormOne {
+    pub gamma: Row,
+    pub beta: Row,
+    pub out: Row,
+    pub mean: Row,
+    pub rstd: Row,
+}
+
+/// One block of the decoder stack for one new token (`DecodeOps::decode_blocks`):
+/// `attention.x` is `ln_1`, `mlp.x` is `ln_2.out`.
+pub(crate) struct BlockOne {
+    pub attention: AttentionOne,
+    pub mlp: MlpOne,
+    /// The block's input, the residual stream.
+    pub x: Row,
+    pub residual_2: Row,
+    pub ln_2: NormOne,
+    /// May be exactly `residual_2`.
+    pub residual_3: Row,
+    pub next: NormOne,
+}
+
+impl BlockOne {
+    /// Tasks of each stage: QKV chunks, attention groups, the residual step after the
+    /// attention (one), MLP chunks, MLP bands, the residual step after the MLP (one).
+    fn stages(&self) -> [usize; 6] {
+        [
+            FirstProduct::chunks(&self.attention.qkv_w),
+            self.attention.groups().1,
+            1,
+            FirstProduct::chunks(&self.mlp.fc_w),
+            self.mlp.bands(),
+            1,
+        ]
+    }
+}
+
+/// `residual = x + sum` (in place when `residual` is exactly `x`), then the LayerNorm of
+/// it into `norm`: the bits of the `residual_layernorm` op on that row.
+///
+/// # Safety
+/// `x`, `residual` and `norm`'s rows checked as that op checks them, `sum` not among
+/// them; nothing else touches them during the call.
+unsafe fn residual_step(x: Row, sum: &[f32], residual: Row, norm: &NormOne, eps: f32) {
+    // SAFETY: the caller's contract; `x` is read before `residual` is made only where the
+    // two are different rows (disjoint, checked).
+    unsafe {
+        let src = if residual.same_as(x) {
+            ResidualSrc::AddInto(sum)
+        } else {
+            ResidualSrc::Sum(x.read(), sum)
+        };
+        residual_forward(
+            src,
+            residual.write(),
+            norm.gamma.read(),
+            norm.beta.read(),
+            norm.out.write(),
+            norm.mean.write(),
+            norm.rstd.write(),
+            eps,
+        );
+    }
+}
+
+/// `blocks` one after the other for one new token, as one job of the team: every part
+/// (one per thread) walks all the blocks' stages ([`BlockOne::stages`]), each stage's
+/// tasks claimed as [`Tasks`] (each done once, by whichever part claims it first), and
+/// waits at each stage's end for the rest of its tasks. A stage reads only what earlier
+/// stages wrote, in the order of the default's ops, so the result is that of the four
+/// ops per block, bit for bit, on any number of threads: the fused halves' sums, then
+/// the residual steps on one row as `residual_layernorm` computes it.
+///
+/// # Safety
+/// Every block's views must have passed `check::decode_block` (with the cache rows
+/// `0..=pos` of one sequence and one new row); nothing else may touch them during the
+/// call.
+pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
+    if blocks.is_empty() {
+        return;
+    }
+    with_scratch(|s| {
+        let stages: Vec<[usize; 6]> = blocks.iter().map(BlockOne::stages).collect();
+        fresh(&mut s.states, stages.iter().flatten().sum());
+        let (mut qkv_len, mut fc_len, mut attn_len, mut mlp_len, mut c_max) = (0, 0, 0, 0, 0);
+        for (b, st) in blocks.iter().zip(&stages) {
+            let c = b.x.len;
+            qkv_len = qkv_len.max(st[0] * b.attention.qkv_w.cols);
+            attn_len = attn_len.max(st[1] * c);
+            fc_len = fc_len.max(st[3] * b.mlp.fc_w.cols);
+            mlp_len = mlp_len.max(st[4] * c);
+            c_max = c_max.max(c);
+        }
+        // Each stage's buffer is reused by every block: its readers are tasks of the
+        // same block's next stage, all done before the next block's stages begin.
+        let first_qkv = grown(&mut s.first_qkv, qkv_len);
+        let first_fc = grown(&mut s.first_fc, fc_len);
+        let parts_attn = grown(&mut s.parts_attn, attn_len);
+        let parts_mlp = grown(&mut s.parts_mlp, mlp_len);
+        let sum = grown(&mut s.sum, c_max);
+        let states = &s.states[..];
+        let threads = rayon::current_num_threads().max(1);
+        crate::team::for_each(threads, &|part| {
+            let mut at = 0;
+            for (b, st) in blocks.iter().zip(&stages) {
+                let mut next = |n: usize| {
+                    let t = Tasks(&states[at..at + n]);
+                    at += n;
+                    t
+                };
+                let c = b.x.len;
+                // SAFETY (the partial rows): row g of a stage's buffer is written by its
+                // task alone, then read by the next stage's one task; the buffers
+                // outlive the job.
+                let row = |p: SendPtr, g: usize| unsafe {
+                    std::slice::from_raw_parts_mut(p.get().add(g * c), c)
+                };
+                let first = FirstProduct {
+                    x: b.attention.x,
+                    w: b.attention.qkv_w,
+                    partials: first_qkv,
+                    tasks: next(st[0]),
+                };
+                first.ensure(part);
+                // SAFETY: each group's heads are its task's alone.
+                next(st[1]).ensure(part, |g| unsafe {
+                    b.attention.group(&first, g, row(parts_attn, g))
+                });
+                next(1).ensure(0, |_| {
+                    // SAFETY: the groups' rows are done; `sum` is this task's alone.
+                    unsafe {
+                        let (out, rows) = (
+                            row(sum, 0),
+                            std::slice::from_raw_parts(parts_attn.get(), st[1] * c),
+                        );
+                        sum_rows(out, rows, b.attention.proj_b.read());
+                        residual_step(b.x, out, b.residual_2, &b.ln_2, eps);
+                    }
+                });
+                let first = FirstProduct {
+                    x: b.mlp.x,
+                    w: b.mlp.fc_w,
+                    partials: first_fc,
+                    tasks: next(st[3]),
+                };
+                first.ensure(part);
+                // SAFETY: the caller's contract.
+                next(st[4]).ensure(part, |p| unsafe {
+                    b.mlp.band(&first, p, row(parts_mlp, p))
+                });
+                next(1).ensure(0, |_| {
+                    // SAFETY: the bands' rows are done; `sum` is this task's alone.
+                    unsafe {
+                        let (out, rows) = (
+                            row(sum, 0),
+                            std::slice::from_raw_parts(parts_mlp.get(), st[4] * c),
+                        );
+                        sum_rows(out, rows, b.mlp.proj_b.read());
+                        residual_step(b.residual_2, out, b.residual_3, &b.next, eps);
+                    }
+                });
+            }
+        });
+    });
+}
+
+/// One new token of one sequence through a small model's blocks as one team job
+/// ([`run_blocks`]); anything else (more rows, weights over [`MAX_WEIGHTS`] a half,
+/// `ANDREA_DECODE_FUSED=halves` or `off`) block by block as the default's four ops.
+impl andrea_core::DecodeOps for crate::CpuBackend {
+    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
+        use andrea_core::AttentionOps;
+        let mut ones = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            let d = check::decode_block(b, eps, |s| self.attention_workspace_len(s))?;
+            ones.push((
+                d,
+                takes(d.batch * d.q_len, &b.c_attn.weight, &b.attn_proj.weight).zip(takes(
+                    d.batch * d.q_len,
+                    &b.c_fc.weight,
+                    &b.mlp_proj.weight,
+                )),
+            ));
+        }
+        if fusion() != Fusion::Blocks || ones.iter().any(|(_, w)| w.is_none()) {
+            for b in blocks {
+                fused::decode_block_steps(self, b, eps)?;
+            }
+            return Ok(());
+        }
+        let norm = |p: &andrea_core::NormParams<'_, CpuBuffer>,
+                    o: &andrea_core::NormOutputs<'_, CpuBuffer>| NormOne {
+            gamma: Row::of(&p.gamma),
+            beta: Row::of(&p.beta),
+            out: Row::of(&o.out),
+            mean: Row::of(&o.mean),
+            rstd: Row::of(&o.rstd),
+        };
+        let ones: Vec<BlockOne> = blocks
+            .iter()
+            .zip(ones)
+            .map(|(b, (d, w))| {
+                let ((qkv_w, attn_proj_w), (fc_w, mlp_proj_w)) =
+                    w.expect("every block takes the path");
+                BlockOne {
+                    attention: AttentionOne {
+                        x: Row::of(&b.ln_1),
+                        qkv_w,
+                        qkv_b: Row::of(&b.c_attn.bias),
+                        keys: HeadsPtr::of(&b.keys),
+                        values: HeadsPtr::of(&b.values),
+                        pos: d.pos,
+                        heads: d.heads,
+                        proj_w: attn_proj_w,
+                        proj_b: Row::of(&b.attn_proj.bias),
+                    },
+                    mlp: MlpOne {
+                        x: Row::of(&b.ln_2_out.out),
+                        fc_w,
+                        fc_b: Row::of(&b.c_fc.bias),
+                        proj_w: mlp_proj_w,
+                        proj_b: Row::of(&b.mlp_proj.bias),
+                    },
+                    x: Row::of(&b.x),
+                    residual_2: Row::of(&b.residual_2),
+                    ln_2: norm(&b.ln_2, &b.ln_2_out),
+                    residual_3: Row::of(&b.residual_3),
+                    next: norm(&b.next, &b.next_out),
+                }
+            })
+            .collect();
+        // SAFETY: every block passed `check::decode_block` (one row, its cache rows
+        // 0..=pos inside the views); `&self` ops run one at a time.
+        self.run(|| unsafe { run_blocks(&ones, eps) });
+        Ok(())
     }
 }

@@ -30,6 +30,7 @@ use andrea_core::{check, fused, LinalgOps, LinearOf, Mat, Result, Tensor};
 
 use crate::buffer::read;
 use crate::buffer::write;
+use crate::decode::Row;
 use crate::CpuBackend;
 
 /// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
@@ -884,18 +885,17 @@ impl LinalgOps for CpuBackend {
         let Some((fc_w, proj_w)) = crate::decode::takes(d.rows, &fc.weight, &proj.weight) else {
             return fused::mlp_forward(self, x, fc, pre, act, proj, out);
         };
-        // SAFETY: checked in bounds; the inputs are disjoint from `out`.
-        let (xs, fc_b, proj_b) = unsafe { (read(&x), read(&fc.bias), read(&proj.bias)) };
         // SAFETY: checked in bounds and disjoint from every other argument.
         let out = unsafe { write(&out) };
         let mlp = crate::decode::MlpOne {
-            x: xs,
+            x: Row::of(&x),
             fc_w,
-            fc_b,
+            fc_b: Row::of(&fc.bias),
             proj_w,
-            proj_b,
+            proj_b: Row::of(&proj.bias),
         };
-        self.run(|| mlp.run(out));
+        // SAFETY: the rows passed the op's check; `&self` ops run one at a time.
+        self.run(|| unsafe { mlp.run(out) });
         Ok(())
     }
 }

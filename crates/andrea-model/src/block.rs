@@ -23,7 +23,10 @@
 //! `andrea_testkit::reference::gpt2` (written plainly, one reference op per line); the
 //! model's gradients are checked against its finite differences (`tests/gradcheck.rs`).
 
-use andrea_core::{Backend, DeviceMemory, Heads, HeadsOf, LinearParams, Tensor};
+use andrea_core::{
+    Backend, DecodeBlock, DecodeBlockOf, DeviceMemory, Heads, HeadsOf, LinearParams, NormOutputs,
+    NormParams, Tensor,
+};
 
 use crate::error::{ModelError, Result};
 use crate::layout::{LayerParams, Linear, Norm};
@@ -242,29 +245,48 @@ pub(crate) fn forward<'a, B: Backend>(
 }
 
 /// [`forward`] of a chunk of new positions over a KV cache (generation: nothing is kept
-/// for a backward pass): the attention half as one [`andrea_core::AttentionOps::decode_attention`]
-/// (QKV, the append of its keys and values to the cache's `keys` and `values`, the
-/// attention over them, the projection) and the MLP as one [`andrea_core::LinalgOps::mlp_forward`],
-/// so a backend can run each half as one kernel. `a.qkv`, `a.atty`, `a.fc_pre` and
-/// `a.fc` are then scratch.
-pub(crate) fn decode_forward<'a, B: Backend>(
-    be: &B,
-    p: &LayerParams<'_, B::Buffer>,
+/// for a backward pass), as the backend's decoder-stack op takes it
+/// ([`andrea_core::DecodeOps::decode_blocks`], which [`crate::gpt::forward`] calls once
+/// for all the blocks): the attention half appends its keys and values to the cache's
+/// `keys` and `values` and reads them back; `a.qkv`, `a.atty`, `a.attn_workspace`,
+/// `a.proj`, `a.fc_pre` and `a.fc` are scratch.
+pub(crate) fn decode_block<'a, B: Backend>(
+    p: &LayerParams<'a, B::Buffer>,
     a: &BlockActs<'a, B>,
     (keys, values): (HeadsOf<'a, B>, HeadsOf<'a, B>),
-    (next, next_out): (&Norm<'_, B::Buffer>, &LayerNormOut<'_, B>),
-    eps: f32,
-) -> Result<()> {
-    let (c_attn, attn_proj) = (p.c_attn.params(), p.attn_proj.params());
-    let (qkv, atty, ws) = (a.qkv.rows, a.atty.rows, a.attn_workspace);
-    be.decode_attention(
-        a.ln_1.out, c_attn, qkv, keys, values, atty, ws, attn_proj, a.proj,
-    )?;
-    p.ln_2
-        .residual_forward(be, a.x, a.proj, a.residual_2, &a.ln_2, eps)?;
-    let (c_fc, mlp_proj) = (p.c_fc.params(), p.mlp_proj.params());
-    be.mlp_forward(a.ln_2.out, c_fc, a.fc_pre, a.fc, mlp_proj, a.proj)?;
-    next.residual_forward(be, a.residual_2, a.proj, a.residual_3, next_out, eps)
+    (next, next_out): (&Norm<'a, B::Buffer>, &LayerNormOut<'a, B>),
+) -> DecodeBlockOf<'a, B> {
+    let norm = |n: &Norm<'a, B::Buffer>| NormParams {
+        gamma: n.gamma,
+        beta: n.beta,
+    };
+    let outputs = |o: &LayerNormOut<'a, B>| NormOutputs {
+        out: o.out,
+        mean: o.mean,
+        rstd: o.rstd,
+    };
+    DecodeBlock {
+        x: a.x,
+        ln_1: a.ln_1.out,
+        keys,
+        values,
+        c_attn: p.c_attn.params(),
+        attn_proj: p.attn_proj.params(),
+        ln_2: norm(&p.ln_2),
+        c_fc: p.c_fc.params(),
+        mlp_proj: p.mlp_proj.params(),
+        next: norm(next),
+        qkv: a.qkv.rows,
+        atty: a.atty.rows,
+        workspace: a.attn_workspace,
+        proj: a.proj,
+        fc_pre: a.fc_pre,
+        fc: a.fc,
+        residual_2: a.residual_2,
+        ln_2_out: outputs(&a.ln_2),
+        residual_3: a.residual_3,
+        next_out: outputs(next_out),
+    }
 }
 
 /// The backward pass of one block (training: the attention over the block's own keys).

@@ -64,6 +64,9 @@ where
     // The first LayerNorm is not fused: nothing before it writes the residual stream.
     let (ln_1, first) = (layout.layer(params, 0).ln_1, acts.block(0)?);
     ln_1.forward(be, first.x, &first.ln_1, eps)?;
+    // Generation hands all the blocks to the backend at once (`decode_blocks`), so that
+    // it can run them as one job; training and evaluation run them one by one.
+    let mut decode = Vec::new();
     for l in 0..cfg.n_layer {
         let (p, a) = (layout.layer(params, l), acts.block(l)?);
         // Fusion across blocks: the block's last residual add feeds the LayerNorm after
@@ -74,12 +77,15 @@ where
             (layout.ln_f(params), acts.ln_f())
         };
         match acts.kv() {
-            Some(kv) => block::decode_forward(be, &p, &a, kv.layer(l), (&next, &next_out), eps)?,
+            Some(kv) => decode.push(block::decode_block(&p, &a, kv.layer(l), (&next, &next_out))),
             None => {
                 let attention = |qkv: &_, atty: &_, ws| self_attention(be, qkv, atty, ws);
                 block::forward(be, &p, &a, (&next, &next_out), eps, attention)?
             }
         }
+    }
+    if !decode.is_empty() {
+        be.decode_blocks(&decode, eps)?;
     }
     if let Some((ln_f, logits)) = acts.logits() {
         // Tied output layer: logits = ln_f · wteᵀ over the padded vocabulary.

@@ -65,11 +65,11 @@ fn kv_cache_equals_full_forward_at_every_position() {
     assert!(e.to_string().contains("capacity of 12"), "{e}");
 }
 
-/// Batch 1, one token at a time from position 0: on the CPU backend each half of a block
-/// is then one fused op (`decode_attention`, `mlp_forward`). Against the full forward at
-/// every position, on 1 and 2 threads (the same bits on both), for a model whose heads
-/// are 32 wide (the AVX-512 weighted sum) with three MLP bands, and one whose 40 channels
-/// give 8-wide heads and a short last band (128 + 32 hidden columns).
+/// Batch 1, one token at a time from position 0: on the CPU backend all the blocks are
+/// then one job (`decode_blocks`, whose tasks each thread claims as it comes). Against the
+/// full forward at every position, on 1, 2 and 3 threads (the same bits on all), for a
+/// model whose heads are 32 wide (the AVX-512 weighted sum) with three MLP bands, and one
+/// whose 40 channels give 8-wide heads and a short last band (128 + 32 hidden columns).
 #[test]
 fn one_sequence_token_by_token_equals_full_forward_on_any_thread_count() {
     for (d_model, heads) in [(96, 3), (40, 5)] {
@@ -77,7 +77,7 @@ fn one_sequence_token_by_token_equals_full_forward_on_any_thread_count() {
         let (t, v) = (24, cfg.vocab_size);
         let x = tokens(t, v, 21);
         let mut by_threads = Vec::new();
-        for threads in [1, 2] {
+        for threads in [1, 2, 3] {
             let be = CpuBackend::with_threads(threads).unwrap();
             let model = Model::new(be, cfg.clone(), 7).unwrap();
             let (model, full) = full_logits(model, &x, 1, t);
@@ -99,10 +99,13 @@ fn one_sequence_token_by_token_equals_full_forward_on_any_thread_count() {
             }
             by_threads.push(all);
         }
-        assert!(
-            by_threads[0] == by_threads[1],
-            "C {d_model}: 1 and 2 threads decode different bits"
-        );
+        for (i, other) in by_threads.iter().enumerate().skip(1) {
+            assert!(
+                by_threads[0] == *other,
+                "C {d_model}: 1 and {} threads decode different bits",
+                i + 1
+            );
+        }
     }
 }
 

@@ -194,6 +194,109 @@ impl<'a, X, Y> Split for LinearParams<'a, Pair<X, Y>> {
     }
 }
 
+impl<'a, X, Y> Split for NormParams<'a, Pair<X, Y>> {
+    type A = NormParams<'a, X>;
+    type B = NormParams<'a, Y>;
+    fn split(self) -> (NormParams<'a, X>, NormParams<'a, Y>) {
+        let ((ga, gb), (ba, bb)) = (self.gamma.split(), self.beta.split());
+        (
+            NormParams {
+                gamma: ga,
+                beta: ba,
+            },
+            NormParams {
+                gamma: gb,
+                beta: bb,
+            },
+        )
+    }
+}
+
+impl<'a, X, Y> Split for NormOutputs<'a, Pair<X, Y>> {
+    type A = NormOutputs<'a, X>;
+    type B = NormOutputs<'a, Y>;
+    fn split(self) -> (NormOutputs<'a, X>, NormOutputs<'a, Y>) {
+        let ((oa, ob), (ma, mb), (ra, rb)) =
+            (self.out.split(), self.mean.split(), self.rstd.split());
+        (
+            NormOutputs {
+                out: oa,
+                mean: ma,
+                rstd: ra,
+            },
+            NormOutputs {
+                out: ob,
+                mean: mb,
+                rstd: rb,
+            },
+        )
+    }
+}
+
+impl<'a, X, Y> Split for DecodeBlock<'a, Pair<X, Y>> {
+    type A = DecodeBlock<'a, X>;
+    type B = DecodeBlock<'a, Y>;
+    fn split(self) -> (DecodeBlock<'a, X>, DecodeBlock<'a, Y>) {
+        let b = self;
+        let ((xa, xb), (la, lb)) = (b.x.split(), b.ln_1.split());
+        let ((ka, kb), (va, vb)) = (b.keys.split(), b.values.split());
+        let ((caa, cab), (apa, apb)) = (b.c_attn.split(), b.attn_proj.split());
+        let ((n2a, n2b), (cfa, cfb), (mpa, mpb)) =
+            (b.ln_2.split(), b.c_fc.split(), b.mlp_proj.split());
+        let (na, nb) = b.next.split();
+        let ((qa, qb), (ata, atb), (wa, wb)) = (b.qkv.split(), b.atty.split(), b.workspace.split());
+        let ((pa, pb), (fpa, fpb), (fa, fb)) = (b.proj.split(), b.fc_pre.split(), b.fc.split());
+        let ((r2a, r2b), (o2a, o2b)) = (b.residual_2.split(), b.ln_2_out.split());
+        let ((r3a, r3b), (o3a, o3b)) = (b.residual_3.split(), b.next_out.split());
+        (
+            DecodeBlock {
+                x: xa,
+                ln_1: la,
+                keys: ka,
+                values: va,
+                c_attn: caa,
+                attn_proj: apa,
+                ln_2: n2a,
+                c_fc: cfa,
+                mlp_proj: mpa,
+                next: na,
+                qkv: qa,
+                atty: ata,
+                workspace: wa,
+                proj: pa,
+                fc_pre: fpa,
+                fc: fa,
+                residual_2: r2a,
+                ln_2_out: o2a,
+                residual_3: r3a,
+                next_out: o3a,
+            },
+            DecodeBlock {
+                x: xb,
+                ln_1: lb,
+                keys: kb,
+                values: vb,
+                c_attn: cab,
+                attn_proj: apb,
+                ln_2: n2b,
+                c_fc: cfb,
+                mlp_proj: mpb,
+                next: nb,
+                qkv: qb,
+                atty: atb,
+                workspace: wb,
+                proj: pb,
+                fc_pre: fpb,
+                fc: fb,
+                residual_2: r2b,
+                ln_2_out: o2b,
+                residual_3: r3b,
+                next_out: o3b,
+            },
+        )
+    }
+}
+
 impl<T: Split> Split for Option<T> {
     type A = Option<T::A>;
     type B = Option<T::B>;
@@ -838,6 +941,35 @@ impl<A: Backend, B: Backend> OptimOps for Compare<A, B> {
             || self.a.adamw_scaled(pa, ga, ma, va, step, sa),
             || self.b.adamw_scaled(pb, gb, mb, vb, step, sb),
             &[("param", param), ("m", m), ("v", v)],
+        )
+    }
+}
+
+impl<A: Backend, B: Backend> DecodeOps for Compare<A, B> {
+    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
+        let (blocks_a, blocks_b): (Vec<_>, Vec<_>) = blocks.iter().map(|b| b.split()).unzip();
+        // The scratch views aside, every output: the blocks' residual streams and
+        // LayerNorms, and the caches.
+        let mut outputs = Vec::with_capacity(10 * blocks.len());
+        for b in blocks {
+            outputs.extend([
+                ("residual_2", b.residual_2),
+                ("ln_2_out.out", b.ln_2_out.out),
+                ("ln_2_out.mean", b.ln_2_out.mean),
+                ("ln_2_out.rstd", b.ln_2_out.rstd),
+                ("residual_3", b.residual_3),
+                ("next_out.out", b.next_out.out),
+                ("next_out.mean", b.next_out.mean),
+                ("next_out.rstd", b.next_out.rstd),
+                ("keys", span(b.keys.buf, b.keys.extent())),
+                ("values", span(b.values.buf, b.values.extent())),
+            ]);
+        }
+        self.op(
+            "decode_blocks",
+            || self.a.decode_blocks(&blocks_a, eps),
+            || self.b.decode_blocks(&blocks_b, eps),
+            &outputs,
         )
     }
 }

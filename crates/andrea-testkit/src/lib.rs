@@ -88,7 +88,7 @@ macro_rules! __suite_functions {
             softmax_cross_entropy
             sum_squares adamw clip_scale adamw_scaled
             attention_forward attention_generation attention_backward
-            mlp_forward decode_attention
+            mlp_forward decode_attention decode_blocks
             determinism
             bad_input_memory bad_input_linalg bad_input_elementwise bad_input_layernorm
             bad_input_softmax bad_input_embedding bad_input_loss bad_input_optim

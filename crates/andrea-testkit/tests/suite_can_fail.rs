@@ -44,6 +44,9 @@ enum Fault {
     /// `decode_attention` attends without first writing the new keys and values into
     /// the cache (it reads what was there).
     DecodeSkipsAppend,
+    /// `decode_blocks` adds the MLP's output to the block's input `x` instead of
+    /// `residual_2` (the attention's contribution dropped from the residual stream).
+    StackDropsAttention,
 }
 
 struct Faulty {
@@ -483,6 +486,56 @@ impl AttentionOps for Faulty {
     }
 }
 
+impl DecodeOps for Faulty {
+    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
+        if self.fault != Fault::StackDropsAttention {
+            return andrea_core::fused::decode_blocks(self, blocks, eps);
+        }
+        for b in blocks {
+            check::decode_block(b, eps, |s| self.attention_workspace_len(s))?;
+        }
+        for b in blocks {
+            self.decode_attention(
+                b.ln_1,
+                b.c_attn,
+                b.qkv,
+                b.keys,
+                b.values,
+                b.atty,
+                b.workspace,
+                b.attn_proj,
+                b.proj,
+            )?;
+            let (n2, n3) = (&b.ln_2_out, &b.next_out);
+            let (g2, b2, g3, b3) = (b.ln_2.gamma, b.ln_2.beta, b.next.gamma, b.next.beta);
+            self.residual_layernorm(
+                b.x,
+                b.proj,
+                b.residual_2,
+                g2,
+                b2,
+                n2.out,
+                n2.mean,
+                n2.rstd,
+                eps,
+            )?;
+            self.mlp_forward(n2.out, b.c_fc, b.fc_pre, b.fc, b.mlp_proj, b.proj)?;
+            self.residual_layernorm(
+                b.x,
+                b.proj,
+                b.residual_3,
+                g3,
+                b3,
+                n3.out,
+                n3.mean,
+                n3.rstd,
+                eps,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 type SuiteFn =
     fn(&Faulty, &Config) -> std::result::Result<(), proptest::test_runner::TestCaseError>;
 
@@ -518,6 +571,12 @@ const CASES: &[(Fault, &str, SuiteFn, &str)] = &[
         "decode_attention",
         suite::decode_attention,
         "decode_attention: out",
+    ),
+    (
+        Fault::StackDropsAttention,
+        "decode_blocks",
+        suite::decode_blocks,
+        "decode_blocks: residual_3",
     ),
     (
         Fault::ErfGeluGrad,

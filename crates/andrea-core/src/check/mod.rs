@@ -8,6 +8,7 @@
 //! and are re-exported here; this module holds the building blocks they share.
 
 pub use crate::ops::attention::check::*;
+pub use crate::ops::decode::check::*;
 pub use crate::ops::elementwise::check::*;
 pub use crate::ops::embedding::check::*;
 pub use crate::ops::layernorm::check::*;

@@ -12,11 +12,12 @@
 //! | [`loss`] | [`LossOps`] | `softmax_cross_entropy` |
 //! | [`optim`] | [`OptimOps`] | `sum_squares`, `adamw`, `clip_scale`, `adamw_scaled` |
 //! | [`attention`] | [`AttentionOps`] | fused `attention_forward`, `attention_backward` and their workspace; `decode_attention` (generation: QKV, cache append, attention, projection) |
+//! | [`decode`] | [`DecodeOps`] | fused `decode_blocks` (generation: every block over the KV cache, with the LayerNorms between) |
 //!
 //! Each family's module holds its trait, the argument check of each of its ops
 //! (`check`, re-exported as [`crate::check`]) and the default implementations of its
 //! fused ops built from finer ops (`fused`, re-exported as [`crate::fused`]). A backend
-//! implements the nine traits (each in the file that holds that family's kernels) and is
+//! implements the ten traits (each in the file that holds that family's kernels) and is
 //! then a [`Backend`] by the blanket impl; model code asks for `B: Backend` and calls
 //! `be.matmul(..)` as if it were one trait. Code holding a concrete backend brings the
 //! methods into scope with `use andrea_core::prelude::*`.
@@ -41,6 +42,7 @@
 //!   Host reads ([`MemoryOps::download`], [`OptimOps::sum_squares`]) wait for earlier work.
 
 pub mod attention;
+pub mod decode;
 pub mod elementwise;
 pub mod embedding;
 pub mod layernorm;
@@ -51,6 +53,7 @@ pub mod optim;
 pub mod softmax;
 
 pub use attention::{AttentionOps, AttentionShape};
+pub use decode::{DecodeBlock, DecodeBlockOf, DecodeOps, NormOutputs, NormParams};
 pub use elementwise::ElementwiseOps;
 pub use embedding::EmbeddingOps;
 pub use layernorm::LayerNormOps;
@@ -71,7 +74,7 @@ pub type Mat<'a, B> = Matrix<'a, <B as MemoryOps>::Buffer>;
 /// Attention heads in backend `B`'s memory.
 pub type HeadsOf<'a, B> = Heads<'a, <B as MemoryOps>::Buffer>;
 
-/// A device that runs every op of a GPT-2 training step and of generation: the nine op
+/// A device that runs every op of a GPT-2 training step and of generation: the ten op
 /// families together. Implemented for every type that implements them all; there is
 /// nothing else to implement.
 pub trait Backend:
@@ -84,6 +87,7 @@ pub trait Backend:
     + LossOps
     + OptimOps
     + AttentionOps
+    + DecodeOps
 {
 }
 
@@ -97,5 +101,6 @@ impl<T> Backend for T where
         + LossOps
         + OptimOps
         + AttentionOps
+        + DecodeOps
 {
 }

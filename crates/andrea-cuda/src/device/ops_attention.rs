@@ -262,3 +262,7 @@ impl AttentionOps for CudaBackend {
         self.launch(&dkdv_l, a.float(scale))
     }
 }
+
+/// Generation's decoder stack: the default, every block as its four ops (the fused
+/// halves above, and the residual LayerNorms).
+impl andrea_core::DecodeOps for CudaBackend {}

@@ -424,3 +424,6 @@ impl OptimOps for NaiveBackend {
 
 /// The defaults: attention composed of matmuls and softmaxes.
 impl AttentionOps for NaiveBackend {}
+
+/// The default: every block as its four ops.
+impl andrea_core::DecodeOps for NaiveBackend {}

@@ -1,5 +1,5 @@
-//! Generation's fused halves of a block, `decode_attention` and `mlp_forward`, against
-//! their defaults (`andrea_core::fused`) run on the same backend: compositions of the
+//! Generation's fused halves of a block, `decode_attention` and `mlp_forward`, and its
+//! decoder stack, `decode_blocks`, against their defaults (`andrea_core::fused`) run on the same backend: compositions of the
 //! fine ops (matmul, copy, attention, GELU), each of which the suite checks against its
 //! float64 reference. Batch 1 and one new position most of the time (the shape a
 //! backend fuses), sometimes two of each (where it may fall back to the default).
@@ -12,7 +12,9 @@
 //! scores stay of order one. A wrong head, band, bias or cache row is off by the
 //! values' own size (~0.1-1).
 
-use andrea_core::{fused, AttentionShape, Backend, Heads, LinearParams, View};
+use andrea_core::{
+    fused, AttentionShape, Backend, DecodeBlock, Heads, LinearParams, NormOutputs, NormParams, View,
+};
 use proptest::prelude::*;
 
 use super::{buffer, close, read_all, run, to_f64, Case, Config, OrFail};
@@ -174,6 +176,190 @@ pub fn decode_attention<B: Backend>(be: &B, cfg: &Config) -> Case {
                 &results[0].1,
                 &to_f64(&results[1].1),
             )
+        },
+    )
+}
+
+/// The decoder stack: 1-3 blocks, each with its own weights, LayerNorms and `[keys |
+/// values]` cache, against the default (each block as its four ops) on the same backend:
+/// the last block's output and LayerNorm, and every cache. Half the cases lay the
+/// activations out as the model's generation does (two residual slots taken in turn,
+/// `residual_3` exactly `residual_2`, one LayerNorm output that each block reads as its
+/// `ln_1` and writes as the next one's), half give every view its own memory.
+///
+/// Tolerance: `mlp_forward`'s `16·4C·u` per block, times 4 for the LayerNorm after it
+/// (`γ <= 1.5` over a residual whose spread stays near its inputs' `1/√3`), summed over
+/// the blocks; a dropped residual or a block's stale input is off by order one.
+pub fn decode_blocks<B: Backend>(be: &B, cfg: &Config) -> Case {
+    let case = (decode_case(), 1..=3usize, any::<bool>());
+    run(
+        cfg,
+        "decode_blocks",
+        case,
+        |((b, t, h, d, pos, seed), blocks, shared)| {
+            let mut r = Rand::new(seed);
+            let (n, c) = (b * t, h * d);
+            let (m, cap) = (4 * c, pos + t + 2);
+            let (sc, sm) = (1.0 / (c as f32).sqrt(), 1.0 / (m as f32).sqrt());
+            let eps = 1e-5;
+            // Per block: c_attn, attn_proj, ln_2, c_fc, mlp_proj, next (weights, biases,
+            // γ, β), and the cache.
+            let mut params = Vec::new();
+            for _ in 0..blocks {
+                let mut p = Vec::new();
+                for (rows, cols, s) in [(c, 3 * c, sc), (c, c, sc)] {
+                    p.push(r.vec(rows * cols, -s, s));
+                    p.push(r.vec(cols, -s, s));
+                }
+                p.push(r.vec(c, 0.5, 1.5));
+                p.push(r.vec(c, -0.5, 0.5));
+                for (rows, cols, s) in [(c, m, sc), (m, c, sm)] {
+                    p.push(r.vec(rows * cols, -s, s));
+                    p.push(r.vec(cols, -s, s));
+                }
+                p.push(r.vec(c, 0.5, 1.5));
+                p.push(r.vec(c, -0.5, 0.5));
+                p.push(r.vec(b * cap * 2 * c, -1.0, 1.0));
+                params.push(p);
+            }
+            let (x0, ln0) = (r.vec(n * c, -1.0, 1.0), r.vec(n * c, -1.0, 1.0));
+            let shape = AttentionShape {
+                batch: b,
+                heads: h,
+                head_dim: d,
+                q_len: t,
+                k_len: pos + t,
+            };
+            let ws_len = be.attention_workspace_len(shape).max(1);
+            let zeros = |len: usize| buffer(be, &vec![0.0; len]);
+            let mut results = Vec::new();
+            for fused_op in [true, false] {
+                let mut bufs = Vec::new();
+                for p in &params {
+                    let mut bb = Vec::new();
+                    for v in p {
+                        bb.push(buffer(be, v)?);
+                    }
+                    bufs.push(bb);
+                }
+                // Activations: per block (x, ln_1, residual_2, ln_2 out/mean/rstd,
+                // residual_3, next out/mean/rstd), as buffer indices into `acts`.
+                let mut acts = vec![buffer(be, &x0)?];
+                let rows = |len: usize| vec![0.0f32; len];
+                let mut layout = Vec::new();
+                if shared {
+                    // 0, 1: the residual slots; 2: the shared LayerNorm output (block 0's
+                    // ln_1), 3, 4: its mean and rstd; 5-7: ln_2's outputs.
+                    acts.push(zeros(n * c)?);
+                    acts.push(buffer(be, &ln0)?);
+                    for len in [n, n, n * c, n, n] {
+                        acts.push(buffer(be, &rows(len))?);
+                    }
+                    for l in 0..blocks {
+                        let (x, y) = (l % 2, (l + 1) % 2);
+                        layout.push([x, 2, y, 5, 6, 7, y, 2, 3, 4]);
+                    }
+                } else {
+                    // Block l's x is the previous block's residual_3, its ln_1 the
+                    // previous next_out.out; everything else its own.
+                    acts.push(buffer(be, &ln0)?);
+                    let (mut x, mut ln) = (0, 1);
+                    for _ in 0..blocks {
+                        let first = acts.len();
+                        for len in [n * c, n * c, n, n, n * c, n * c, n, n] {
+                            acts.push(buffer(be, &rows(len))?);
+                        }
+                        let o = |i: usize| first + i;
+                        layout.push([x, ln, o(0), o(1), o(2), o(3), o(4), o(5), o(6), o(7)]);
+                        (x, ln) = (o(4), o(5));
+                    }
+                }
+                let scratch = [n * 3 * c, n * c, ws_len, n * c, n * m, n * m].map(&zeros);
+                let [qkv, atty, ws, proj, fc_pre, fc] = scratch;
+                let (qkv, atty, ws, proj, fc_pre, fc) = (qkv?, atty?, ws?, proj?, fc_pre?, fc?);
+                let rows_of = |i: usize| View::new(&acts[i], 0, [n, c]);
+                let stats = |i: usize| View::new(&acts[i], 0, [n]);
+                let stack: Vec<_> = bufs
+                    .iter()
+                    .zip(&layout)
+                    .map(|(w, a)| {
+                        let lin = |i: usize, rows: usize, cols: usize| LinearParams {
+                            weight: View::new(&w[i], 0, [rows, cols]).mat(),
+                            bias: View::whole(&w[i + 1]),
+                        };
+                        let norm = |i: usize| NormParams {
+                            gamma: View::whole(&w[i]),
+                            beta: View::whole(&w[i + 1]),
+                        };
+                        let half = |which: usize| Heads {
+                            buf: &w[12],
+                            offset: which * c,
+                            batch: b,
+                            seq: pos + t,
+                            heads: h,
+                            head_dim: d,
+                            batch_stride: cap * 2 * c,
+                            seq_stride: 2 * c,
+                        };
+                        DecodeBlock {
+                            x: rows_of(a[0]),
+                            ln_1: rows_of(a[1]),
+                            keys: half(0),
+                            values: half(1),
+                            c_attn: lin(0, c, 3 * c),
+                            attn_proj: lin(2, c, c),
+                            ln_2: norm(4),
+                            c_fc: lin(6, c, m),
+                            mlp_proj: lin(8, m, c),
+                            next: norm(10),
+                            qkv: View::whole(&qkv),
+                            atty: View::whole(&atty),
+                            workspace: View::whole(&ws),
+                            proj: View::new(&proj, 0, [n, c]),
+                            fc_pre: View::new(&fc_pre, 0, [n, m]),
+                            fc: View::new(&fc, 0, [n, m]),
+                            residual_2: rows_of(a[2]),
+                            ln_2_out: NormOutputs {
+                                out: rows_of(a[3]),
+                                mean: stats(a[4]),
+                                rstd: stats(a[5]),
+                            },
+                            residual_3: rows_of(a[6]),
+                            next_out: NormOutputs {
+                                out: rows_of(a[7]),
+                                mean: stats(a[8]),
+                                rstd: stats(a[9]),
+                            },
+                        }
+                    })
+                    .collect();
+                if fused_op {
+                    be.decode_blocks(&stack, eps).or_fail("decode_blocks")?;
+                } else {
+                    fused::decode_blocks(be, &stack, eps).or_fail("fused::decode_blocks")?;
+                }
+                let last = layout[blocks - 1];
+                let mut out = Vec::new();
+                for i in [last[6], last[7], last[8], last[9]] {
+                    out.push(read_all(be, &acts[i])?);
+                }
+                for w in &bufs {
+                    out.push(read_all(be, &w[12])?);
+                }
+                results.push(out);
+            }
+            let tol = tol(4 * m * blocks, cfg);
+            let names = [
+                "residual_3",
+                "next_out.out",
+                "next_out.mean",
+                "next_out.rstd",
+            ];
+            for (i, (got, want)) in results[0].iter().zip(&results[1]).enumerate() {
+                let what = names.get(i).copied().unwrap_or("a cache");
+                close(tol, &format!("decode_blocks: {what}"), got, &to_f64(want))?;
+            }
+            Ok(())
         },
     )
 }

@@ -36,7 +36,7 @@ pub use bad_input::{
     bad_input_attention, bad_input_elementwise, bad_input_embedding, bad_input_layernorm,
     bad_input_linalg, bad_input_loss, bad_input_memory, bad_input_optim, bad_input_softmax,
 };
-pub use decode::{decode_attention, mlp_forward};
+pub use decode::{decode_attention, decode_blocks, mlp_forward};
 pub use determinism::determinism;
 pub use elementwise::{add, gelu, gelu_backward, scale};
 pub use embedding::{embedding, embedding_backward};
