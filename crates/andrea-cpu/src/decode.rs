@@ -54,7 +54,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use andrea_core::{check, fused, DecodeBlockOf, Matrix, Result, View};
+use andrea_core::{fused, DecodeBlockOf, Matrix, Result, View};
 
 use crate::attention::causal_softmax;
 use crate::attention::HeadsPtr;
@@ -777,8 +777,10 @@ impl andrea_core::DecodeOps for crate::CpuBackend {
     fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
         use andrea_core::AttentionOps;
         let mut ones = Vec::with_capacity(blocks.len());
-        for b in blocks {
-            let d = check::decode_block(b, eps, |s| self.attention_workspace_len(s))?;
+        // A panic while the lock was held left the memo as it was: still sound.
+        let mut memo = self.decode_checks.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, b) in blocks.iter().enumerate() {
+            let d = memo.check(i, b, eps, |s| self.attention_workspace_len(s))?;
             ones.push((
                 d,
                 takes(d.batch * d.q_len, &b.c_attn.weight, &b.attn_proj.weight).zip(takes(

@@ -113,6 +113,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod buffer;
+mod check_memo;
 mod decode;
 mod elementwise;
 mod embedding;
@@ -147,6 +148,8 @@ pub struct CpuBackend {
     pool: Option<rayon::ThreadPool>,
     kernel: GemmKernel,
     attention_products: AttentionProducts,
+    /// What the decoder stack's checks passed (`check_memo`).
+    decode_checks: std::sync::Mutex<check_memo::CheckMemo>,
 }
 
 impl Default for CpuBackend {
@@ -162,6 +165,7 @@ impl CpuBackend {
             pool: None,
             kernel: GemmKernel::from_env(),
             attention_products: AttentionProducts::from_env(),
+            decode_checks: Default::default(),
         }
     }
 
@@ -185,6 +189,7 @@ impl CpuBackend {
             pool: Some(pool),
             kernel: GemmKernel::from_env(),
             attention_products: AttentionProducts::from_env(),
+            decode_checks: Default::default(),
         })
     }
 

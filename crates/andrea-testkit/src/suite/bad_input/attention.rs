@@ -1,6 +1,9 @@
-//! Bad input for attention_forward, attention_backward and decode_attention.
+//! Bad input for attention_forward, attention_backward, decode_attention and
+//! decode_blocks.
 
-use andrea_core::{AttentionShape, Backend, Heads, LinearParams, View};
+use andrea_core::{
+    AttentionShape, Backend, DecodeBlock, Heads, LinearParams, NormOutputs, NormParams, View,
+};
 
 use super::{filled, Expect};
 use crate::suite::{fail, Case, Config};
@@ -107,6 +110,7 @@ pub fn bad_input_attention<B: Backend>(be: &B, _cfg: &Config) -> Case {
         });
     }
     decode_attention(be, &mut x)?;
+    decode_blocks(be, &mut x)?;
     x.finish()
 }
 
@@ -190,5 +194,127 @@ fn decode_attention<B: Backend>(be: &B, x: &mut Expect) -> Case {
     x.err(ops, "decode_attention: the cache past its buffer", || {
         run(xv, cache(0, h, 5), cache(1, h, 5), ov)
     });
+    Ok(())
+}
+
+/// decode_blocks: one block (C 4, H 2, M 16) over a cache of 4 positions, as the model
+/// lays out generation's views (`residual_3` exactly `residual_2`, `next_out.out` exactly
+/// `ln_1`). Valid calls come first and between the bad ones, so a backend that remembers
+/// what passed (the CPU's) is asked each bad call after a good one of the same views.
+fn decode_blocks<B: Backend>(be: &B, x: &mut Expect) -> Case {
+    let ops = &[
+        "decode_blocks",
+        "decode_attention",
+        "matmul",
+        "attention_forward",
+        "residual_layernorm",
+        "layernorm",
+        "mlp_forward",
+        "linear_gelu",
+    ];
+    let (c, h, m, cap) = (4, 2, 16, 4);
+    let (wq, bq, wp, bp, wf, bf, wm, bm) = (
+        filled(be, c * 3 * c)?,
+        filled(be, 3 * c)?,
+        filled(be, c * c)?,
+        filled(be, c)?,
+        filled(be, c * m)?,
+        filled(be, m)?,
+        filled(be, m * c)?,
+        filled(be, c)?,
+    );
+    let (norms, kv, acts, scratch) = (
+        filled(be, 4 * c)?,
+        filled(be, cap * 2 * c)?,
+        filled(be, 4 * c + 4)?,
+        filled(be, 3 * c + c + 8 + c + 2 * m)?,
+    );
+    let cache = |which: usize, seq: usize| Heads {
+        buf: &kv,
+        offset: which * c,
+        batch: 1,
+        seq,
+        heads: h,
+        head_dim: c / h,
+        batch_stride: cap * 2 * c,
+        seq_stride: 2 * c,
+    };
+    let lin = |w, rows, cols, b| LinearParams {
+        weight: View::new(w, 0, [rows, cols]).mat(),
+        bias: View::new(b, 0, [cols]),
+    };
+    let norm = |at: usize| NormParams {
+        gamma: View::new(&norms, at, [c]),
+        beta: View::new(&norms, at + c, [c]),
+    };
+    // acts: x, ln_1 (= next_out.out), residual_2 (= residual_3), ln_2_out, 4 stats.
+    let row = |i: usize| View::new(&acts, i * c, [1, c]);
+    let stat = |i: usize| View::new(&acts, 4 * c + i, [1]);
+    // scratch: qkv, atty, workspace (8), proj, fc_pre, fc.
+    let at = |off: usize, len: usize| View::new(&scratch, off, [1, len]);
+    // Where `proj` is: its own scratch (0), over residual_2 (1), over the cache (2).
+    let block = |seq: usize, proj: usize| DecodeBlock {
+        x: row(0),
+        ln_1: row(1),
+        keys: cache(0, seq),
+        values: cache(1, seq),
+        c_attn: lin(&wq, c, 3 * c, &bq),
+        attn_proj: lin(&wp, c, c, &bp),
+        ln_2: norm(0),
+        c_fc: lin(&wf, c, m, &bf),
+        mlp_proj: lin(&wm, m, c, &bm),
+        next: norm(2 * c),
+        qkv: at(0, 3 * c),
+        atty: at(3 * c, c),
+        workspace: View::new(&scratch, 4 * c, [8]),
+        proj: match proj {
+            0 => at(4 * c + 8, c),
+            1 => row(2),
+            _ => View::new(&kv, 0, [1, c]),
+        },
+        fc_pre: at(5 * c + 8, m),
+        fc: at(5 * c + 8 + m, m),
+        residual_2: row(2),
+        ln_2_out: NormOutputs {
+            out: row(3),
+            mean: stat(0),
+            rstd: stat(1),
+        },
+        residual_3: row(2),
+        next_out: NormOutputs {
+            out: row(1),
+            mean: stat(2),
+            rstd: stat(3),
+        },
+    };
+    let (proj, eps) = (0, 1e-5);
+    x.ok("decode_blocks", || be.decode_blocks(&[block(3, proj)], eps));
+    x.err(ops, "decode_blocks: the cache past its buffer", || {
+        be.decode_blocks(&[block(5, proj)], eps)
+    });
+    x.ok("decode_blocks", || be.decode_blocks(&[block(2, proj)], eps));
+    x.err(
+        ops,
+        "decode_blocks: a cache shorter than the new position",
+        || be.decode_blocks(&[block(0, proj)], eps),
+    );
+    x.err(
+        ops,
+        "decode_blocks: scratch proj overlapping residual_2",
+        || be.decode_blocks(&[block(3, 1)], eps),
+    );
+    x.err(
+        ops,
+        "decode_blocks: scratch proj overlapping the cache",
+        || be.decode_blocks(&[block(3, 2)], eps),
+    );
+    x.ok("decode_blocks", || {
+        be.decode_blocks(&[block(3, proj), block(4, proj)], eps)
+    });
+    x.err(
+        ops,
+        "decode_blocks: a good block, then one past the cache",
+        || be.decode_blocks(&[block(3, proj), block(5, proj)], eps),
+    );
     Ok(())
 }
