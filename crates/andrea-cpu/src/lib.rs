@@ -81,8 +81,10 @@
 //!   `linear_gelu`), `elementwise`, `layernorm`, `softmax` (softmax and the loss),
 //!   `embedding`, `optim` and `attention` (with `attention_fused` for the fused AVX2 /
 //!   AVX-512 kernel and `attention_decode` for one query per sequence), and `decode`
-//!   for generation's two fused halves of a block (`decode_attention`, `mlp_forward`: one
-//!   team job each for a token of a small model, `ANDREA_DECODE_FUSED=off` to compare).
+//!   for generation's decoder stack (`decode_blocks`: one team job for a token of a small
+//!   model, its argument checks remembered in `check_memo`) and its two fused halves of a
+//!   block (`decode_attention`, `mlp_forward`: one job each where called alone;
+//!   `ANDREA_DECODE_FUSED=halves|off` to compare).
 //!   This file is the backend's set-up.
 //! * **Determinism**: results are bit-identical from run to run *and for any thread
 //!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
