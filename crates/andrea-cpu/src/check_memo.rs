@@ -33,7 +33,8 @@ pub(crate) const AHEAD: usize = 64;
 /// What the check passed, per block of the last calls.
 #[derive(Default)]
 pub(crate) struct CheckMemo {
-    passed: Vec<Passed>,
+    /// Per block index of a call.
+    passed: Vec<Option<Passed>>,
     /// A call's signature, built here to compare without allocating.
     scratch: Vec<usize>,
 }
@@ -63,7 +64,7 @@ impl CheckMemo {
         };
         signature(b, eps, &mut self.scratch);
         let same = b.values.seq == seq;
-        if let Some(p) = self.passed.get(i) {
+        if let Some(Some(p)) = self.passed.get(i) {
             if same && p.signature == self.scratch && seq <= p.seq && seq >= p.dims.q_len {
                 return Ok(at(p.dims));
             }
@@ -88,12 +89,10 @@ impl CheckMemo {
                 seq: checked,
                 dims,
             };
-            if i < self.passed.len() {
-                self.passed[i] = p;
-            } else {
-                self.passed.truncate(i);
-                self.passed.push(p);
+            if self.passed.len() <= i {
+                self.passed.resize_with(i + 1, || None);
             }
+            self.passed[i] = Some(p);
         }
         Ok(at(dims))
     }

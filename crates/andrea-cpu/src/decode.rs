@@ -771,7 +771,7 @@ pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
 }
 
 /// One new token of one sequence through a small model's blocks as one team job
-/// ([`run_blocks`]); anything else (more rows, weights over [`MAX_WEIGHTS`] a half,
+/// (`run_blocks`); anything else (more rows, weights over `MAX_WEIGHTS` a half,
 /// `ANDREA_DECODE_FUSED=halves` or `off`) block by block as the default's four ops.
 impl andrea_core::DecodeOps for crate::CpuBackend {
     fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
