@@ -62,26 +62,34 @@ where
     let wte = layout.wte_padded.on(params);
     be.embedding(ids, wte, layout.wpe.on(params), acts.encoded(), pos)?;
     // The first LayerNorm is not fused: nothing before it writes the residual stream.
-    let (ln_1, first) = (layout.layer(params, 0).ln_1, acts.block(0)?);
-    ln_1.forward(be, first.x, &first.ln_1, eps)?;
+    let (mut p, mut a) = (layout.layer(params, 0), acts.block(0)?);
+    p.ln_1.forward(be, a.x, &a.ln_1, eps)?;
     // Generation hands all the blocks to the backend at once (`decode_blocks`), so that
     // it can run them as one job; training and evaluation run them one by one.
-    let mut decode = Vec::new();
+    let (ln_f, ln_f_out) = (layout.ln_f(params), acts.ln_f());
+    let mut decode = Vec::with_capacity(if acts.kv().is_some() { cfg.n_layer } else { 0 });
     for l in 0..cfg.n_layer {
-        let (p, a) = (layout.layer(params, l), acts.block(l)?);
         // Fusion across blocks: the block's last residual add feeds the LayerNorm after
-        // it, the next block's ln_1 or ln_f.
-        let (next, next_out) = if l + 1 < cfg.n_layer {
-            (layout.layer(params, l + 1).ln_1, acts.block(l + 1)?.ln_1)
+        // it, the next block's ln_1 or ln_f. (Each block's views are made once: for a
+        // decoded token of a small model they are a part of its serial work.)
+        let following = if l + 1 < cfg.n_layer {
+            Some((layout.layer(params, l + 1), acts.block(l + 1)?))
         } else {
-            (layout.ln_f(params), acts.ln_f())
+            None
+        };
+        let (next, next_out) = match &following {
+            Some((p1, a1)) => (&p1.ln_1, &a1.ln_1),
+            None => (&ln_f, &ln_f_out),
         };
         match acts.kv() {
-            Some(kv) => decode.push(block::decode_block(&p, &a, kv.layer(l), (&next, &next_out))),
+            Some(kv) => decode.push(block::decode_block(&p, &a, kv.layer(l), (next, next_out))),
             None => {
                 let attention = |qkv: &_, atty: &_, ws| self_attention(be, qkv, atty, ws);
-                block::forward(be, &p, &a, (&next, &next_out), eps, attention)?
+                block::forward(be, &p, &a, (next, next_out), eps, attention)?
             }
+        }
+        if let Some((p1, a1)) = following {
+            (p, a) = (p1, a1);
         }
     }
     if !decode.is_empty() {
