@@ -24,12 +24,14 @@ recorded) in the same alternation, andrea, eager, compiled, andrea, eager, compi
 andrea, and puts andrea against the faster of the two. `--compile auto` instead runs one
 eager and one compiled run first and keeps the faster for an A B A B A alternation;
 `--compile on|off` fixes it. `--peer old` measures the first configuration instead.
+`--rounds N` (default 2) alternates N times before andrea's last run (A B A B ... A: N + 1
+runs of andrea, N of each peer set-up), for a longer sitting on a host whose speed swings.
 
 Raw outputs go to `benches/results/<UTC stamp>[-<ANDREA_SIMD>]/`: `runs.jsonl` (every
 run's JSON object with the 1-minute load average before it), `peaks.jsonl`,
 `machine.json` (CPU model and flags, kernel, torch and transformers versions, the commit) and
-`table.md` (what is printed). Ratio: the median of andrea's three runs over the mean of
-PyTorch's two (eager or compiled, whichever mean is higher; each run's figure is itself
+`table.md` (what is printed). Ratio: the median of andrea's runs (three by default) over
+the mean of PyTorch's (two; eager or compiled, whichever mean is higher; each run's figure is itself
 the median of its timed iterations). Beside it, for hosts whose speed swings: the same
 median over the peer's single best run of that set-up (its `--compile auto` calibration
 run included), and each side's spread (fastest over slowest run); a row spread more than
@@ -199,6 +201,9 @@ def main():
     ap.add_argument("--compile-specs", default=None,
                     help="with --compile both|auto: only these keys of SPECS (the others eager)")
     ap.add_argument("--compile-timeout", type=float, default=300)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="alternations per measurement: andrea runs N + 1 times, each peer "
+                         "set-up N times (default 2: A B A B A)")
     ap.add_argument("--only", default=None, help="comma-separated keys of SPECS to run")
     ap.add_argument("--calibrate-only", action="store_true",
                     help="only the torch.compile calibration (eager, compiled, eager, "
@@ -210,6 +215,8 @@ def main():
                          "DIR/table.rebuilt.md (needs the andrea binary for `andrea info`'s "
                          "counts)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if args.table_from:
         if not os.path.exists(ANDREA):
             sys.exit(f"side_by_side: {ANDREA} not built (`cargo build --release -p andrea-cli`)")
@@ -283,8 +290,8 @@ def main():
         both = args.compile == "both" and (
             not args.compile_specs or key in args.compile_specs.split(","))
         cell = {"andrea": [], "pytorch": [], "pytorch_compiled": [], "compile": compiled}
-        order = ("andrea", "pytorch", "pytorch_compiled") * 2 + ("andrea",) if both else (
-            "andrea", "pytorch", "andrea", "pytorch", "andrea")
+        order = (("andrea", "pytorch", "pytorch_compiled") if both else ("andrea", "pytorch")
+                 ) * args.rounds + ("andrea",)
         for who in order:
             la = load()
             cmd = (andrea_cmd(spec, args.threads) if who == "andrea" else
@@ -363,8 +370,18 @@ def write_table(out, command, threads, compile_mode, name):
         if peer_mode == "fast" else "Peer: `train_step.py --peer old` (gelu_new + default AdamW",
     ]
     lines[-1] += f"), torch.compile: {compile_mode}.\n"
-    lines += ["| measurement | andrea (3 runs) | PyTorch (2 runs) | ratio | target | "
-              "andrea % of peak | PyTorch % of peak | against the peer's best run | spread |",
+    # Runs per side as recorded (3 and 2 unless the sitting had another --rounds): the
+    # most of any measurement, the peer's counted per set-up (eager, compiled).
+    alternation = [r for r in runs if r.get("phase") == "alternation" and "tokens_per_s" in r]
+    def most(implementation, compiled=None):
+        return max([sum(1 for r in alternation if r.get("spec") == spec[0]
+                        and r.get("implementation") == implementation
+                        and (compiled is None or bool(r.get("compile")) == compiled))
+                    for spec in SPECS] or [0])
+    count = {"andrea": most("andrea"), "pytorch": max(most("pytorch", c) for c in (False, True))}
+    lines += [f"| measurement | andrea ({count['andrea']} runs) | PyTorch ({count['pytorch']} runs) "
+              "| ratio | target | andrea % of peak | PyTorch % of peak | against the peer's "
+              "best run | spread |",
               "|---|---|---|---|---|---|---|---|---|"]
     unsteady = False
     for spec in SPECS:
