@@ -10,10 +10,11 @@
 //!   weights): `B` is cut into chunks of [`CHUNK_K`] whole rows, one contiguous block of
 //!   memory each. A task walks its chunk four rows at a time,
 //!   `p += a0·b0 + a1·b1 + a2·b2 + a3·b3`, into a partial row `p[m, n]` of its own; the
-//!   partials are then added in chunk order. With AVX-512, one row of `A` (batch-1
-//!   decoding) and rows of at most [`ROW_REGISTERS_MAX_N`] floats, the partial row stays
-//!   in registers instead, up to 384 columns at a time, while the chunk's rows stream
-//!   past (`gemv_avx512::row_chunk_one`; same bits).
+//!   partials are then added in chunk order. For one row of `A` (batch-1 decoding) and
+//!   rows of at most [`ROW_REGISTERS_MAX_N`] floats, the partial row stays in registers
+//!   instead while the chunk's rows stream past, up to 384 columns at a time with
+//!   AVX-512 (`gemv_avx512::row_chunk_one`), 96 with AVX2 (`gemv_avx2::row_chunk_one`);
+//!   same bits.
 //! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
@@ -55,8 +56,8 @@ pub(crate) const CHUNK_K: usize = 64;
 /// to 38.4-42.5 GB/s (4 alternating rounds, ahead in each), level at AVX-512
 /// (benches/results/20261203T1530Z-zen5-gemv-row-blocks).
 const ROW_BLOCK: usize = 64;
-/// The widest product whose row-form chunks take `gemv_avx512::row_chunk_one` (the
-/// partial row in registers) at batch 1: a chunk of 64 rows of at most 512 floats is at
+/// The widest product whose row-form chunks take `gemv_avx512::row_chunk_one` or
+/// `gemv_avx2::row_chunk_one` (the partial row in registers) at batch 1: a chunk of 64 rows of at most 512 floats is at
 /// most 128 KB, so the passes over its column blocks after the first read it from L2.
 /// Measured on the tiny model's products (n = 128 to 512, weights in L3): the token's
 /// products 70-71 -> 64 µs (`decode_products 2 3000 tiny`, three alternating rounds,
@@ -151,6 +152,13 @@ impl Gemv<'_> {
                     // SAFETY: the CPU has AVX-512 F.
                     return unsafe {
                         crate::gemv_avx512::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
+                    };
+                }
+                #[cfg(target_arch = "x86_64")]
+                if m == 1 && n <= ROW_REGISTERS_MAX_N && crate::simd::has_avx2_fma() {
+                    // SAFETY: the CPU has AVX2 and FMA.
+                    return unsafe {
+                        crate::gemv_avx2::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
                     };
                 }
                 row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
@@ -267,8 +275,8 @@ impl Gemv<'_> {
 
 /// `part[j] += Σ_r a[r]·w[r·ws + j]` over the rows of `w` in order (one row of `A`
 /// against `a.len()` rows of `part.len()` columns): a chunk of the row form at batch 1,
-/// with AVX-512 in registers (`gemv_avx512::row_chunk_one`), otherwise [`row_chunk`]:
-/// the same bits.
+/// in registers with AVX-512 or AVX2 (`gemv_avx512::row_chunk_one`,
+/// `gemv_avx2::row_chunk_one`), otherwise [`row_chunk`]: the same bits.
 pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     if a.is_empty() || part.is_empty() {
         return;
@@ -278,6 +286,11 @@ pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     if crate::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512 F.
         return unsafe { crate::gemv_avx512::row_chunk_one(part, a, w, ws) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { crate::gemv_avx2::row_chunk_one(part, a, w, ws) };
     }
     let (rows, n) = (a.len(), part.len());
     row_chunk(part, a, rows, 0, rows, w, ws, 1, n);
@@ -426,34 +439,47 @@ mod tests {
         andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
     }
 
-    /// The AVX-512 row form for one row of `A` (the partial row in registers) gives the
-    /// bits of the generic chunk (four rows per pass), at widths that take every block
-    /// size and a masked tail, and chunks of one, three and 64 rows.
+    /// The row form for one row of `A` with the partial row in registers, AVX-512 and
+    /// AVX2 (whichever this CPU and `ANDREA_SIMD` allow), gives the bits of the generic
+    /// chunk (four rows per pass), at widths that take every block size of both and their
+    /// tails, and chunks of one, three and 64 rows.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx512_row_chunk_one_has_the_bits_of_the_generic_chunk() {
-        if !crate::simd::has_avx512() {
-            return;
+    fn row_chunk_one_has_the_bits_of_the_generic_chunk() {
+        type Chunk = unsafe fn(&mut [f32], &[f32], &[f32], usize);
+        let mut kernels: Vec<(&str, Chunk)> = Vec::new();
+        if crate::simd::has_avx512() {
+            kernels.push(("avx512", crate::gemv_avx512::row_chunk_one));
         }
-        for &n in &[1, 15, 16, 17, 40, 128, 384, 400, 512, 769] {
-            for &rows in &[1, 3, 64] {
-                let (k, k0, ws) = (rows + 5, 5, n + 3);
-                let x = values(k, 7);
-                let w = values((rows - 1) * ws + n, 8);
-                let start = values(n, 9);
-                let mut want = start.clone();
-                row_chunk(&mut want, &x, k, k0, rows, &w, ws, 1, n);
-                let mut got = start.clone();
-                // SAFETY: the CPU has AVX-512 F (checked above).
-                unsafe { crate::gemv_avx512::row_chunk_one(&mut got, &x[k0..k0 + rows], &w, ws) };
-                for j in 0..n {
-                    assert_eq!(
-                        got[j].to_bits(),
-                        want[j].to_bits(),
-                        "n {n} rows {rows}: part[{j}] = {}, want {}",
-                        got[j],
-                        want[j]
-                    );
+        if crate::simd::has_avx2_fma() {
+            kernels.push(("avx2", crate::gemv_avx2::row_chunk_one));
+        } else {
+            // The generic chunk then runs unfused (two roundings): no bits to match.
+            eprintln!("skipped: no AVX2 + FMA here (or ANDREA_SIMD=baseline)");
+        }
+        for (name, kernel) in kernels {
+            for &n in &[
+                1, 7, 8, 9, 15, 16, 17, 24, 40, 95, 96, 97, 128, 200, 384, 400, 512, 769,
+            ] {
+                for &rows in &[1, 3, 64] {
+                    let (k, k0, ws) = (rows + 5, 5, n + 3);
+                    let x = values(k, 7);
+                    let w = values((rows - 1) * ws + n, 8);
+                    let start = values(n, 9);
+                    let mut want = start.clone();
+                    row_chunk(&mut want, &x, k, k0, rows, &w, ws, 1, n);
+                    let mut got = start.clone();
+                    // SAFETY: the CPU has the kernel's instructions (checked above).
+                    unsafe { kernel(&mut got, &x[k0..k0 + rows], &w, ws) };
+                    for j in 0..n {
+                        assert_eq!(
+                            got[j].to_bits(),
+                            want[j].to_bits(),
+                            "{name}: n {n} rows {rows}: part[{j}] = {}, want {}",
+                            got[j],
+                            want[j]
+                        );
+                    }
                 }
             }
         }
