@@ -155,7 +155,7 @@ impl Gemv<'_> {
                     };
                 }
                 #[cfg(target_arch = "x86_64")]
-                if m == 1 && n <= ROW_REGISTERS_MAX_N && crate::simd::has_avx2_fma() {
+                if m == 1 && n <= ROW_REGISTERS_MAX_N && avx2_registers() {
                     // SAFETY: the CPU has AVX2 and FMA.
                     return unsafe {
                         crate::gemv_avx2::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
@@ -273,6 +273,18 @@ impl Gemv<'_> {
     }
 }
 
+/// Whether a batch-1 row-form chunk takes the AVX2 register kernel
+/// (`gemv_avx2::row_chunk_one`): with AVX2 and FMA (and not AVX-512, whose kernel comes
+/// first), on a pool of two threads or more. Measured on the tiny model's decode capped
+/// at AVX2 (Emerald Rapids, in-process alternation): 1.094-1.108x a token on 2 threads,
+/// 0.973-0.979x on 1, where the generic chunk's four rows per pass are faster
+/// (benches/results/20261206T1000Z-emr-decode-serial/ab_avx2_row_registers.txt). Both
+/// give the same bits.
+#[cfg(target_arch = "x86_64")]
+fn avx2_registers() -> bool {
+    crate::simd::has_avx2_fma() && rayon::current_num_threads() > 1
+}
+
 /// `part[j] += Σ_r a[r]·w[r·ws + j]` over the rows of `w` in order (one row of `A`
 /// against `a.len()` rows of `part.len()` columns): a chunk of the row form at batch 1,
 /// in registers with AVX-512 or AVX2 (`gemv_avx512::row_chunk_one`,
@@ -288,7 +300,7 @@ pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
         return unsafe { crate::gemv_avx512::row_chunk_one(part, a, w, ws) };
     }
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2_fma() {
+    if avx2_registers() {
         // SAFETY: the CPU has AVX2 and FMA.
         return unsafe { crate::gemv_avx2::row_chunk_one(part, a, w, ws) };
     }

@@ -69,8 +69,9 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// the generic `row_chunk` (same bits). Against the generic chunk (four rows per pass,
 /// the partial row loaded and stored every pass), the tiny model's decode capped at AVX2
 /// on 2 Emerald Rapids cores: 1.094-1.108x a token in in-process alternation (3 of 3;
-/// benches/results/20261206T1000Z-emr-decode-serial/ab_avx2_row_registers.txt). Each
-/// row's piece read by itself (the partial row in L1, one front-to-back stream): 0.81-0.83x.
+/// benches/results/20261206T1000Z-emr-decode-serial/ab_avx2_row_registers.txt), but
+/// 0.973-0.979x on one thread, so `gemv` takes it on two threads or more. Each row's
+/// piece read by itself (the partial row in L1, one front-to-back stream): 0.81-0.83x.
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA. (Bounds are asserted.)
