@@ -31,6 +31,8 @@
 //!   reads: the block's `ln_2`, then the next block's `ln_1` (or the final LayerNorm).
 //!   So a token's blocks are one job ([`run_blocks`]: 9 jobs a tiny token instead of 21,
 //!   and 2 with the stack) and the caller's only serial work is the arguments' checks.
+//! * A part that waits at a stage's end fetches into L2 the weight rows of its first task
+//!   of the next product stage meanwhile ([`Ahead`]).
 //!
 //! Products run on the row form's kernel (`gemv::row_product`, with AVX-512 a partial row
 //! in registers while the weight rows stream past). Tasks, chunks and the order of every
@@ -169,8 +171,8 @@ struct Tasks<'a>(&'a [AtomicU8]);
 impl Tasks<'_> {
     /// Runs `run(t)` for every unclaimed task `t`, from `first` on (a part's own, so
     /// that with as many parts as threads each starts on a different one), then waits
-    /// until every task is done.
-    fn ensure(&self, first: usize, run: impl Fn(usize)) {
+    /// until every task is done, fetching `ahead` into L2 meanwhile.
+    fn ensure(&self, first: usize, run: impl Fn(usize), ahead: Ahead) {
         let n = self.0.len();
         for i in 0..n {
             let t = (first + i) % n;
@@ -182,11 +184,54 @@ impl Tasks<'_> {
                 self.0[t].store(2, Ordering::Release);
             }
         }
+        let mut lines = ahead.lines();
         for st in self.0 {
             while st.load(Ordering::Acquire) != 2 {
-                std::hint::spin_loop();
+                match lines.next() {
+                    Some(line) => crate::simd::prefetch_l2(line),
+                    None => std::hint::spin_loop(),
+                }
             }
         }
+    }
+}
+
+/// What a part fetches into L2 while it waits at a stage's end: the weight rows of the
+/// task it will most likely run next (its own first task of the next product stage).
+/// A part that waits has nothing else to do, and a token's stages otherwise start on
+/// weights the output layer's stream has pushed out to L3. One cache line per turn of
+/// the wait, so the wait still ends as soon as the last task is done. A hint: a part
+/// that then runs another task loses nothing but the fetch. A tiny-model token on the
+/// Emerald Rapids host: 1.005-1.012x in in-process alternation, 6 of 6 runs, at AVX-512
+/// and capped at AVX2 (benches/results/20261206T1250Z-emr-decode-stack/).
+#[derive(Clone, Copy)]
+struct Ahead {
+    ptr: *const f32,
+    len: usize,
+}
+
+impl Ahead {
+    const NONE: Ahead = Ahead {
+        ptr: std::ptr::null(),
+        len: 0,
+    };
+
+    /// Rows `r0..r0 + rows` of `w` (as many of them as there are).
+    fn rows(w: &Weight, r0: usize, rows: usize) -> Ahead {
+        match rows.min(w.rows.saturating_sub(r0)) {
+            0 => Ahead::NONE,
+            rows => Ahead {
+                ptr: w.ptr.get().wrapping_add(r0 * w.rs),
+                len: (rows - 1) * w.rs + w.cols,
+            },
+        }
+    }
+
+    /// The address of each cache line (16 floats) of the range.
+    fn lines(self) -> impl Iterator<Item = *const f32> {
+        (0..self.len)
+            .step_by(16)
+            .map(move |i| self.ptr.wrapping_add(i))
     }
 }
 
@@ -219,8 +264,8 @@ impl FirstProduct<'_> {
     }
 
     /// Makes sure every chunk's partial row is done ([`Tasks::ensure`]).
-    fn ensure(&self, first: usize) {
-        self.tasks.ensure(first, |p| {
+    fn ensure(&self, first: usize, ahead: Ahead) {
+        let chunk = |p| {
             let (r0, n) = (p * CHUNK_K, self.w.cols);
             let rows = CHUNK_K.min(self.w.rows - r0);
             // SAFETY: `x` is written by no task of this stage or an earlier one (the
@@ -240,7 +285,8 @@ impl FirstProduct<'_> {
                 self.w.block(r0, rows, 0, n),
                 self.w.rs,
             );
-        });
+        };
+        self.tasks.ensure(first, chunk, ahead);
     }
 
     /// `out = Σ_chunks partial[j0..] + bias[j0..]` over `out.len()` columns, chunks in
@@ -527,7 +573,7 @@ impl AttentionOne {
             // SAFETY: parameters, written by nothing during the call.
             let proj_b = unsafe { self.proj_b.read() };
             parts_then_sum(&mut s.parts_attn, groups, out, proj_b, &|g, partial| {
-                first.ensure(g % chunks);
+                first.ensure(g % chunks, Ahead::NONE);
                 // SAFETY: group g's heads are this part's alone (the caller's contract).
                 unsafe { self.group(&first, g, partial) }
             });
@@ -594,7 +640,7 @@ impl MlpOne {
                 out,
                 proj_b,
                 &|p, partial| {
-                    first.ensure(p % chunks);
+                    first.ensure(p % chunks, Ahead::NONE);
                     // SAFETY: the caller's contract.
                     unsafe { self.band(&first, p, partial) }
                 },
@@ -708,7 +754,19 @@ pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
         let threads = rayon::current_num_threads().max(1);
         crate::team::for_each(threads, &|part| {
             let mut at = 0;
-            for (b, st) in blocks.iter().zip(&stages) {
+            for (i, (b, st)) in blocks.iter().zip(&stages).enumerate() {
+                // What this part fetches while it waits at the end of a stage: its first
+                // task of the next product stage (see `Ahead`).
+                let group_rows =
+                    b.attention.groups().0 * b.attention.proj_w.rows / b.attention.heads;
+                let proj_ahead =
+                    Ahead::rows(&b.attention.proj_w, part % st[1] * group_rows, group_rows);
+                let fc_ahead = Ahead::rows(&b.mlp.fc_w, part % st[3] * CHUNK_K, CHUNK_K);
+                let band_ahead = Ahead::rows(&b.mlp.proj_w, part % st[4] * MLP_BAND, MLP_BAND);
+                let qkv_ahead = blocks.get(i + 1).map_or(Ahead::NONE, |nb| {
+                    let chunks = FirstProduct::chunks(&nb.attention.qkv_w);
+                    Ahead::rows(&nb.attention.qkv_w, part % chunks * CHUNK_K, CHUNK_K)
+                });
                 let mut next = |n: usize| {
                     let t = Tasks(&states[at..at + n]);
                     at += n;
@@ -727,12 +785,11 @@ pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
                     partials: first_qkv,
                     tasks: next(st[0]),
                 };
-                first.ensure(part);
+                first.ensure(part, proj_ahead);
                 // SAFETY: each group's heads are its task's alone.
-                next(st[1]).ensure(part, |g| unsafe {
-                    b.attention.group(&first, g, row(parts_attn, g))
-                });
-                next(1).ensure(0, |_| {
+                let group = |g| unsafe { b.attention.group(&first, g, row(parts_attn, g)) };
+                next(st[1]).ensure(part, group, fc_ahead);
+                let residual = |_| {
                     // SAFETY: the groups' rows are done; `sum` is this task's alone.
                     unsafe {
                         let (out, rows) = (
@@ -742,19 +799,19 @@ pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
                         sum_rows(out, rows, b.attention.proj_b.read());
                         residual_step(b.x, out, b.residual_2, &b.ln_2, eps);
                     }
-                });
+                };
+                next(1).ensure(0, residual, fc_ahead);
                 let first = FirstProduct {
                     x: b.mlp.x,
                     w: b.mlp.fc_w,
                     partials: first_fc,
                     tasks: next(st[3]),
                 };
-                first.ensure(part);
+                first.ensure(part, band_ahead);
                 // SAFETY: the caller's contract.
-                next(st[4]).ensure(part, |p| unsafe {
-                    b.mlp.band(&first, p, row(parts_mlp, p))
-                });
-                next(1).ensure(0, |_| {
+                let band = |p| unsafe { b.mlp.band(&first, p, row(parts_mlp, p)) };
+                next(st[4]).ensure(part, band, qkv_ahead);
+                let residual = |_| {
                     // SAFETY: the bands' rows are done; `sum` is this task's alone.
                     unsafe {
                         let (out, rows) = (
@@ -764,7 +821,8 @@ pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
                         sum_rows(out, rows, b.mlp.proj_b.read());
                         residual_step(b.residual_2, out, b.residual_3, &b.next, eps);
                     }
-                });
+                };
+                next(1).ensure(0, residual, qkv_ahead);
             }
         });
     });

@@ -393,6 +393,20 @@ pub(crate) fn prefetch_raw(p: *const f32, n: usize) {
     let _ = (p, n);
 }
 
+/// Asks for the cache line holding `p` into L2 (not L1): for data a thread will read
+/// soon, but not in the next few hundred cycles. A hint, like [`prefetch_raw`].
+#[inline]
+pub(crate) fn prefetch_l2(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        // SAFETY: as in `prefetch_raw`.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Largest element, with 16 accumulators (`f32::max` reductions do not vectorise on
 /// their own); `-inf` for an empty slice.
 #[inline(always)]
