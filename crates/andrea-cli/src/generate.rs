@@ -50,19 +50,31 @@ pub fn stream<B: Backend>(
     let eot = tokenizer.eot_id();
     let mut cache = model.kv_cache(1, (prompt.len() + max_new - 1).max(1))?;
     let mut decoder = tokenizer.stream_decoder();
-    let mut logits = model.extend(&mut cache, prompt)?.to_vec();
+    // The model may have more ids than the tokenizer (padding a vocabulary up): never
+    // sample an id the tokenizer cannot spell. Each step samples from the logits where
+    // they lie (`extend_with`): `Err(value)` for a logit that is not finite.
+    let spelled = tokenizer.vocab_size().min(vocab);
+    let mut step = |fed: &[u32]| -> Result<std::result::Result<u32, f32>> {
+        let mut picked = Ok(0);
+        model.extend_with(&mut cache, fed, |_, logits| {
+            let logits = &logits[..spelled];
+            picked = match logits.iter().find(|v| !v.is_finite()) {
+                Some(&bad) => Err(bad),
+                None => Ok(sampler.sample(logits)),
+            };
+        })?;
+        Ok(picked)
+    };
+    let mut picked = step(prompt)?;
     let mut produced = 0;
     for i in 0..max_new {
-        // The model may have more ids than the tokenizer (padding a vocabulary up):
-        // never sample an id the tokenizer cannot spell.
-        let spelled = &logits[..tokenizer.vocab_size().min(vocab)];
-        if let Some(bad) = spelled.iter().find(|v| !v.is_finite()) {
-            bail!(
+        let id = match picked {
+            Ok(id) => id,
+            Err(bad) => bail!(
                 "the model's output is {bad} after {produced} generated tokens: its weights or the \
                  arithmetic overflowed; use an earlier checkpoint (or --backend cpu / --precision fp32 on a GPU)"
-            );
-        }
-        let id = sampler.sample(spelled);
+            ),
+        };
         if Some(id) == eot {
             break;
         }
@@ -72,7 +84,7 @@ pub fn stream<B: Backend>(
             emit(&text)?;
         }
         if i + 1 < max_new {
-            logits.copy_from_slice(model.extend(&mut cache, &[id])?);
+            picked = step(&[id])?;
         }
     }
     let rest = decoder.finish();

@@ -280,6 +280,8 @@ pub struct Decoder<'m, B: Backend> {
     prompt: Vec<u32>,
     /// The next token of each sequence, `[batch]`.
     next: Vec<u32>,
+    /// The tokens a step feeds (a copy of `next`, which the step overwrites).
+    fed: Vec<u32>,
     sampler: Sampler,
 }
 
@@ -305,6 +307,7 @@ impl<'m, B: Backend> Decoder<'m, B> {
             model,
             prompt,
             next: vec![0; batch],
+            fed: vec![0; batch],
             sampler: Sampler::greedy(),
         };
         decoder.refill()?;
@@ -335,12 +338,12 @@ impl<'m, B: Backend> Decoder<'m, B> {
             model,
             cache,
             next,
+            fed,
             sampler,
             ..
         } = self;
-        let logits = model.extend(cache, next)?;
-        pick(sampler, logits, next);
-        Ok(())
+        fed.copy_from_slice(next);
+        model.extend_with(cache, fed, |b, logits| next[b] = sampler.sample(logits))
     }
 
     /// The sequences' next tokens.

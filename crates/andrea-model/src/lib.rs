@@ -61,7 +61,8 @@
 //!   trainer's own arena.
 //! * **Inference** ([`KvCache`], [`Model::extend`], [`Model::generate`], [`Sampler`]):
 //!   prefill a prompt, then one token at a time, for a batch of equal-length sequences;
-//!   logits of the last position. Greedy, temperature, top-k and top-p sampling, seeded.
+//!   logits of the last position ([`Model::extend_with`]: sampled where they lie).
+//!   Greedy, temperature, top-k and top-p sampling, seeded.
 //! * **I/O** ([`io`]): `model.safetensors` + `config.json` that
 //!   `GPT2LMHeadModel.from_pretrained(dir)` loads; [`Model::load`] reads a directory
 //!   transformers saved (any vocabulary and context). Files are written atomically.

@@ -122,6 +122,36 @@ fn long_prompts_are_prefilled_in_chunks_with_the_same_result() {
     TOL.check("chunked prefill", logits, &want).unwrap();
 }
 
+/// `extend_with` hands each sequence, in order, the logits `extend` returns: read in
+/// place on the CPU backend, downloaded on one whose memory is not the host's (the naive
+/// reference backend). Checked for a prefill and for decoded tokens of a batch of two.
+#[test]
+fn extend_with_hands_each_sequence_the_logits_extend_returns() {
+    fn check<B: andrea_core::Backend>(be: impl Fn() -> B) {
+        let cfg = small();
+        let v = cfg.vocab_size;
+        let (a, b) = (
+            Model::new(be(), cfg.clone(), 12).unwrap(),
+            Model::new(be(), cfg.clone(), 12).unwrap(),
+        );
+        let (mut ca, mut cb) = (a.kv_cache(2, 8).unwrap(), b.kv_cache(2, 8).unwrap());
+        for fed in [tokens(6, v, 30), tokens(2, v, 31), tokens(2, v, 32)] {
+            let want = a.extend(&mut ca, &fed).unwrap().to_vec();
+            let mut got = Vec::new();
+            b.extend_with(&mut cb, &fed, |s, logits| {
+                assert_eq!(s, got.len() / v, "sequences in order");
+                got.extend_from_slice(logits);
+            })
+            .unwrap();
+            assert_eq!(got, want, "fed {fed:?}");
+        }
+        let e = b.extend_with(&mut cb, &[1, 2, 3], |_, _| panic!("no logits for an error"));
+        assert!(e.unwrap_err().to_string().contains("2 sequences"));
+    }
+    check(CpuBackend::new);
+    check(andrea_testkit::naive::NaiveBackend::new);
+}
+
 #[test]
 fn generation_is_reproducible_and_batches_agree() {
     let cfg = small();

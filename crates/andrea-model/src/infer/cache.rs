@@ -181,6 +181,52 @@ impl<B: Backend> Model<B> {
     /// `[batch, vocab_size]`. The first call is the prompt (prefill), later calls
     /// usually one token per sequence.
     pub fn extend<'c>(&self, cache: &'c mut KvCache<B>, tokens: &[u32]) -> Result<&'c [f32]> {
+        self.feed(cache, tokens)?;
+        let be = self.backend();
+        let logits = cache.slots.logits.rows(&cache.scratch, cache.batch);
+        let (v, vp) = (self.config().vocab_size, self.config().padded_vocab_size());
+        if cache.batch == 1 {
+            // One row: its first `v` logits straight into place (a decoded token of a
+            // small model spends ~1 µs on each 34 kB copy).
+            be.download(logits.slice(0, [v]), &mut cache.host_logits[..v])?;
+            return Ok(&cache.host_logits);
+        }
+        be.download(logits, &mut cache.host_padded)?;
+        for b in 0..cache.batch {
+            cache.host_logits[b * v..(b + 1) * v]
+                .copy_from_slice(&cache.host_padded[b * vp..b * vp + v]);
+        }
+        Ok(&cache.host_logits)
+    }
+
+    /// [`Model::extend`], but each sequence's logits (`[vocab_size]`) go to `f(b, logits)`
+    /// in order instead of being returned: read in place where the backend's memory is
+    /// the host's (the CPU backend), so nothing is copied; downloaded first otherwise.
+    /// Sampling inside `f` saves a decoded token the copy of its logits (34 kB at the
+    /// tiny model's vocabulary).
+    pub fn extend_with(
+        &self,
+        cache: &mut KvCache<B>,
+        tokens: &[u32],
+        mut f: impl FnMut(usize, &[f32]),
+    ) -> Result<()> {
+        self.feed(cache, tokens)?;
+        let be = self.backend();
+        let (v, vp) = (self.config().vocab_size, self.config().padded_vocab_size());
+        let logits = cache.slots.logits.rows(&cache.scratch, cache.batch);
+        for b in 0..cache.batch {
+            let row = logits.slice(b * vp, [v]);
+            if !be.with_host_elements(row, &mut |x| f(b, x))? {
+                let host = &mut cache.host_logits[..v];
+                be.download(row, host)?;
+                f(b, host);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Model::extend`] up to the logits, which stay in `cache`'s scratch.
+    fn feed(&self, cache: &mut KvCache<B>, tokens: &[u32]) -> Result<()> {
         let cfg = self.config();
         if cache.config != *cfg {
             return Err(ModelError::State(
@@ -230,7 +276,7 @@ impl<B: Backend> Model<B> {
             start += cn;
         }
         cache.pos = pos;
-        Ok(&cache.host_logits)
+        Ok(())
     }
 
     /// One chunk of `cn` positions per sequence starting at `pos`, ids in
@@ -284,23 +330,7 @@ impl<B: Backend> Model<B> {
             let logits = s.logits.rows(&cache.scratch, cache.batch);
             acts.logits = Some((last, logits.mat()));
         }
-        gpt::forward(self, ids, pos, &acts)?;
-        if !head {
-            return Ok(());
-        }
-        let logits = cache.slots.logits.rows(&cache.scratch, cache.batch);
-        let (v, vp) = (cfg.vocab_size, cfg.padded_vocab_size());
-        if cache.batch == 1 {
-            // One row: its first `v` logits straight into place (a decoded token of a
-            // small model spends ~1 µs on each 34 kB copy).
-            return Ok(be.download(logits.slice(0, [v]), &mut cache.host_logits[..v])?);
-        }
-        be.download(logits, &mut cache.host_padded)?;
-        for b in 0..cache.batch {
-            cache.host_logits[b * v..(b + 1) * v]
-                .copy_from_slice(&cache.host_padded[b * vp..b * vp + v]);
-        }
-        Ok(())
+        gpt::forward(self, ids, pos, &acts)
     }
 }
 

@@ -52,17 +52,16 @@ impl<B: Backend> Model<B> {
             });
         }
         let mut cache = self.kv_cache(batch, needed)?;
-        let flat: Vec<u32> = prompts.concat();
-        let vocab = self.config().vocab_size;
-        let mut next = vec![0u32; batch];
-        let mut logits = self.extend(&mut cache, &flat)?;
+        // Fed first the prompts, then each sequence's last token; sampled where the
+        // logits lie (`extend_with`).
+        let mut fed: Vec<u32> = prompts.concat();
         for i in 0..max_new_tokens {
-            for (b, id) in next.iter_mut().enumerate() {
-                *id = sampler.sample(&logits[b * vocab..(b + 1) * vocab]);
-                out[b].push(*id);
-            }
+            self.extend_with(&mut cache, &fed, |b, logits| {
+                out[b].push(sampler.sample(logits))
+            })?;
             if i + 1 < max_new_tokens {
-                logits = self.extend(&mut cache, &next)?;
+                fed.clear();
+                fed.extend(out.iter().map(|o| o[o.len() - 1]));
             }
         }
         Ok(out)
