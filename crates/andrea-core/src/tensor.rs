@@ -296,11 +296,15 @@ impl<M> Matrix<'_, M> {
 }
 
 /// The heads of a multi-head attention operand: element `(b, t, h, d)` is at
-/// `offset + b·batch_stride + t·seq_stride + h·head_dim + d`.
+/// `offset + b·batch_stride + t·seq_stride + h·head_stride + d`.
 ///
 /// In training, `q`, `k` and `v` are the three thirds of the fused QKV projection
-/// `[B, T, 3·C]` ([`Heads::split_qkv`]); in generation, `k` and `v` are KV-cache views of
-/// a longer sequence.
+/// `[B, T, 3·C]` ([`Heads::split_qkv`]), each position's heads side by side
+/// (`head_stride == head_dim`); in generation, `k` and `v` are KV-cache views of a longer
+/// sequence, laid out as the backend prefers ([`crate::AttentionOps::kv_heads_apart`]):
+/// side by side, or each head's positions one after the other (`seq_stride == head_dim`,
+/// `head_stride` the cache's length times that), so that the attention of one head reads
+/// one contiguous run.
 pub struct Heads<'a, M> {
     pub buf: &'a M,
     pub offset: usize,
@@ -310,6 +314,7 @@ pub struct Heads<'a, M> {
     pub head_dim: usize,
     pub batch_stride: usize,
     pub seq_stride: usize,
+    pub head_stride: usize,
 }
 
 impl<M> Clone for Heads<'_, M> {
@@ -323,14 +328,15 @@ impl<M> fmt::Debug for Heads<'_, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "Heads {{ offset: {}, [B {}, T {}, H {}, D {}], strides ({}, {}) }}",
+            "Heads {{ offset: {}, [B {}, T {}, H {}, D {}], strides ({}, {}, {}) }}",
             self.offset,
             self.batch,
             self.seq,
             self.heads,
             self.head_dim,
             self.batch_stride,
-            self.seq_stride
+            self.seq_stride,
+            self.head_stride
         )
     }
 }
@@ -351,6 +357,7 @@ impl<'a, M: DeviceMemory> Heads<'a, M> {
             head_dim: d[2] / heads,
             batch_stride: d[1] * d[2],
             seq_stride: d[2],
+            head_stride: d[2] / heads,
         })
     }
 
@@ -370,6 +377,7 @@ impl<'a, M: DeviceMemory> Heads<'a, M> {
             head_dim: c / heads,
             batch_stride: d[1] * d[2],
             seq_stride: d[2],
+            head_stride: c / heads,
         };
         Some([h(0), h(1), h(2)])
     }
@@ -381,6 +389,12 @@ impl<'a, M> Heads<'a, M> {
         self.heads * self.head_dim
     }
 
+    /// Whether each position's heads lie side by side (`head_stride == head_dim`): a
+    /// position is then one run of [`Heads::width`] elements.
+    pub fn side_by_side(&self) -> bool {
+        self.head_stride == self.head_dim
+    }
+
     /// The first `seq` positions only.
     pub fn prefix(&self, seq: usize) -> Self {
         Heads { seq, ..*self }
@@ -390,7 +404,7 @@ impl<'a, M> Heads<'a, M> {
     pub fn head(&self, b: usize, h: usize) -> Matrix<'a, M> {
         Matrix {
             buf: self.buf,
-            offset: self.offset + b * self.batch_stride + h * self.head_dim,
+            offset: self.offset + b * self.batch_stride + h * self.head_stride,
             batch: 1,
             rows: self.seq,
             cols: self.head_dim,
@@ -402,7 +416,7 @@ impl<'a, M> Heads<'a, M> {
 
     /// All heads of batch entry `b` as a batch of `heads` `[seq, head_dim]` matrices.
     pub fn heads_of(&self, b: usize) -> Matrix<'a, M> {
-        self.head(b, 0).batched(self.heads, self.head_dim)
+        self.head(b, 0).batched(self.heads, self.head_stride)
     }
 
     /// The element range the view spans.
@@ -413,7 +427,8 @@ impl<'a, M> Heads<'a, M> {
         let last = self.offset
             + (self.batch - 1) * self.batch_stride
             + (self.seq - 1) * self.seq_stride
-            + self.heads * self.head_dim;
+            + (self.heads - 1) * self.head_stride
+            + self.head_dim;
         self.offset..last
     }
 }

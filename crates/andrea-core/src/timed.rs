@@ -644,6 +644,9 @@ impl<B: DecodeOps> DecodeOps for Timed<B> {
 }
 
 impl<B: AttentionOps + LinalgOps + SoftmaxOps> AttentionOps for Timed<B> {
+    fn kv_heads_apart(&self) -> bool {
+        self.inner.kv_heads_apart()
+    }
     fn attention_workspace_len(&self, shape: AttentionShape) -> usize {
         self.inner.attention_workspace_len(shape)
     }

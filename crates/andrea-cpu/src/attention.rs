@@ -57,6 +57,7 @@ pub(crate) struct HeadsPtr {
     ptr: SendPtr,
     batch_stride: usize,
     seq_stride: usize,
+    head_stride: usize,
     head_dim: usize,
 }
 
@@ -67,6 +68,7 @@ impl HeadsPtr {
             ptr: SendPtr(unsafe { h.buf.ptr().add(h.offset) }),
             batch_stride: h.batch_stride,
             seq_stride: h.seq_stride,
+            head_stride: h.head_stride,
             head_dim: h.head_dim,
         }
     }
@@ -77,13 +79,22 @@ impl HeadsPtr {
         self.head_dim
     }
 
-    pub(crate) fn seq_stride(&self) -> usize {
-        self.seq_stride
+    /// Where each position's heads start, from position 0's head 0.
+    pub(crate) fn strides(&self) -> crate::attention_decode::Strides {
+        crate::attention_decode::Strides {
+            pos: self.seq_stride,
+            head: self.head_stride,
+        }
     }
 
-    /// Rows `0..rows` of heads `h0..h1` of batch entry `b`, as one slice from the first
-    /// row's head `h0` to the last row's head `h1 - 1` (rows at stride `seq_stride`,
-    /// heads side by side within a row).
+    /// Whether each position's heads lie side by side (`Heads::side_by_side`).
+    pub(crate) fn side_by_side(&self) -> bool {
+        self.head_stride == self.head_dim
+    }
+
+    /// Rows `0..rows` of heads `h0..h1` of batch entry `b`, as one slice from row 0's
+    /// head `h0` to the end of the last row's head `h1 - 1` (row `r`'s head `h` at
+    /// `r·seq_stride + (h - h0)·head_stride` in it: [`HeadsPtr::strides`]).
     ///
     /// # Safety
     /// The rows and heads must lie inside the checked view, and nothing may write them
@@ -95,7 +106,8 @@ impl HeadsPtr {
         (h0, h1): (usize, usize),
     ) -> &'a [f32] {
         let o = head(*self, b, h0);
-        let len = (rows.max(1) - 1) * self.seq_stride + (h1 - h0) * self.head_dim;
+        let len =
+            (rows.max(1) - 1) * self.seq_stride + (h1 - h0 - 1) * self.head_stride + self.head_dim;
         // SAFETY: inside the checked view (the caller's promise).
         unsafe { std::slice::from_raw_parts(o.ptr.get(), len) }
     }
@@ -104,14 +116,16 @@ impl HeadsPtr {
     pub(crate) fn at(&self, b: usize, r: usize, h: usize) -> *mut f32 {
         self.ptr
             .get()
-            .wrapping_add(b * self.batch_stride + r * self.seq_stride + h * self.head_dim)
+            .wrapping_add(b * self.batch_stride + r * self.seq_stride + h * self.head_stride)
     }
 
     /// Row 0 of heads `h0..h1` of batch entry `b`, to write.
     ///
     /// # Safety
-    /// Inside the checked view, and no other reference to it while the slice lives.
+    /// Inside the checked view, whose heads lie side by side, and no other reference to
+    /// it while the slice lives.
     pub(crate) unsafe fn row_mut<'a>(&self, b: usize, (h0, h1): (usize, usize)) -> &'a mut [f32] {
+        debug_assert!(self.side_by_side());
         let o = head(*self, b, h0);
         // SAFETY: inside the checked view, exclusive (the caller's promise).
         unsafe { std::slice::from_raw_parts_mut(o.ptr.get(), (h1 - h0) * self.head_dim) }
@@ -121,7 +135,7 @@ impl HeadsPtr {
 /// Operand for head `hh` of batch entry `b`: `[seq, D]` with row stride `seq_stride`.
 pub(crate) fn head(h: HeadsPtr, b: usize, hh: usize) -> Operand {
     // SAFETY: (b, hh) are inside the view, which the op's check put inside its buffer.
-    let ptr = unsafe { h.ptr.add(b * h.batch_stride + hh * h.head_dim) };
+    let ptr = unsafe { h.ptr.add(b * h.batch_stride + hh * h.head_stride) };
     Operand {
         ptr,
         rs: h.seq_stride,
@@ -261,8 +275,9 @@ pub(crate) fn forward(
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
-    if tq == 1 {
-        // A decoded token: one score row per head, no GEMM (`attention_decode`).
+    if tq == 1 && q.side_by_side() && out.side_by_side() {
+        // A decoded token: one score row per head, no GEMM (`attention_decode`; the cache
+        // may keep its heads apart, the query and output side by side).
         // SAFETY: the views were checked by the op; `lse` is B·H long.
         return unsafe {
             crate::attention_decode::forward([q, k, v, out], lse, d.heads, tk, pos_offset, scale)
@@ -441,6 +456,14 @@ pub(crate) fn backward(
 }
 
 impl AttentionOps for CpuBackend {
+    /// Heads apart: a decoded token's attention reads each of its heads' cached keys and
+    /// values as one run, where side by side a head's 32 floats of a position sit a cache
+    /// row apart and the L2 streamer brings the other heads' lines along (see
+    /// benches/results/20261206T1250Z-emr-decode-stack/attention_kv_findings.txt).
+    fn kv_heads_apart(&self) -> bool {
+        true
+    }
+
     /// The row log-sum-exps, [`AttentionShape::lse_len`].
     fn attention_workspace_len(&self, s: AttentionShape) -> usize {
         s.lse_len()

@@ -15,10 +15,15 @@
 //!   stream past: the op 22-24 -> 13 µs a tiny-model token,
 //!   benches/results/20261203T2025Z-zen5-decode-weighted-sum).
 //!
-//! The loops run over positions outside and heads inside: a position's heads lie side by
-//! side in the cache, so the keys and then the values are read in runs of `H·D` floats
-//! rather than `D`-float pieces at the cache's stride, head after head (measured 7% less
-//! time in the op at batch 1, benches/results/20261202T0645Z-decode-tiny).
+//! The scores run over positions outside and heads inside: where a position's heads lie
+//! side by side, the keys are read in runs of `H·D` floats rather than `D`-float pieces at
+//! the cache's stride, head after head (measured 7% less time in the op at batch 1,
+//! benches/results/20261202T0645Z-decode-tiny). This backend's own KV caches keep each
+//! head's positions in one run instead (`AttentionOps::kv_heads_apart`): a head's keys and
+//! values are then one stream each, and the L2 streamer no longer brings in the other
+//! heads' lines of every row (a tiny-model token 1.014-1.025x at AVX-512, 1.041-1.056x
+//! capped at AVX2, ANDREA-120M level: benches/results/20261206T1250Z-emr-decode-stack/).
+//! The kernels take either layout ([`Strides`]).
 //!
 //! Every sum runs in an order fixed by the sizes, so the result does not depend on the
 //! thread count. It may differ in the last bits from the fused kernel's (another
@@ -104,7 +109,7 @@ pub(crate) unsafe fn forward(
             heads: hg,
             d,
         };
-        let strides = (k.seq_stride(), v.seq_stride());
+        let strides = (k.strides(), v.strides());
         attend([qr, kr, vr], strides, or, l, shape, pos_offset, scale);
     };
     if parallel {
@@ -124,13 +129,29 @@ pub(crate) struct Shape {
     pub d: usize,
 }
 
+/// Where position `j`'s head `h` starts in a slice of cached keys or values:
+/// `j·pos + h·head` (`head` is the head size where a position's heads lie side by side).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Strides {
+    pub pos: usize,
+    pub head: usize,
+}
+
+impl Strides {
+    /// Floats from the first element of position 0's head 0 to the end of position
+    /// `n - 1`'s head `heads - 1` (`n`, `heads` at least 1).
+    fn span(self, n: usize, heads: usize, d: usize) -> usize {
+        (n - 1) * self.pos + (heads - 1) * self.head + d
+    }
+}
+
 /// One query of `shape.heads` heads side by side (`q`, `out`: `heads·d` floats) over `n`
-/// cached positions (`k`, `v`: position `j`'s heads at `j·ks`, `j·vs`): the scores, their
-/// causal softmax (the base-2 log-sum-exps into `lse`, one per head), the weighted sum
-/// of the values into `out`.
+/// cached positions (`k`, `v`: position `j`'s head `h` at `ks`, `vs` [`Strides`]): the
+/// scores, their causal softmax (the base-2 log-sum-exps into `lse`, one per head), the
+/// weighted sum of the values into `out`.
 pub(crate) fn attend(
     [q, k, v]: [&[f32]; 3],
-    (ks, vs): (usize, usize),
+    (ks, vs): (Strides, Strides),
     out: &mut [f32],
     lse: &mut [f32],
     shape: Shape,
@@ -155,22 +176,22 @@ pub(crate) fn attend(
 /// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512), four at a
 /// time through `gemv_avx2::four_dots` (the generic dot vectorises badly there). The same
 /// bits either way.
-pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
+pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
         let Shape { n, k_len, heads, d } = shape;
         let mut j = 0;
         while j + 16 <= n {
             // Positions j..j + 16 of every head lie in `k`.
-            assert!((j + 15) * ks + heads * d <= k.len());
-            let first = k[j * ks..].as_ptr();
+            assert!(j * ks.pos + ks.span(16, heads, d) <= k.len());
+            let first = k[j * ks.pos..].as_ptr();
             for h in 0..heads {
-                // SAFETY: row r < 16 of head h starts at (j + r)·ks + h·d and has d floats
-                // inside `k` (asserted); the CPU has AVX-512 F.
+                // SAFETY: row r < 16 of head h starts at (j + r)·ks.pos + h·ks.head and
+                // has d floats inside `k` (asserted); the CPU has AVX-512 F.
                 unsafe {
                     crate::gemv_avx512::sixteen_dots(
                         &q[h * d..][..d],
-                        |r| first.wrapping_add(r * ks + h * d),
+                        |r| first.wrapping_add(r * ks.pos + h * ks.head),
                         &mut s[h * k_len + j..][..16],
                     )
                 };
@@ -181,7 +202,7 @@ pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: 
             // The last positions (fewer than sixteen), four at a time.
             let rest = Shape { n: n - j, ..shape };
             // SAFETY: AVX-512 F implies AVX2 and FMA here (`simd::level`).
-            unsafe { scores_by_four(q, &k[j * ks..], ks, &mut s[j..], rest) };
+            unsafe { scores_by_four(q, &k[j * ks.pos..], ks, &mut s[j..], rest) };
         }
         return;
     }
@@ -200,12 +221,12 @@ pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: 
 /// # Safety
 /// The CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
+unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
     let Shape { n, k_len, heads, d } = shape;
     let mut j = 0;
     while j + 4 <= n {
         for h in 0..heads {
-            let row = |r: usize| &k[(j + r) * ks + h * d..][..d];
+            let row = |r: usize| &k[(j + r) * ks.pos + h * ks.head..][..d];
             // SAFETY: the CPU has AVX2 and FMA (this function's contract).
             let dots = unsafe {
                 crate::gemv_avx2::four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)])
@@ -217,19 +238,20 @@ unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: 
     if j < n {
         // The last positions (fewer than four) on the generic path.
         let rest = Shape { n: n - j, ..shape };
-        scores(q, &k[j * ks..], ks, &mut s[j..], rest);
+        scores(q, &k[j * ks.pos..], ks, &mut s[j..], rest);
     }
 }
 
 multiversion! {
     avx512;
-    /// `s[h·k_len + j] = q_h · k_{j,h}` for `j < n`, position `j`'s heads at `k[j·ks..]`.
-    fn scores(q: &[f32], k: &[f32], ks: usize, s: &mut [f32], shape: Shape) {
+    /// `s[h·k_len + j] = q_h · k_{j,h}` for `j < n`, position `j`'s head `h` at
+    /// `k[j·ks.pos + h·ks.head..]`.
+    fn scores(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
         let Shape { n, k_len, heads, d } = shape;
         for j in 0..n {
-            let kj = &k[j * ks..][..heads * d];
             for h in 0..heads {
-                s[h * k_len + j] = crate::gemv::dot::<M>(&q[h * d..][..d], &kj[h * d..][..d]);
+                let kjh = &k[j * ks.pos + h * ks.head..][..d];
+                s[h * k_len + j] = crate::gemv::dot::<M>(&q[h * d..][..d], kjh);
             }
         }
     }
@@ -240,7 +262,7 @@ multiversion! {
 /// ([`weighted_sum_avx512`]): the generic loop loads and stores the output row for every
 /// position and head, and at head size 32 spends more on the loop than on its two FMAs.
 /// The same bits either way.
-pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: usize, out: &mut [f32], shape: Shape) {
+pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() && shape.d.is_multiple_of(16) {
         // SAFETY (every arm): the CPU has AVX-512 F; the head size is NV vectors.
@@ -272,20 +294,21 @@ pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: usize, out: &mut [f32],
 unsafe fn weighted_sum_avx512<const NV: usize>(
     p: &[f32],
     v: &[f32],
-    vs: usize,
+    vs: Strides,
     out: &mut [f32],
     shape: Shape,
 ) {
     use std::arch::x86_64::*;
     let Shape { n, k_len, heads, d } = shape;
     assert!(d == NV * 16 && out.len() >= heads * d);
-    assert!(n == 0 || (p.len() >= (heads - 1) * k_len + n && v.len() >= (n - 1) * vs + heads * d));
+    assert!(n == 0 || (p.len() >= (heads - 1) * k_len + n && v.len() >= vs.span(n, heads, d)));
     for h in 0..heads {
         let mut acc = [_mm512_setzero_ps(); NV];
         for (j, &pj) in p[h * k_len..][..n].iter().enumerate() {
             let pv = _mm512_set1_ps(pj);
-            // SAFETY: position j's head h, d floats at j·vs + h·d, inside `v` (asserted).
-            let row = unsafe { v.as_ptr().add(j * vs + h * d) };
+            // SAFETY: position j's head h, d floats at j·vs.pos + h·vs.head, inside `v`
+            // (asserted).
+            let row = unsafe { v.as_ptr().add(j * vs.pos + h * vs.head) };
             for (u, a) in acc.iter_mut().enumerate() {
                 // SAFETY: u·16 + 16 <= d floats of that row.
                 *a = _mm512_fmadd_ps(pv, unsafe { _mm512_loadu_ps(row.add(u * 16)) }, *a);
@@ -301,15 +324,15 @@ unsafe fn weighted_sum_avx512<const NV: usize>(
 multiversion! {
     avx512;
     /// `out_h = Σ_j p[h·k_len + j] · v_{j,h}`, each element added in `j` order, position
-    /// `j`'s heads at `v[j·vs..]`.
-    fn weighted_sum(p: &[f32], v: &[f32], vs: usize, out: &mut [f32], shape: Shape) {
+    /// `j`'s head `h` at `v[j·vs.pos + h·vs.head..]`.
+    fn weighted_sum(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32], shape: Shape) {
         let Shape { n, k_len, heads, d } = shape;
         out.fill(0.0);
         for j in 0..n {
-            let vj = &v[j * vs..][..heads * d];
             for h in 0..heads {
                 let pj = p[h * k_len + j];
-                for (o, &x) in out[h * d..][..d].iter_mut().zip(&vj[h * d..][..d]) {
+                let vjh = &v[j * vs.pos + h * vs.head..][..d];
+                for (o, &x) in out[h * d..][..d].iter_mut().zip(vjh) {
                     *o = M::mul_add(pj, x, *o);
                 }
             }
@@ -327,22 +350,45 @@ mod tests {
     /// The scores of the kernels this CPU runs (sixteen positions at a time with
     /// AVX-512, four with AVX2) give the generic dot's bits: whole groups and a ragged
     /// rest, head sizes with and without a tail past the 16-lane dots, the score rows
-    /// longer than the visible positions.
+    /// longer than the visible positions; a cache with each position's heads side by
+    /// side and one with each head's positions in a run.
     #[test]
     fn scores_give_the_bits_of_the_generic_dot() {
         use super::{scores, scores_any, Shape};
         let mut r = andrea_testkit::random::Rand::new(3);
         for (n, heads, d) in [(37, 3, 20), (32, 4, 32), (5, 2, 64), (16, 1, 16)] {
-            let (k_len, ks) = (n + 3, heads * d + 8);
-            let q = r.vec(heads * d, -1.0, 1.0);
-            let k = r.vec(n * ks, -1.0, 1.0);
-            let shape = Shape { n, k_len, heads, d };
-            let (mut want, mut got) = (vec![0.0f32; heads * k_len], vec![0.0f32; heads * k_len]);
-            scores(&q, &k, ks, &mut want, shape);
-            scores_any(&q, &k, ks, &mut got, shape);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "n {n}, {heads} heads of {d}");
+            for ks in layouts(n, heads, d) {
+                let k_len = n + 3;
+                let q = r.vec(heads * d, -1.0, 1.0);
+                let k = r.vec(ks.span(n, heads, d), -1.0, 1.0);
+                let shape = Shape { n, k_len, heads, d };
+                let zeros = || vec![0.0f32; heads * k_len];
+                let (mut want, mut got) = (zeros(), zeros());
+                scores(&q, &k, ks, &mut want, shape);
+                scores_any(&q, &k, ks, &mut got, shape);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "n {n}, {heads} heads of {d}, {ks:?}"
+                );
+            }
         }
+    }
+
+    /// A cache of `n` positions of `heads` heads of `d`, with 8 floats of padding: each
+    /// position's heads side by side, and each head's positions in a run.
+    fn layouts(n: usize, heads: usize, d: usize) -> [super::Strides; 2] {
+        [
+            super::Strides {
+                pos: heads * d + 8,
+                head: d,
+            },
+            super::Strides {
+                pos: d,
+                head: n * d + 8,
+            },
+        ]
     }
 
     /// The weighted sum of the kernels this CPU runs (the output in registers with
@@ -360,15 +406,22 @@ mod tests {
             (5, 2, 20),
             (0, 2, 32),
         ] {
-            let (k_len, vs) = (n + 3, heads * d + 8);
-            let p = r.vec(heads * k_len, 0.0, 1.0);
-            let v = r.vec((n.max(1)) * vs, -1.0, 1.0);
-            let shape = Shape { n, k_len, heads, d };
-            let (mut want, mut got) = (vec![f32::NAN; heads * d], vec![f32::NAN; heads * d]);
-            weighted_sum(&p, &v, vs, &mut want, shape);
-            weighted_sum_any(&p, &v, vs, &mut got, shape);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "n {n}, {heads} heads of {d}");
+            for vs in layouts(n, heads, d) {
+                let k_len = n + 3;
+                let p = r.vec(heads * k_len, 0.0, 1.0);
+                let v = r.vec(vs.span(n.max(1), heads, d), -1.0, 1.0);
+                let shape = Shape { n, k_len, heads, d };
+                let nans = || vec![f32::NAN; heads * d];
+                let (mut want, mut got) = (nans(), nans());
+                weighted_sum(&p, &v, vs, &mut want, shape);
+                weighted_sum_any(&p, &v, vs, &mut got, shape);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "n {n}, {heads} heads of {d}, {vs:?}"
+                );
+            }
         }
     }
 

@@ -101,7 +101,10 @@ impl CheckMemo {
 /// The longest cache `h` could be a view of inside its buffer (`h.seq` where that is
 /// already past the end: the check then fails on it).
 fn fits(h: &Heads<'_, CpuBuffer>) -> usize {
-    let used = h.offset + (h.batch.max(1) - 1) * h.batch_stride + h.width();
+    let used = h.offset
+        + (h.batch.max(1) - 1) * h.batch_stride
+        + (h.heads.max(1) - 1) * h.head_stride
+        + h.head_dim;
     match h.buf.len().checked_sub(used) {
         Some(room) if h.seq_stride > 0 => room / h.seq_stride + 1,
         _ => h.seq,
@@ -140,6 +143,7 @@ fn signature(b: &DecodeBlock<'_, CpuBuffer>, eps: f32, out: &mut Vec<usize>) {
             h.head_dim,
             h.batch_stride,
             h.seq_stride,
+            h.head_stride,
         ]);
     };
     for v in [
@@ -228,6 +232,7 @@ mod tests {
                 head_dim: c / h,
                 batch_stride: cap * 2 * c,
                 seq_stride: 2 * c,
+                head_stride: c / h,
             },
             values: Heads {
                 buf: &kv,
@@ -238,6 +243,7 @@ mod tests {
                 head_dim: c / h,
                 batch_stride: cap * 2 * c,
                 seq_stride: 2 * c,
+                head_stride: c / h,
             },
             c_attn: lin(&w_attn, &b3, c, 3 * c),
             attn_proj: lin(&w_proj, &b1, c, c),

@@ -60,7 +60,7 @@ use andrea_core::{fused, DecodeBlockOf, Matrix, Result, View};
 
 use crate::attention::causal_softmax;
 use crate::attention::HeadsPtr;
-use crate::attention_decode::{scores_any, weighted_sum_any, Shape};
+use crate::attention_decode::{scores_any, weighted_sum_any, Shape, Strides};
 use crate::buffer::{CpuBuffer, SendPtr};
 use crate::gemv::{row_product, CHUNK_K};
 use crate::layernorm::{residual_forward, ResidualSrc};
@@ -489,11 +489,15 @@ impl AttentionOne {
         }
         let (q, kv) = qkv.split_at(w);
         let (k_new, v_new) = kv.split_at(w);
-        // SAFETY (both): row `pos` of heads h0..h1, inside the checked cache views; only
-        // this call touches it (the caller's contract).
-        unsafe {
-            std::ptr::copy_nonoverlapping(k_new.as_ptr(), self.keys.at(0, pos, h0), w);
-            std::ptr::copy_nonoverlapping(v_new.as_ptr(), self.values.at(0, pos, h0), w);
+        // Head by head: the cache may keep its heads apart.
+        for hh in 0..hg {
+            // SAFETY (both): row `pos` of head h0 + hh, inside the checked cache views;
+            // only this call touches it (the caller's contract).
+            unsafe {
+                let (kh, vh) = (&k_new[hh * d..][..d], &v_new[hh * d..][..d]);
+                std::ptr::copy_nonoverlapping(kh.as_ptr(), self.keys.at(0, pos, h0 + hh), d);
+                std::ptr::copy_nonoverlapping(vh.as_ptr(), self.values.at(0, pos, h0 + hh), d);
+            }
         }
         // Per head: scores over the cached rows 0..pos, then the new one; the causal
         // softmax of all pos + 1; the weighted sum of the cached values, then the new
@@ -505,13 +509,11 @@ impl AttentionOne {
             heads: hg,
             d,
         };
-        let (ks, vs) = (self.keys.seq_stride(), self.values.seq_stride());
         if pos > 0 {
             // SAFETY: rows 0..pos of heads h0..h1, inside the checked view; nothing
             // writes them during the call.
-            let kr =
-                unsafe { std::slice::from_raw_parts(self.keys.at(0, 0, h0), (pos - 1) * ks + w) };
-            scores_any(q, kr, ks, s, cached);
+            let kr = unsafe { self.keys.rows(0, pos, (h0, h1)) };
+            scores_any(q, kr, self.keys.strides(), s, cached);
         }
         for hh in 0..hg {
             let (qh, kh) = (&q[hh * d..][..d], &k_new[hh * d..][..d]);
@@ -521,7 +523,8 @@ impl AttentionOne {
                 heads: 1,
                 d,
             };
-            scores_any(qh, kh, d, &mut s[hh * k_len + pos..][..1], one);
+            let new = Strides { pos: d, head: d };
+            scores_any(qh, kh, new, &mut s[hh * k_len + pos..][..1], one);
             let mut lse = [0.0f32];
             causal_softmax(
                 &mut s[hh * k_len..][..k_len],
@@ -535,9 +538,8 @@ impl AttentionOne {
         }
         if pos > 0 {
             // SAFETY: as above.
-            let vr =
-                unsafe { std::slice::from_raw_parts(self.values.at(0, 0, h0), (pos - 1) * vs + w) };
-            weighted_sum_any(s, vr, vs, o, cached);
+            let vr = unsafe { self.values.rows(0, pos, (h0, h1)) };
+            weighted_sum_any(s, vr, self.values.strides(), o, cached);
         } else {
             o.fill(0.0);
         }

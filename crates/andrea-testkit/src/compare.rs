@@ -161,6 +161,7 @@ impl<'a, X, Y> Split for Heads<'a, Pair<X, Y>> {
                 head_dim: h.head_dim,
                 batch_stride: h.batch_stride,
                 seq_stride: h.seq_stride,
+                head_stride: h.head_stride,
             },
             Heads {
                 buf: &h.buf.b,
@@ -171,6 +172,7 @@ impl<'a, X, Y> Split for Heads<'a, Pair<X, Y>> {
                 head_dim: h.head_dim,
                 batch_stride: h.batch_stride,
                 seq_stride: h.seq_stride,
+                head_stride: h.head_stride,
             },
         )
     }
@@ -975,6 +977,10 @@ impl<A: Backend, B: Backend> DecodeOps for Compare<A, B> {
 }
 
 impl<A: Backend, B: Backend> AttentionOps for Compare<A, B> {
+    /// Heads apart only where both sides take that layout.
+    fn kv_heads_apart(&self) -> bool {
+        self.a.kv_heads_apart() && self.b.kv_heads_apart()
+    }
     /// Room for either side's workspace (each keeps its own form in it).
     fn attention_workspace_len(&self, shape: AttentionShape) -> usize {
         self.a

@@ -182,21 +182,76 @@ pub fn heads<M: DeviceMemory>(
     h: &Heads<'_, M>,
     output: bool,
 ) -> Result<()> {
-    let m = Matrix {
-        buf: h.buf,
-        offset: h.offset,
-        batch: h.batch,
-        rows: h.seq,
-        cols: h.width(),
-        batch_stride: h.batch_stride,
-        row_stride: h.seq_stride,
-        col_stride: 1,
-    };
-    if output {
-        output_matrix(op, arg, &m)
-    } else {
-        matrix(op, arg, &m)
+    if h.side_by_side() {
+        // Each position one run of H·D: a `[B, T, H·D]` matrix.
+        let m = Matrix {
+            buf: h.buf,
+            offset: h.offset,
+            batch: h.batch,
+            rows: h.seq,
+            cols: h.width(),
+            batch_stride: h.batch_stride,
+            row_stride: h.seq_stride,
+            col_stride: 1,
+        };
+        return if output {
+            output_matrix(op, arg, &m)
+        } else {
+            matrix(op, arg, &m)
+        };
     }
+    // Heads apart: per sequence, `heads` matrices `[T, D]` at `head_stride`.
+    if [h.batch, h.seq, h.heads, h.head_dim].contains(&0) {
+        return Err(Error::ZeroSized {
+            op,
+            arg,
+            shape: Shape::new(&[h.batch, h.seq, h.heads, h.head_dim]),
+        });
+    }
+    let dims = [
+        (h.batch_stride, h.batch),
+        (h.head_stride, h.heads),
+        (h.seq_stride, h.seq),
+        (1, h.head_dim),
+    ];
+    let end = span_end(h.offset, &dims).unwrap_or(usize::MAX);
+    if end > h.buf.len() {
+        return Err(Error::OutOfBounds {
+            op,
+            arg,
+            start: h.offset,
+            end,
+            len: h.buf.len(),
+        });
+    }
+    if output {
+        // Distinct addresses: sorted by stride, each stride past the span of the smaller.
+        let mut sorted = dims;
+        sorted.sort_unstable();
+        let mut span = 0usize;
+        for (s, n) in sorted {
+            if n > 1 && s <= span {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "{arg}: heads [B {}, T {}, H {}, D {}] at strides ({}, {}, {}) share \
+                         elements; an output needs every element its own",
+                        h.batch,
+                        h.seq,
+                        h.heads,
+                        h.head_dim,
+                        h.batch_stride,
+                        h.seq_stride,
+                        h.head_stride
+                    ),
+                ));
+            }
+            if n > 1 {
+                span = span.saturating_add(s.saturating_mul(n - 1));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The memory an argument touches, for overlap checks.
@@ -250,7 +305,14 @@ impl Region {
             buf: h.buf as *const M as usize,
             start: e.start,
             end: e.end,
-            rows: Some((h.seq_stride, h.width(), h.seq, h.batch_stride, h.batch)),
+            // Side by side, each position is one run of H·D; otherwise the whole extent.
+            rows: h.side_by_side().then_some((
+                h.seq_stride,
+                h.width(),
+                h.seq,
+                h.batch_stride,
+                h.batch,
+            )),
         }
     }
 

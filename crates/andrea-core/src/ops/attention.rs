@@ -50,6 +50,17 @@ pub trait AttentionOps: MemoryOps {
         shape.probs_len()
     }
 
+    /// Whether a KV cache for this backend keeps each head's positions one after the
+    /// other (`true`) rather than each position's heads side by side (`false`, the
+    /// default): see [`crate::Heads`]. Every backend's attention takes both layouts but
+    /// the CUDA kernels, which take heads side by side only (and refuse others by name);
+    /// the CPU's attention of one new token reads a head's cached keys and values as one
+    /// run that way (the hardware prefetchers follow it; side by side, each position's
+    /// few lines of a head sit a row apart).
+    fn kv_heads_apart(&self) -> bool {
+        false
+    }
+
     /// Floats of scratch [`AttentionOps::attention_backward`] needs (the default keeps
     /// `dP` of one batch entry, [`AttentionShape::probs_per_batch`]).
     fn attention_backward_scratch_len(&self, shape: AttentionShape) -> usize {
@@ -655,14 +666,24 @@ pub mod fused {
         )?;
         be.matmul(v.x, qkv_w.weight, Some(qkv_w.bias), v.qkv)?;
         let c = d.heads * d.head_dim;
-        let side_by_side = std::ptr::eq(keys.buf, values.buf)
+        let k_then_v = keys.side_by_side()
+            && values.side_by_side()
+            && std::ptr::eq(keys.buf, values.buf)
             && values.offset == keys.offset + c
             && (values.batch_stride, values.seq_stride) == (keys.batch_stride, keys.seq_stride);
-        if side_by_side {
+        if k_then_v {
             be.copy(rows_of(&v.k_new, 2 * c), rows_of(&v.k_rows, 2 * c))?;
         } else {
-            be.copy(rows_of(&v.k_new, c), rows_of(&v.k_rows, c))?;
-            be.copy(rows_of(&v.v_new, c), rows_of(&v.v_rows, c))?;
+            for (new, rows) in [(&v.k_new, &v.k_rows), (&v.v_new, &v.v_rows)] {
+                if rows.side_by_side() {
+                    be.copy(rows_of(new, c), rows_of(rows, c))?;
+                } else {
+                    // Heads apart: per sequence, its heads as a batch of [T, D] matrices.
+                    for b in 0..d.batch {
+                        be.copy(new.heads_of(b), rows.heads_of(b))?;
+                    }
+                }
+            }
         }
         be.attention_forward(v.q, keys, values, v.atty_heads, workspace, d.pos)?;
         be.matmul(v.atty, proj.weight, Some(proj.bias), v.out)

@@ -30,6 +30,26 @@ fn vectorized(views: &[&HeadsOf<'_, CudaBackend>]) -> i32 {
     attention::mma_vectorized(&v) as i32
 }
 
+/// The kernels index a position's heads side by side (`h·D` from the position's start):
+/// a view whose heads lie apart (`Heads::head_stride` other than `D`) is refused by name.
+/// This backend's KV caches keep the default layout (`AttentionOps::kv_heads_apart`).
+fn side_by_side(
+    op: &'static str,
+    views: &[(&'static str, &HeadsOf<'_, CudaBackend>)],
+) -> Result<()> {
+    match views.iter().find(|(_, h)| !h.side_by_side()) {
+        None => Ok(()),
+        Some((name, h)) => Err(andrea_core::Error::invalid(
+            op,
+            format!(
+                "{name}: heads {} apart (head size {}); the CUDA kernels take each position's \
+                 heads side by side (head stride = head size): lay the view out that way",
+                h.head_stride, h.head_dim
+            ),
+        )),
+    }
+}
+
 /// Base address and `(batch, seq)` strides of a heads view.
 fn heads(h: &HeadsOf<'_, CudaBackend>) -> (u64, i64, i64) {
     (
@@ -123,6 +143,7 @@ impl AttentionOps for CudaBackend {
         let d = check::attention_forward(&q, &k, &v, &out, &workspace, pos_offset, |s| {
             self.attention_workspace_len(s)
         })?;
+        side_by_side(OP, &[("q", &q), ("k", &k), ("v", &v), ("out", &out)])?;
         if self.decode == DecodeAttention::Split {
             if let Some(p) = decode::decode(&d, self.sms)? {
                 return self.attention_decode(&p, [&q, &k, &v, &out], &workspace, pos_offset);
@@ -189,6 +210,15 @@ impl AttentionOps for CudaBackend {
             |s| self.attention_workspace_len(s),
             |s| self.attention_backward_scratch_len(s),
         )?;
+        let views = [
+            ("q", &q),
+            ("k", &k),
+            ("v", &v),
+            ("out", &out),
+            ("dout", &dout),
+        ];
+        side_by_side(OP, &views)?;
+        side_by_side(OP, &[("dq", &dq), ("dk", &dk), ("dv", &dv)])?;
         let scale = 1.0 / (d.head_dim as f32).sqrt();
         if let Some(ops) = self.attention_mma() {
             if let Some([dot, dkdv, dqk]) = attention::mma_backward(&d, ops)? {

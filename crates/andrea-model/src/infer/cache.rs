@@ -83,9 +83,13 @@ pub struct KvCache<B: Backend> {
     max_len: usize,
     chunk: usize,
     pos: usize,
-    /// `[n_layer, B, max_len, 2C]`: at each position the keys, then the values, as they
-    /// lie in the QKV projection (its last two thirds), so one copy appends both.
+    /// Keys and values, laid out as the backend prefers (`AttentionOps::kv_heads_apart`):
+    /// `[n_layer, B, max_len, 2C]`, at each position the keys, then the values, as they
+    /// lie in the QKV projection (its last two thirds), so one copy appends both; or with
+    /// heads apart `[n_layer, 2, B, H, max_len, D]`, so that one head's cached keys (and
+    /// values) are one run (the CPU backend).
     kv: B::Buffer,
+    heads_apart: bool,
     slots: CacheSlots,
     scratch: B::Buffer,
     ids: B::IdBuffer,
@@ -125,17 +129,33 @@ impl<B: Backend> KvCache<B> {
 
     /// Keys (`which = 0`) or values (`1`) of block `l`, positions `0..seq`.
     fn heads(&self, l: usize, which: usize, seq: usize) -> Heads<'_, B::Buffer> {
-        let c = self.config.d_model;
+        let (c, heads) = (self.config.d_model, self.config.n_head);
+        let d = c / heads;
+        if self.heads_apart {
+            let per_batch = self.max_len * c;
+            return Heads {
+                buf: &self.kv,
+                offset: (2 * l + which) * self.batch * per_batch,
+                batch: self.batch,
+                seq,
+                heads,
+                head_dim: d,
+                batch_stride: per_batch,
+                seq_stride: d,
+                head_stride: self.max_len * d,
+            };
+        }
         let per_batch = self.max_len * 2 * c;
         Heads {
             buf: &self.kv,
             offset: l * self.batch * per_batch + which * c,
             batch: self.batch,
             seq,
-            heads: self.config.n_head,
-            head_dim: c / self.config.n_head,
+            heads,
+            head_dim: d,
             batch_stride: per_batch,
             seq_stride: 2 * c,
+            head_stride: d,
         }
     }
 }
@@ -167,6 +187,7 @@ impl<B: Backend> Model<B> {
             chunk,
             pos: 0,
             kv: be.alloc(slots.kv_len)?,
+            heads_apart: be.kv_heads_apart(),
             scratch: be.alloc(slots.len)?,
             slots,
             ids: be.alloc_ids(bc)?,

@@ -423,7 +423,13 @@ impl OptimOps for NaiveBackend {
 }
 
 /// The defaults: attention composed of matmuls and softmaxes.
-impl AttentionOps for NaiveBackend {}
+/// The defaults (products of each head's matrices, which take any head stride); KV caches
+/// with heads apart, so that a comparison with the CPU backend runs the CPU's layout.
+impl AttentionOps for NaiveBackend {
+    fn kv_heads_apart(&self) -> bool {
+        true
+    }
+}
 
 /// The default: every block as its four ops.
 impl andrea_core::DecodeOps for NaiveBackend {}

@@ -92,14 +92,47 @@ pub fn mlp_forward<B: Backend>(be: &B, cfg: &Config) -> Case {
     )
 }
 
+/// Keys (`which` 0) or values (1) of a cache of `b` sequences of `cap` positions in one
+/// buffer, `seq` of them in view: each position's keys then values, heads side by side,
+/// or, with `apart` (where the backend takes it, [`AttentionOps::kv_heads_apart`]), the
+/// keys then the values, each sequence's heads one after the other, a head's positions
+/// in one run. Both layouts take `2·b·cap·h·d` floats.
+fn cache_half<M>(
+    buf: &M,
+    which: usize,
+    (b, cap, seq): (usize, usize, usize),
+    (h, d): (usize, usize),
+    apart: bool,
+) -> Heads<'_, M> {
+    let c = h * d;
+    let (offset, batch_stride, seq_stride, head_stride) = if apart {
+        (which * b * cap * c, cap * c, d, cap * d)
+    } else {
+        (which * c, cap * 2 * c, 2 * c, d)
+    };
+    Heads {
+        buf,
+        offset,
+        batch: b,
+        seq,
+        heads: h,
+        head_dim: d,
+        batch_stride,
+        seq_stride,
+        head_stride,
+    }
+}
+
 /// The attention half over a KV cache whose rows hold `[keys | values]` side by side
-/// (the model's layout), against the default on the same backend: `out` and the cache.
+/// (the model's layout), or half the cases with heads apart where the backend takes that
+/// layout (`cache_half`), against the default on the same backend: `out` and the cache.
 pub fn decode_attention<B: Backend>(be: &B, cfg: &Config) -> Case {
     run(
         cfg,
         "decode_attention",
-        decode_case(),
-        |(b, t, h, d, pos, seed)| {
+        (decode_case(), any::<bool>()),
+        |((b, t, h, d, pos, seed), apart)| {
+            let apart = apart && be.kv_heads_apart();
             let mut r = Rand::new(seed);
             let (n, c) = (b * t, h * d);
             let (cap, sc) = (pos + t + 2, 1.0 / (c as f32).sqrt());
@@ -128,16 +161,7 @@ pub fn decode_attention<B: Backend>(be: &B, cfg: &Config) -> Case {
                     buffer(be, &vec![0.0; ws_len])?,
                     buffer(be, &vec![0.0; n * c])?,
                 );
-                let half = |which: usize| Heads {
-                    buf: &kv,
-                    offset: which * c,
-                    batch: b,
-                    seq: pos + t,
-                    heads: h,
-                    head_dim: d,
-                    batch_stride: cap * 2 * c,
-                    seq_stride: 2 * c,
-                };
+                let half = |which: usize| cache_half(&kv, which, (b, cap, pos + t), (h, d), apart);
                 let qkv_w = LinearParams {
                     weight: View::new(&wqb, 0, [c, 3 * c]).mat(),
                     bias: View::whole(&bqb),
@@ -189,14 +213,16 @@ pub fn decode_attention<B: Backend>(be: &B, cfg: &Config) -> Case {
 ///
 /// Tolerance: `mlp_forward`'s `16·4C·u` per block, times 4 for the LayerNorm after it
 /// (`γ <= 1.5` over a residual whose spread stays near its inputs' `1/√3`), summed over
-/// the blocks; a dropped residual or a block's stale input is off by order one.
+/// the blocks; a dropped residual or a block's stale input is off by order one. Half the
+/// cases keep the caches with heads apart where the backend takes that (`cache_half`).
 pub fn decode_blocks<B: Backend>(be: &B, cfg: &Config) -> Case {
-    let case = (decode_case(), 1..=3usize, any::<bool>());
+    let case = (decode_case(), 1..=3usize, any::<bool>(), any::<bool>());
     run(
         cfg,
         "decode_blocks",
         case,
-        |((b, t, h, d, pos, seed), blocks, shared)| {
+        |((b, t, h, d, pos, seed), blocks, shared, apart)| {
+            let apart = apart && be.kv_heads_apart();
             let mut r = Rand::new(seed);
             let (n, c) = (b * t, h * d);
             let (m, cap) = (4 * c, pos + t + 2);
@@ -291,15 +317,8 @@ pub fn decode_blocks<B: Backend>(be: &B, cfg: &Config) -> Case {
                             gamma: View::whole(&w[i]),
                             beta: View::whole(&w[i + 1]),
                         };
-                        let half = |which: usize| Heads {
-                            buf: &w[12],
-                            offset: which * c,
-                            batch: b,
-                            seq: pos + t,
-                            heads: h,
-                            head_dim: d,
-                            batch_stride: cap * 2 * c,
-                            seq_stride: 2 * c,
+                        let half = |which: usize| {
+                            cache_half(&w[12], which, (b, cap, pos + t), (h, d), apart)
                         };
                         DecodeBlock {
                             x: rows_of(a[0]),

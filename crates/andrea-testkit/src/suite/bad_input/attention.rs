@@ -71,6 +71,7 @@ pub fn bad_input_attention<B: Backend>(be: &B, _cfg: &Config) -> Case {
         let k4 = Heads {
             heads: 4,
             head_dim: 1,
+            head_stride: 1,
             ..k
         };
         be.attention_forward(q, k4, v, out, ws, 0)
@@ -78,6 +79,58 @@ pub fn bad_input_attention<B: Backend>(be: &B, _cfg: &Config) -> Case {
     x.err(op, "attention_forward: zero positions", || {
         be.attention_forward(q.prefix(0), k.prefix(0), v.prefix(0), out.prefix(0), ws, 0)
     });
+    // Heads apart (a head's positions in one run): a last head past the buffer's end,
+    // and heads that share elements in an output, are refused by every backend; a
+    // well-formed output so laid out is taken where the backend takes the layout (the
+    // CUDA kernels refuse it by name).
+    x.err(
+        op,
+        "attention_forward: k's heads 40 apart, past the buffer end",
+        || {
+            be.attention_forward(
+                q,
+                Heads {
+                    head_stride: 40,
+                    ..k
+                },
+                v,
+                out,
+                ws,
+                0,
+            )
+        },
+    );
+    x.err(
+        op,
+        "attention_forward: out's heads 1 apart, sharing elements",
+        || {
+            be.attention_forward(
+                q,
+                k,
+                v,
+                Heads {
+                    head_stride: 1,
+                    ..out
+                },
+                ws,
+                0,
+            )
+        },
+    );
+    let apart = Heads {
+        seq_stride: 2,
+        head_stride: 8,
+        ..out
+    };
+    if be.kv_heads_apart() {
+        x.ok("attention_forward: out with heads apart", || {
+            be.attention_forward(q, k, v, apart, ws, 0)
+        });
+    } else {
+        x.err(op, "attention_forward: out with heads apart", || {
+            be.attention_forward(q, k, v, apart, ws, 0)
+        });
+    }
     x.err(op, "attention_forward: q past the buffer end", || {
         be.attention_forward(Heads { offset: 9, ..q }, k, v, out, ws, 0)
     });
@@ -138,6 +191,7 @@ fn decode_attention<B: Backend>(be: &B, x: &mut Expect) -> Case {
         head_dim: c / heads,
         batch_stride: cap * 2 * c,
         seq_stride: 2 * c,
+        head_stride: c / heads,
     };
     let lin = |w, rows, cols, b| LinearParams {
         weight: View::new(w, 0, [rows, cols]).mat(),
@@ -238,6 +292,7 @@ fn decode_blocks<B: Backend>(be: &B, x: &mut Expect) -> Case {
         head_dim: c / h,
         batch_stride: cap * 2 * c,
         seq_stride: 2 * c,
+        head_stride: c / h,
     };
     let lin = |w, rows, cols, b| LinearParams {
         weight: View::new(w, 0, [rows, cols]).mat(),
