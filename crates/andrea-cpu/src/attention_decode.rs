@@ -261,7 +261,10 @@ multiversion! {
 /// head's output held in registers while the positions stream past
 /// ([`weighted_sum_avx512`]): the generic loop loads and stores the output row for every
 /// position and head, and at head size 32 spends more on the loop than on its two FMAs.
-/// The same bits either way.
+/// With AVX2 (and not AVX-512) the same at head sizes of 8 to 96 ([`weighted_sum_avx2`]):
+/// a tiny-model token capped at AVX2 1.014-1.020x, ANDREA-120M's 1.008-1.011x, in
+/// in-process alternation (benches/results/20261206T1250Z-emr-decode-stack/
+/// ab_weighted_sum_avx2.txt). The same bits either way.
 pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() && shape.d.is_multiple_of(16) {
@@ -280,7 +283,60 @@ pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32
             }
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() && shape.d.is_multiple_of(8) {
+        // SAFETY (every arm): the CPU has AVX2 and FMA; the head size is NV vectors.
+        unsafe {
+            match shape.d / 8 {
+                1 => return weighted_sum_avx2::<1>(p, v, vs, out, shape),
+                2 => return weighted_sum_avx2::<2>(p, v, vs, out, shape),
+                4 => return weighted_sum_avx2::<4>(p, v, vs, out, shape),
+                6 => return weighted_sum_avx2::<6>(p, v, vs, out, shape),
+                8 => return weighted_sum_avx2::<8>(p, v, vs, out, shape),
+                12 => return weighted_sum_avx2::<12>(p, v, vs, out, shape),
+                _ => {}
+            }
+        }
+    }
     weighted_sum(p, v, vs, out, shape)
+}
+
+/// [`weighted_sum_avx512`] at AVX2: per head, `out_h` in `NV` registers of 8 (head sizes
+/// 8, 16, 32, 48, 64, 96: at most 12 of the 16 `ymm` beside the broadcast and the load),
+/// the same fused multiply-adds in `j` order (the generic loop's bits).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA, and `shape.d == NV·8`. (Bounds are asserted.)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_sum_avx2<const NV: usize>(
+    p: &[f32],
+    v: &[f32],
+    vs: Strides,
+    out: &mut [f32],
+    shape: Shape,
+) {
+    use std::arch::x86_64::*;
+    let Shape { n, k_len, heads, d } = shape;
+    assert!(d == NV * 8 && out.len() >= heads * d);
+    assert!(n == 0 || (p.len() >= (heads - 1) * k_len + n && v.len() >= vs.span(n, heads, d)));
+    for h in 0..heads {
+        let mut acc = [_mm256_setzero_ps(); NV];
+        for (j, &pj) in p[h * k_len..][..n].iter().enumerate() {
+            let pv = _mm256_set1_ps(pj);
+            // SAFETY: position j's head h, d floats at j·vs.pos + h·vs.head, inside `v`
+            // (asserted).
+            let row = unsafe { v.as_ptr().add(j * vs.pos + h * vs.head) };
+            for (u, a) in acc.iter_mut().enumerate() {
+                // SAFETY: u·8 + 8 <= d floats of that row.
+                *a = _mm256_fmadd_ps(pv, unsafe { _mm256_loadu_ps(row.add(u * 8)) }, *a);
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            // SAFETY: head h's d floats of `out` (asserted).
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(h * d + u * 8), *a) };
+        }
+    }
 }
 
 /// [`weighted_sum`] for a head size of `NV` vectors of 16: per head, `out_h` in `NV`
@@ -421,6 +477,25 @@ mod tests {
                     bits(&want),
                     "n {n}, {heads} heads of {d}, {vs:?}"
                 );
+                // The AVX2 kernel too, where the dispatch above took AVX-512.
+                #[cfg(target_arch = "x86_64")]
+                if crate::simd::has_avx2_fma() && [8, 16, 32, 48].contains(&d) {
+                    let mut avx2 = nans();
+                    // SAFETY: the CPU has AVX2 and FMA; d is NV vectors of 8.
+                    unsafe {
+                        match d / 8 {
+                            1 => super::weighted_sum_avx2::<1>(&p, &v, vs, &mut avx2, shape),
+                            2 => super::weighted_sum_avx2::<2>(&p, &v, vs, &mut avx2, shape),
+                            4 => super::weighted_sum_avx2::<4>(&p, &v, vs, &mut avx2, shape),
+                            _ => super::weighted_sum_avx2::<6>(&p, &v, vs, &mut avx2, shape),
+                        }
+                    }
+                    assert_eq!(
+                        bits(&avx2),
+                        bits(&want),
+                        "avx2: n {n}, {heads} heads of {d}"
+                    );
+                }
             }
         }
     }
