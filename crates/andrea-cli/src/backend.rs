@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use crate::cli::{BackendKind, GlobalArgs, PrecisionKind};
 
 /// The backend the flags ask for (checked; the CUDA backend itself starts when the
-/// command needs it, see [`start_cuda`]).
+/// command needs it, see `start_cuda`, in a build with the `cuda` feature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Selected {
     /// `andrea::DefaultBackend`, the CPU backend on the global thread pool.

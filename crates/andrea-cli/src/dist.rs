@@ -18,7 +18,7 @@
 //!   (`MPI_Abort`, status 2), since the others would wait for it forever.
 //!
 //! * With `--backend cuda` each rank takes the GPU of its local rank
-//!   ([`crate::backend::start_cuda`]), and in a build with the `nccl` feature the
+//!   (`crate::backend::start_cuda`), and in a build with the `nccl` feature the
 //!   gradients are summed by NCCL in place on the device (the NCCL id broadcast over MPI);
 //!   where `libnccl.so.2` does not load, through host memory and MPI, with a notice.
 //!   `ANDREA_NCCL=off` forces host staging; `ANDREA_NCCL=on` makes a missing NCCL an

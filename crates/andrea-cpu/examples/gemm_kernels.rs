@@ -16,11 +16,13 @@
 //! other work, that counts only the time this process ran, so it compares kernels (and
 //! estimates % of peak) where wall times are swamped by the load; rayon's idle spinning
 //! counts as time, so the figures stay conservative. `--cold on` evicts the caches (both
-//! threads write 64 MiB) before each timed call, so the operands come from memory as in a
-//! training step; on ANDREA-120M's products on 2 Zen 3 cores the medians moved by 1% or
-//! less on 11 of 15 shapes, -6% to +3% on the rest
-//! (benches/results/20261203T0700Z-zen3-gemm-cold/). `ANDREA_SIMD` caps the backend's own
-//! kernels (not the two crates': they pick their micro-kernel from the CPU).
+//! threads write 64 MiB; `--cold N`: N MiB, for a larger last-level cache) before each
+//! timed call, so the operands come from memory as in a training step; on ANDREA-120M's
+//! products on 2 Zen 3 cores the medians moved by 1% or less on 11 of 15 shapes, -6% to
+//! +3% on the rest (benches/results/20261203T0700Z-zen3-gemm-cold/), on the Emerald
+//! Rapids host's output-layer products by 0-10% with 512 MiB, inside its swings
+//! (benches/results/20261206T1519Z-emr-l3-residency/). `ANDREA_SIMD` caps the backend's
+//! own kernels (not the two crates': they pick their micro-kernel from the CPU).
 
 use std::time::Instant;
 
@@ -47,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut kernels = GemmKernel::ALL.to_vec();
     let mut only: Option<Vec<String>> = None;
     let mut cpu_clock = false;
-    let mut cold = false;
+    let mut cold_mib = 0;
     // (tokens, d_model, MLP width, vocabulary) of the step's products.
     let mut dims = ANDREA_120M;
     let mut it = std::env::args().skip(1);
@@ -71,10 +73,12 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 }
             }
             "--cold" => {
-                cold = match v.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(format!("--cold: on or off, not {v:?}").into()),
+                cold_mib = match v.as_str() {
+                    "on" => 64,
+                    "off" => 0,
+                    _ => v
+                        .parse()
+                        .map_err(|_| format!("--cold: on, off or MiB to write, not {v:?}"))?,
                 }
             }
             "--only" => only = Some(v.split(',').map(String::from).collect()),
@@ -91,7 +95,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .num_threads(threads)
         .build_global()?;
     // On a worker of the pool, as the `andrea` binary runs (no hand-over per call).
-    rayon::scope(|_| run(dims, rounds, &kernels, only.as_deref(), cpu_clock, cold))
+    rayon::scope(|_| run(dims, rounds, &kernels, only.as_deref(), cpu_clock, cold_mib))
 }
 
 /// ANDREA-120M at batch 4 x 256: (tokens, d_model, MLP width, vocabulary).
@@ -105,12 +109,14 @@ fn run(
     kernels: &[GemmKernel],
     only: Option<&[String]>,
     cpu_clock: bool,
-    cold: bool,
+    cold_mib: usize,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // `--cold on`: before each timed call, every thread writes its share of a buffer of
     // twice the last-level cache's size, so the operands come from memory, as they do
     // in a training step (where each product's inputs were written long before).
-    let mut evict = vec![0u8; if cold { 64 << 20 } else { 0 }];
+    // `--cold N` writes N MiB instead (`on`: 64), for a last-level cache that holds more.
+    let mut evict = vec![0u8; cold_mib << 20];
+    let cold = cold_mib > 0;
     let mut flush = |round: u8| {
         use rayon::prelude::*;
         evict.par_chunks_mut(1 << 20).for_each(|c| c.fill(round));

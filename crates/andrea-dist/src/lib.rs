@@ -8,7 +8,7 @@
 //! * [`World`]: this process's rank and the world size. With the `mpi` feature it is
 //!   `MPI_COMM_WORLD` (a process started alone is a world of one); without it every
 //!   process is a world of one, and [`World::init`] refuses a process that a launcher
-//!   started as one of several ranks ([`launcher`]), naming the build that would work,
+//!   started as one of several ranks (by the variables its launcher sets), naming the build that would work,
 //!   instead of letting W independent copies train.
 //! * [`GradientReducer`]: the gradient all-reduce, in buckets of a fixed number of
 //!   floats, each a contiguous range of the trainer's gradient buffer: staged through

@@ -66,7 +66,7 @@
 //! * **I/O** ([`io`]): `model.safetensors` + `config.json` that
 //!   `GPT2LMHeadModel.from_pretrained(dir)` loads; [`Model::load`] reads a directory
 //!   transformers saved (any vocabulary and context). Files are written atomically.
-//! * **Benchmarks** ([`bench`]): tokens per second of full training steps and of
+//! * **Benchmarks** ([`mod@bench`]): tokens per second of full training steps and of
 //!   KV-cache decoding, median over timed iterations after warm-up, as JSON
 //!   (`examples/bench.rs`; figures against PyTorch in `benches/README.md`).
 //!

@@ -164,7 +164,7 @@ impl<B: Backend> Trainer<B> {
         Ok(())
     }
 
-    /// The accumulated gradient buffer (parameter layout, [`Model::buffer`]'s), for a
+    /// The accumulated gradient buffer (in the layout of the model's parameters), for a
     /// data-parallel reduction between the last backward pass and [`Trainer::step`];
     /// writes go through the backend (`upload`, `scale`).
     pub fn gradients(&self) -> &B::Buffer {

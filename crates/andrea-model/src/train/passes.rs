@@ -14,7 +14,7 @@ pub(super) fn ids<B: Backend>(buf: &B::IdBuffer, n: usize) -> Ids<'_, B> {
 
 impl<B: Backend> Trainer<B> {
     /// The forward pass over `tokens` (`[b, seq]` row-major, `b <= batch`) with
-    /// next-token `targets` of the same shape ([`IGNORE_INDEX`] to skip a position).
+    /// next-token `targets` of the same shape ([`crate::IGNORE_INDEX`] to skip a position).
     /// Returns the mean cross-entropy over the counted targets, in nats.
     pub fn forward(&mut self, tokens: &[u32], targets: &[u32]) -> Result<f32> {
         self.forward_pass(tokens, targets, false)
