@@ -137,7 +137,8 @@ fn run(
         .collect();
     // The step's products, then the forward's products with their bias (`fwd_qkv`,
     // `fwd_fc_proj`) and the two fused MLP products on their shapes (`fwd_fc`'s with bias
-    // and GELU, `bwd_dx_fc_proj`'s times GELU'), to set against the plain ones.
+    // and GELU, `bwd_dx_fc_proj`'s times GELU') and the weight gradients as the step
+    // runs them, added into `C` (`acc_*`: `matmul_add`), to set against the plain ones.
     let mut gemms = step_gemms(tokens, d_model, mlp, vocab);
     // The two weight gradients `step_gemms` leaves out (its list stands for their dx
     // products' shapes only): the attention projection's and the MLP-up's `dW = xᵀ·dy`.
@@ -159,6 +160,19 @@ fn run(
             Fused::GeluBackward,
             "fused_matmul_gelu_backward",
             "bwd_dx_fc_proj",
+        ),
+        (Fused::Accumulate, "acc_bwd_dw_qkv", "bwd_dw_qkv"),
+        (
+            Fused::Accumulate,
+            "acc_bwd_dw_attn_proj",
+            "bwd_dw_attn_proj",
+        ),
+        (Fused::Accumulate, "acc_bwd_dw_fc", "bwd_dw_fc"),
+        (Fused::Accumulate, "acc_bwd_dw_fc_proj", "bwd_dw_fc_proj"),
+        (
+            Fused::Accumulate,
+            "acc_bwd_dwte_lm_head",
+            "bwd_dwte_lm_head",
         ),
     ]
     .map(|(f, name, like)| {
@@ -210,6 +224,7 @@ fn run(
                     Fused::Bias => be.matmul(am, bm, Some(bias), cm)?,
                     Fused::LinearGelu => be.linear_gelu(am, bm, bias, ct, other)?,
                     Fused::GeluBackward => be.matmul_gelu_backward(am, bm, other, ct)?,
+                    Fused::Accumulate => be.matmul_add(am, bm, None, cm)?,
                 }
                 t.push(clock()? - t0);
             }
@@ -244,6 +259,8 @@ enum Fused {
     LinearGelu,
     /// `matmul_gelu_backward` (times GELU' fused).
     GeluBackward,
+    /// `matmul_add` (`C += A·B`: the step's weight gradients accumulate).
+    Accumulate,
 }
 
 static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
