@@ -190,8 +190,8 @@ impl<'p, M: DeviceMemory> Linear<'p, M> {
         Ok(be.linear_gelu(x.mat(), self.weight.mat(), self.bias, pre, y)?)
     }
 
-    /// From `dy = ∂L/∂y`: `dx = dy · weightᵀ`, `grad.weight += xᵀ · dy`,
-    /// `grad.bias += Σ_rows dy`.
+    /// From `dy = ∂L/∂y`: `dx = dy · weightᵀ`, `grad.weight = xᵀ · dy` (written, see
+    /// [`backward`]), `grad.bias += Σ_rows dy`.
     pub fn backward<B: Backend<Buffer = M>>(
         &self,
         be: &B,
@@ -201,13 +201,13 @@ impl<'p, M: DeviceMemory> Linear<'p, M> {
         grad: &Linear<'_, M>,
     ) -> Result<()> {
         be.matmul(dy.mat(), self.weight.mat().t(), None, dx.mat())?;
-        be.matmul_add(x.mat().t(), dy.mat(), None, grad.weight.mat())?;
+        be.matmul(x.mat().t(), dy.mat(), None, grad.weight.mat())?;
         Ok(be.bias_backward(dy, grad.bias)?)
     }
 
     /// [`Linear::backward`] of a linear whose input is `x = GELU(pre)`, carried through
     /// the GELU in the same product: `dpre = (dy · weightᵀ) ⊙ GELU'(pre)`,
-    /// `grad.weight += xᵀ · dy`, `grad.bias += Σ_rows dy`.
+    /// `grad.weight = xᵀ · dy` (written), `grad.bias += Σ_rows dy`.
     pub fn backward_through_gelu<B: Backend<Buffer = M>>(
         &self,
         be: &B,
@@ -218,7 +218,7 @@ impl<'p, M: DeviceMemory> Linear<'p, M> {
         grad: &Linear<'_, M>,
     ) -> Result<()> {
         be.matmul_gelu_backward(dy.mat(), self.weight.mat().t(), pre, dpre)?;
-        be.matmul_add(x.mat().t(), dy.mat(), None, grad.weight.mat())?;
+        be.matmul(x.mat().t(), dy.mat(), None, grad.weight.mat())?;
         Ok(be.bias_backward(dy, grad.bias)?)
     }
 }
@@ -290,8 +290,11 @@ pub(crate) fn decode_block<'a, B: Backend>(
 }
 
 /// The backward pass of one block (training: the attention over the block's own keys).
-/// Parameter gradients in `g` are accumulated (`+=`); `d.d_res` goes from the gradient
-/// of the output to that of the input. Reads `a.attn_workspace` as the attention
+/// The weight matrices' gradients in `g` are written (`g` holds one backward pass's
+/// gradient, never a sum: the trainer adds whole gradients, see `train`'s module docs,
+/// so writing saves zeroing nearly all of the buffer first and each product's first read
+/// of it); the biases' and LayerNorms' are added (`+=`) onto zeros. `d.d_res` goes from
+/// the gradient of the output to that of the input. Reads `a.attn_workspace` as the attention
 /// forward left it; `scratch` is the attention backward's.
 pub(crate) fn backward<B: Backend>(
     be: &B,

@@ -21,23 +21,29 @@ pub struct StepStats {
 }
 
 impl<B: Backend> Trainer<B> {
-    /// Zeroes the gradient buffer (and forgets accumulated micro-batches).
+    /// Forgets the accumulated gradients, as `zero_grad(set_to_none=True)` does in
+    /// PyTorch: the next [`Trainer::backward`] writes the gradient buffer afresh, so
+    /// nothing is zeroed now. Until then [`Trainer::read_grad`] reads zeros and
+    /// [`Trainer::grad_norm`] 0, while the raw [`Trainer::gradients`] buffer still holds
+    /// the old values. [`Trainer::step`] ends with this.
     pub fn zero_grad(&mut self) -> Result<()> {
-        self.model.backend().fill(View::whole(&self.grads), 0.0)?;
         self.micro_batches = 0;
         Ok(())
     }
 
     /// Global L2 norm of the gradient of the mean loss over the micro-batches
-    /// accumulated so far (`sqrt(Σ g²) / micro_batches`).
+    /// accumulated so far (`sqrt(Σ g²) / micro_batches`; 0 before the first).
     pub fn grad_norm(&self) -> Result<f32> {
+        if self.micro_batches == 0 {
+            return Ok(0.0);
+        }
         let ss = self.model.backend().sum_squares(View::whole(&self.grads))?;
         Ok((ss.sqrt() / self.micro_batches.max(1) as f64) as f32)
     }
 
     /// One optimizer step at learning rate `lr` over the gradients of every
     /// [`Trainer::backward`] since the last step (their mean: gradient accumulation),
-    /// then zeroes the gradients.
+    /// then forgets them ([`Trainer::zero_grad`]).
     ///
     /// With `grad_clip = Some(c)`, the gradient is scaled by `c / (norm + 1e-6)` when
     /// that is below 1, as `torch.nn.utils.clip_grad_norm_` does. A NaN or infinite
@@ -112,7 +118,7 @@ impl<B: Backend> Trainer<B> {
     }
 
     /// After [`Trainer::queue_step`]'s statistics are read: the error AdamW skipped on,
-    /// or the step counted and the gradients zeroed.
+    /// or the step counted and the gradients forgotten.
     fn finish_step(&mut self, lr: f32, stats: [f32; STEP_STATS]) -> Result<StepStats> {
         let step = self.steps + 1;
         let [scale, norm, clip] = stats;

@@ -122,7 +122,8 @@ impl<B: Backend> Trainer<B> {
     }
 
     /// The backward pass of the last forward pass: adds the gradient of its mean loss
-    /// into the gradient buffer.
+    /// into the gradient buffer (the first one since a step or [`Trainer::zero_grad`]
+    /// writes it: the buffer's contents are not read).
     pub fn backward(&mut self) -> Result<()> {
         let Phase::Forward {
             batch,
@@ -141,15 +142,17 @@ impl<B: Backend> Trainer<B> {
         let be = self.model.backend();
         let cfg = self.model.config();
         // The first micro-batch's gradient goes straight into `grads`; a later one into
-        // `micro_grads`, added afterwards (see the module docs).
+        // `micro_grads`, added afterwards (see the module docs). Either buffer holds
+        // nothing to keep: the weight matrices' gradients are written, and only the
+        // tensors whose backward ops add (biases, LayerNorms, `wpe`) are zeroed first.
         let grads = match (&self.micro_grads, self.micro_batches) {
-            (Some(micro), 1..) => {
-                be.fill(View::whole(micro), 0.0)?;
-                micro
-            }
+            (Some(micro), 1..) => micro,
             _ => &self.grads,
         };
         let (layout, params) = (self.model.layout(), self.model.buffer());
+        let added = View::new(grads, layout.decay_len, [layout.len - layout.decay_len]);
+        be.fill(added, 0.0)?;
+        be.fill(layout.wpe.on(grads), 0.0)?;
         let (s, buf) = (&self.slots, &self.acts);
         let acts = s.on(be, buf, batch);
         self.phase = Phase::Backward;
@@ -171,7 +174,8 @@ impl<B: Backend> Trainer<B> {
         let d = s.grads::<B>(buf, batch)?;
         let (wte, ln_f) = (layout.wte_padded.on(params), acts.ln_f());
         be.matmul(logits.mat(), wte.mat(), None, d.d_ln.mat())?;
-        be.matmul_add(
+        // wte's gradient: written here, then `embedding_backward` adds the input side's.
+        be.matmul(
             logits.mat().t(),
             ln_f.out.mat(),
             None,

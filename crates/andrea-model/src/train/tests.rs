@@ -64,3 +64,68 @@ fn a_non_finite_gradient_norm_is_an_error_and_no_update() {
     assert_eq!(tr.model().read_param(name).unwrap(), before);
     assert_eq!(tr.steps(), 1);
 }
+
+/// Every backward pass writes its gradient without reading the buffer: after a step (or
+/// `zero_grad`) the buffer still holds the old gradient, and here NaN in every element
+/// of both gradient buffers, yet one or two micro-batches give bit for bit what a fresh
+/// trainer's zeroed buffers give. Fails if any op added onto the old contents (a weight
+/// product left as `matmul_add`, or a tensor whose op adds left out of the zeroing).
+#[test]
+fn backward_writes_the_gradient_whatever_the_buffer_held() {
+    let cfg = ModelConfig::new(70, 16, 32, 2, 2);
+    let x: Vec<u32> = (0..32).map(|i| (i * 7 + 3) % 70).collect();
+    let y: Vec<u32> = (0..32).map(|i| (i * 11 + 5) % 70).collect();
+    let grads = |tr: &Trainer<CpuBackend>| -> Vec<f32> {
+        let mut host = vec![0.0; tr.model.layout().len];
+        tr.model
+            .backend()
+            .download(View::whole(&tr.grads), &mut host)
+            .unwrap();
+        host
+    };
+    let trainer = || {
+        let model = Model::new(CpuBackend::new(), cfg.clone(), 3).unwrap();
+        Trainer::new(model, OptimizerConfig::default(), 2, 16).unwrap()
+    };
+    for micro in [1, 2] {
+        let mut fresh = trainer();
+        let mut used = trainer();
+        used.reserve_accumulation().unwrap();
+        // Some other gradient first, forgotten; then NaN everywhere in both buffers.
+        used.forward_train(&y, &x).unwrap();
+        used.backward().unwrap();
+        used.zero_grad().unwrap();
+        assert_eq!(used.grad_norm().unwrap(), 0.0);
+        // Every tensor (`wte` with its padding rows); the alignment gaps between tensors
+        // are written by nothing and stay zero.
+        let (be, layout) = (used.model.backend(), used.model.layout());
+        let slots = layout.params().iter().map(|p| p.slot);
+        for slot in slots.chain([layout.wte_padded]) {
+            let nan = vec![f32::NAN; slot.shape.numel()];
+            for buf in [&used.grads, used.micro_grads.as_ref().unwrap()] {
+                be.upload(&nan, slot.on(buf)).unwrap();
+            }
+        }
+        assert!(used
+            .read_grad("transformer.h.0.mlp.c_fc.weight")
+            .unwrap()
+            .iter()
+            .all(|&g| g == 0.0));
+        for tr in [&mut fresh, &mut used] {
+            for (tokens, targets) in [(&x, &y), (&y, &x)].into_iter().take(micro) {
+                tr.forward_train(tokens, targets).unwrap();
+                tr.backward().unwrap();
+            }
+        }
+        let (want, got) = (grads(&fresh), grads(&used));
+        assert!(want.iter().all(|g| g.is_finite()));
+        let same = want
+            .iter()
+            .zip(&got)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "{micro} micro-batch(es): the gradient depends on the buffer's old contents"
+        );
+    }
+}
