@@ -34,7 +34,10 @@ run's JSON object with the 1-minute load average before it), `peaks.jsonl`,
 the mean of PyTorch's (two; eager or compiled, whichever mean is higher; each run's figure is itself
 the median of its timed iterations). Beside it, for hosts whose speed swings: the same
 median over the peer's single best run of that set-up (its `--compile auto` calibration
-run included), and each side's spread (fastest over slowest run); a row spread more than
+run included), the paired ratios (each alternated run of that set-up against the geometric
+mean of the andrea runs just before and after it: their median and range, which a swing of
+the host lasting a few minutes moves less, as it moves both runs of a pair), and each
+side's spread (fastest over slowest run); a row spread more than
 10% is marked unsteady, and a target met on the means but not against the peer's best
 run says so. A missed target says what it would need of andrea on this host: the
 target ratio times the peer's share of the row's bound (FMA peak, read stream); over
@@ -190,6 +193,15 @@ def flops_per_token(cfg_path, batch):
 
 def fmt(x):
     return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+
+
+def fmt_paired(ratios):
+    """The median of a row's paired ratios and their range (one pair: the ratio)."""
+    if not ratios:
+        return "-"
+    if len(ratios) == 1:
+        return f"{ratios[0]:.2f}x"
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def main():
@@ -381,8 +393,8 @@ def write_table(out, command, threads, compile_mode, name):
     count = {"andrea": most("andrea"), "pytorch": max(most("pytorch", c) for c in (False, True))}
     lines += [f"| measurement | andrea ({count['andrea']} runs) | PyTorch ({count['pytorch']} runs) "
               "| ratio | target | andrea % of peak | PyTorch % of peak | against the peer's "
-              "best run | spread |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "best run | paired | spread |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     unsteady = False
     for spec in SPECS:
         key, label, cfg, train, batch = spec[:5]
@@ -409,6 +421,19 @@ def write_table(out, command, threads, compile_mode, name):
                  if r.get("phase") == "compile-calibration" and "tokens_per_s" in r
                  and bool(r.get("compile")) == kept_compiled]
         best = max(kept + calib)
+        # Paired: each run of the kept set-up against the andrea runs on either side of
+        # it (their geometric mean), in the order the sitting ran them; a swing of the
+        # host that lasts a few minutes moves both sides of a pair alike.
+        paired = []
+        for i, r in enumerate(timed):
+            if (r.get("implementation") != "pytorch"
+                    or bool(r.get("compile")) != kept_compiled):
+                continue
+            before = [x for x in timed[:i] if x.get("implementation") == "andrea"]
+            after = [x for x in timed[i + 1:] if x.get("implementation") == "andrea"]
+            if before and after:
+                a2 = before[-1]["tokens_per_s"] * after[0]["tokens_per_s"]
+                paired.append(a2 ** 0.5 / r["tokens_per_s"])
         spread = lambda xs: max(xs) / min(xs) - 1
         s_a, s_p = spread(andrea), spread(kept + calib)
         # The peer's share of the row's bound (FMA peak, read stream), where there is one:
@@ -468,11 +493,14 @@ def write_table(out, command, threads, compile_mode, name):
             unsteady, flag = True, " (unsteady)"
         lines.append(f"| {label} | {', '.join(fmt(x) for x in andrea)} | {peer} | "
                      f"**{ratio:.2f}x** | {target}x: {met} | {pct[0]} | {pct[1]} | "
-                     f"{a / best:.2f}x (best {fmt(best)}) | "
+                     f"{a / best:.2f}x (best {fmt(best)}) | {fmt_paired(paired)} | "
                      f"{100 * s_a:.0f}% / {100 * s_p:.0f}%{flag} |")
     lines.append("\nRatio: the median of andrea's runs over the mean of the faster peer "
                  "set-up's runs. Against the peer's best run: the same median over the "
-                 "fastest single run of that set-up, its calibration run included. Spread: "
+                 "fastest single run of that set-up, its calibration run included. Paired: "
+                 "each of that set-up's alternated runs against the geometric mean of the "
+                 "andrea runs just before and after it; the median, and the range over the "
+                 "pairs. Spread: "
                  "fastest over slowest run, andrea / peer. A missed target says what it "
                  "needs: the target ratio times the peer's % of the row's bound; over 100%, "
                  "no kernel meets it against this peer on this host.")
