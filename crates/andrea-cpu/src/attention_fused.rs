@@ -21,17 +21,32 @@
 //! so both widths give the same bits (`AttentionProducts::FusedAvx2` keeps the 16-column
 //! tile on an AVX-512 CPU, to compare them):
 //!
-//! * forward, six queries at a time: `S = q·kᵀ` over the keys those six see, rounded up
-//!   to the tile's width (`kᵀ` packed once into 16- or 32-key panels by 8 x 8 register
-//!   transposes), the row softmax of `S/sqrt(D)` in place (`avx2::softmax_rows`, or
-//!   `avx512::softmax_row` row by row, keeping each row's base-2 log-sum-exp), then
-//!   `out = P·v` (`v` packed once into panels), written once. Computed: `T(T+1)/2`
-//!   rounded up to tiles, 53% of `T x T` at 256 with 16 columns.
+//! * forward, six queries at a time (16 columns) or blocks of 64 (32 columns): `S = q·kᵀ`
+//!   over the keys each six see, rounded up to the tile's width (`kᵀ` packed once into
+//!   16- or 32-key panels by 8 x 8 register transposes), the row softmax of `S/sqrt(D)`
+//!   in place (`avx2::softmax_rows`, or `avx512::softmax_row` row by row, keeping each
+//!   row's base-2 log-sum-exp), then `out = P·v` (`v` packed once into panels), written
+//!   once. Computed: `T(T+1)/2` rounded up to tiles, 53% of `T x T` at 256 with 16
+//!   columns.
 //! * backward, blocks of 64 queries: `S` and `dP = dO·vᵀ` for six rows at a time,
 //!   `P = 2^(S·scale·log2 e - L)` and `dS = scale·P∘(dP - rowsum(P∘dP))` row by row,
 //!   `dq = dS·k` (six rows at a time, `k` packed once into panels), then
 //!   `dv += Pᵀ·dO` and `dk += dSᵀ·q` six keys at a time over the block's rows that see
-//!   them (`Pᵀ` read in place: six adjacent columns of `P`, a row stride per step).
+//!   them (`Pᵀ` read in place: six adjacent columns of `P`, a row stride per step; the
+//!   block's rows of `dO` and `q` copied side by side first).
+//!
+//! The order of the tiles is what the memory allows ([`each_tile`]): a 32-column tile
+//! reads its `B` panel twice as fast per FMA as a 16-column one, faster than L2 streams
+//! it, so at 32 columns the tiles go panel by panel over a block's rows, each panel in L1
+//! while they pass; rows a head's stride apart (`q`, `dO`: 2-9 kB, one to three rows of
+//! the model) share a few L1 sets, so a block's rows that are read again and again are
+//! copied side by side, and the backward's `P` and `dS` rows are 16 floats longer than
+//! their keys for the same reason (their columns are read). On the Emerald Rapids host,
+//! against the six-row order that read `q` and `dO` where they lie, in one process
+//! alternating the two (same bits): ANDREA-120M's backward 1.21x, forward 1.07x, the tiny
+//! model's 1.06-1.08x and 1.01-1.06x; capped at AVX2 (16 columns, rows in the old order)
+//! the 120M backward 1.06x, the rest level (0.99-1.01x); training steps 1.011x (120M) and
+//! 1.005x (tiny) (benches/results/20261206T1810Z-emr-attention-blocks).
 //!
 //! **Results.** Each output element is one FMA chain in the inner index's order (keys
 //! for `P·v` and `dS·k`, the head dimension for `S` and `dP`, queries for `dv`, `dk`),
@@ -79,6 +94,10 @@ const QUERY_BLOCK: usize = 64;
 /// Rows of the backward's block buffers: the last six-row tile of a block may run past
 /// its 64 rows (rows past the block repeat its last row and are never read).
 const BLOCK_ROWS: usize = QUERY_BLOCK.next_multiple_of(MR);
+/// Floats past the keys in each row of the backward's block buffers (`P`, `dS`): the
+/// `dv` and `dk` tiles read those buffers down their columns, and rows a multiple of
+/// 1 kB apart would fall into a few sets of the L1 cache.
+const ROW_PAD: usize = 16;
 
 /// The tile's columns: two vectors of 8 lanes (AVX2 + FMA) or of 16 (AVX-512 F). Every
 /// operand is packed in panels of that many columns, and head sizes must be a multiple
@@ -136,6 +155,30 @@ fn with_buffers<const N: usize, R>(lens: [usize; N], f: impl FnOnce([&mut [f32];
         });
         f(parts)
     })
+}
+
+/// Every tile of a block's product as `f(panel, r0)`: `panels` panels of the `B`
+/// operand by the six-row groups of rows `i0..i1`. At 32 columns (AVX-512) panel by panel,
+/// so that each panel stays in L1 while the block's rows pass over it; at 16 columns
+/// group by group (a panel is then half the size and its stream from L2 costs less than
+/// revisiting the rows).
+#[inline(always)]
+fn each_tile(
+    width: Width,
+    panels: usize,
+    (i0, i1): (usize, usize),
+    mut f: impl FnMut(usize, usize),
+) {
+    let groups = (i0..i1).step_by(MR);
+    if width == Width::Zmm {
+        for c in 0..panels {
+            groups.clone().for_each(|r0| f(c, r0));
+        }
+    } else {
+        for r0 in groups {
+            (0..panels).for_each(|c| f(c, r0));
+        }
+    }
 }
 
 /// Row stride, base pointer, and the `MR` row pointers of rows `r0..r0 + mr` of `o`
@@ -398,10 +441,11 @@ pub(crate) unsafe fn forward(
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         let heads = [q, k, v, out].map(|x| head(x, b, h));
-        with_buffers([hd * tkp, hd * tk, MR * tkp], |[kt, vp, s]| {
+        let lens = [hd * tkp, hd * tk, BLOCK_ROWS * tkp, QUERY_BLOCK * hd];
+        with_buffers(lens, |[kt, vp, s, qb]| {
             // SAFETY: the CPU has the tile's instructions (`width`); the heads are inside
             // their checked views; this task alone writes head `h` of entry `b` of `out`.
-            let buffers = [kt, vp, s];
+            let buffers = [kt, vp, s, qb];
             unsafe { forward_head_for(width, heads, lse, (tq, tk, hd), pos_offset, buffers) }
         })
     });
@@ -418,15 +462,15 @@ unsafe fn forward_head_for(
     lse: &mut [f32],
     dims: Dims3,
     pos_offset: usize,
-    buffers: [&mut [f32]; 3],
+    buffers: [&mut [f32]; 4],
 ) {
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn ymm(h: [Operand; 4], l: &mut [f32], d: Dims3, o: usize, b: [&mut [f32]; 3]) {
+    unsafe fn ymm(h: [Operand; 4], l: &mut [f32], d: Dims3, o: usize, b: [&mut [f32]; 4]) {
         // SAFETY: the caller's.
         unsafe { forward_head(Width::Ymm, h, l, d, o, b) }
     }
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-    unsafe fn zmm(h: [Operand; 4], l: &mut [f32], d: Dims3, o: usize, b: [&mut [f32]; 3]) {
+    unsafe fn zmm(h: [Operand; 4], l: &mut [f32], d: Dims3, o: usize, b: [&mut [f32]; 4]) {
         // SAFETY: the caller's.
         unsafe { forward_head(Width::Zmm, h, l, d, o, b) }
     }
@@ -445,8 +489,9 @@ type Dims3 = (usize, usize, usize);
 /// One head's forward (see the module docs).
 ///
 /// # Safety
-/// As [`forward`], for one head; the buffers hold `d·Tk'`, `d·Tk` and `6·Tk'` floats
-/// (`Tk'` = `Tk` rounded up to the tile's width); the CPU has the width's instructions.
+/// As [`forward`], for one head; the buffers hold `d·Tk'`, `d·Tk`, `66·Tk'` and `64·d`
+/// floats (`Tk'` = `Tk` rounded up to the tile's width); the CPU has the width's
+/// instructions.
 #[inline(always)]
 unsafe fn forward_head(
     width: Width,
@@ -454,7 +499,7 @@ unsafe fn forward_head(
     lse: &mut [f32],
     (tq, tk, hd): (usize, usize, usize),
     pos_offset: usize,
-    [kt, vp, s]: [&mut [f32]; 3],
+    [kt, vp, s, qb]: [&mut [f32]; 4],
 ) {
     let (scale, nr) = (1.0 / (hd as f32).sqrt(), width.nr());
     let visible = |i: usize| (pos_offset + i + 1).min(tk);
@@ -463,49 +508,88 @@ unsafe fn forward_head(
     unsafe {
         pack_transposed(k, tk, hd, nr, kt);
         pack_panels(v, tk, hd, nr, vp);
-        for i0 in (0..tq).step_by(MR) {
-            let mr = (tq - i0).min(MR);
-            let kend = visible(i0 + mr - 1);
-            let w = kend.next_multiple_of(nr);
-            let s = &mut s[..MR * w];
-            let qrows = rows(q, i0, mr);
-            for p in 0..w / nr {
-                let b = kt.as_ptr().add(p * hd * nr);
-                tile(
-                    width,
-                    qrows,
-                    1,
-                    b,
-                    nr,
-                    hd,
-                    s.as_mut_ptr().add(p * nr),
-                    w,
-                    MR,
-                    false,
-                );
-            }
-            let vis = |r: usize| visible(i0 + r.min(mr - 1));
-            let mut keep = |r: usize, l: f32| {
-                if r < mr {
-                    lse[i0 + r] = l;
+        // Queries per pass: at 32 columns (AVX-512) a block of 64, so that each panel of
+        // `kᵀ` and `v` serves all of the block's rows from L1 (a tile then reads a panel
+        // faster than L2 streams it); at 16 columns six, whose scores stay in L1 from
+        // their product through their softmax to `P·v`.
+        let pass = if width == Width::Zmm { QUERY_BLOCK } else { MR };
+        for i0 in (0..tq).step_by(pass) {
+            let i1 = (i0 + pass).min(tq);
+            // A block's queries side by side (see `backward_head`); six rows are read
+            // where they lie.
+            let qb = if pass == MR {
+                Operand {
+                    ptr: crate::buffer::SendPtr(q.ptr.get().add(i0 * q.rs)),
+                    ..q
+                }
+            } else {
+                for i in i0..i1 {
+                    let row = std::slice::from_raw_parts(q.ptr.get().add(i * q.rs), hd);
+                    qb[(i - i0) * hd..][..hd].copy_from_slice(row);
+                }
+                Operand {
+                    ptr: crate::buffer::SendPtr(qb.as_mut_ptr()),
+                    rs: hd,
+                    cs: 1,
                 }
             };
-            match width {
-                Width::Ymm => crate::avx2::softmax_rows(None, s, w, vis, scale, keep),
-                // The same bits, row by row at 16 lanes.
-                Width::Zmm => {
-                    for (r, row) in s.chunks_exact_mut(w).enumerate() {
-                        let (m2, sum) = crate::avx512::softmax_row(None, row, vis(r), scale);
-                        keep(r, m2 + sum.log2());
+            let ld = visible(i1 - 1).next_multiple_of(nr);
+            let s = &mut s[..BLOCK_ROWS * ld];
+            // The keys that the six queries from `r0` see.
+            let kend = |r0: usize| visible(r0 + (i1 - r0).min(MR) - 1);
+            // S = q·kᵀ, six queries by a panel of keys at a time, over the keys they see.
+            each_tile(width, ld / nr, (i0, i1), |c, r0| {
+                if kend(r0).next_multiple_of(nr) > c * nr {
+                    let b = kt.as_ptr().add(c * hd * nr);
+                    let at = s.as_mut_ptr().add((r0 - i0) * ld + c * nr);
+                    let mr = (i1 - r0).min(MR);
+                    tile(
+                        width,
+                        rows(qb, r0 - i0, mr),
+                        1,
+                        b,
+                        nr,
+                        hd,
+                        at,
+                        ld,
+                        MR,
+                        false,
+                    );
+                }
+            });
+            // The softmax of each row over the keys it sees, zeros past them.
+            for r0 in (i0..i1).step_by(MR) {
+                let mr = (i1 - r0).min(MR);
+                let group = &mut s[(r0 - i0) * ld..][..MR * ld];
+                let vis = |r: usize| visible(r0 + r.min(mr - 1));
+                let mut keep = |r: usize, l: f32| {
+                    if r < mr {
+                        lse[r0 + r] = l;
+                    }
+                };
+                match width {
+                    Width::Ymm => crate::avx2::softmax_rows(None, group, ld, vis, scale, keep),
+                    // The same bits, row by row at 16 lanes, each row zeroed past its keys
+                    // up to the group's tile width only.
+                    Width::Zmm => {
+                        let w = kend(r0).next_multiple_of(nr);
+                        for (r, row) in group.chunks_exact_mut(ld).enumerate() {
+                            let row = &mut row[..w];
+                            let (m2, sum) = crate::avx512::softmax_row(None, row, vis(r), scale);
+                            keep(r, m2 + sum.log2());
+                        }
                     }
                 }
             }
-            let prows = std::array::from_fn(|r| s.as_ptr().add(r * w));
-            for p in 0..hd / nr {
-                let b = vp.as_ptr().add(p * tk * nr);
-                let c = out.ptr.get().add(i0 * out.rs + p * nr);
-                tile(width, prows, 1, b, nr, kend, c, out.rs, mr, false);
-            }
+            // out = P·v, a panel of `v`'s columns at a time.
+            each_tile(width, hd / nr, (i0, i1), |c, r0| {
+                let b = vp.as_ptr().add(c * tk * nr);
+                let mr = (i1 - r0).min(MR);
+                let at = s.as_ptr().add((r0 - i0) * ld);
+                let prows = std::array::from_fn(|r| at.add(r * ld));
+                let o = out.ptr.get().add(r0 * out.rs + c * nr);
+                tile(width, prows, 1, b, nr, kend(r0), o, out.rs, mr, false);
+            });
         }
     }
 }
@@ -521,7 +605,14 @@ pub(crate) unsafe fn backward(width: Width, heads: [HeadsPtr; 7], lse: &[f32], d
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         let heads = heads.map(|x| head(x, b, h));
-        let lens = [hd * tp, hd * tp, hd * t, BLOCK_ROWS * tp, BLOCK_ROWS * tp];
+        let lens = [
+            hd * tp,
+            hd * tp,
+            hd * t,
+            BLOCK_ROWS * (tp + ROW_PAD),
+            BLOCK_ROWS * (tp + ROW_PAD),
+            2 * QUERY_BLOCK * hd,
+        ];
         with_buffers(lens, |bufs| {
             // SAFETY: the CPU has the tile's instructions (`width`); the heads are inside
             // their checked views; this task alone writes head `h` of entry `b` of `dq`,
@@ -540,15 +631,15 @@ unsafe fn backward_head_for(
     heads: [Operand; 7],
     lse: &[f32],
     dims: (usize, usize),
-    buffers: [&mut [f32]; 5],
+    buffers: [&mut [f32]; 6],
 ) {
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn ymm(h: [Operand; 7], l: &[f32], d: (usize, usize), b: [&mut [f32]; 5]) {
+    unsafe fn ymm(h: [Operand; 7], l: &[f32], d: (usize, usize), b: [&mut [f32]; 6]) {
         // SAFETY: the caller's.
         unsafe { backward_head(Width::Ymm, h, l, d, b) }
     }
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-    unsafe fn zmm(h: [Operand; 7], l: &[f32], d: (usize, usize), b: [&mut [f32]; 5]) {
+    unsafe fn zmm(h: [Operand; 7], l: &[f32], d: (usize, usize), b: [&mut [f32]; 6]) {
         // SAFETY: the caller's.
         unsafe { backward_head(Width::Zmm, h, l, d, b) }
     }
@@ -564,18 +655,28 @@ unsafe fn backward_head_for(
 /// One head's backward (see the module docs).
 ///
 /// # Safety
-/// As [`backward`], for one head; the buffers hold `d·T'`, `d·T'`, `d·T`, `66·T'` and
-/// `66·T'` floats (`T'` = `T` rounded up to the tile's width); the CPU has the width's
-/// instructions.
+/// As [`backward`], for one head; the buffers hold `d·T'`, `d·T'`, `d·T`, `66·(T' + 16)`
+/// twice and `128·d` floats (`T'` = `T` rounded up to the tile's width); the CPU has the
+/// width's instructions.
 #[inline(always)]
 unsafe fn backward_head(
     width: Width,
     [q, k, v, dout, dq, dk, dv]: [Operand; 7],
     lse: &[f32],
     (t, hd): (usize, usize),
-    [kt, vt, kp, p, dp]: [&mut [f32]; 5],
+    [kt, vt, kp, p, dp, block]: [&mut [f32]; 6],
 ) {
     let (scale, nr) = (1.0 / (hd as f32).sqrt(), width.nr());
+    let (qb, dob) = block.split_at_mut(QUERY_BLOCK * hd);
+    // The block's rows of `q` and `dO`, side by side: they are the `B` operand of the
+    // `dk` and `dv` tiles, read again for every six keys, and rows a head's stride apart
+    // (three or one rows of the model, 2-9 kB) fall into a few sets of the L1 cache,
+    // which then cannot hold them.
+    let packed = |m: &[f32]| Operand {
+        ptr: crate::buffer::SendPtr(m.as_ptr().cast_mut()),
+        rs: hd,
+        cs: 1,
+    };
     // SAFETY (whole body): every read is in rows `< t` of the heads and inside the
     // buffers sized by the caller; writes go to rows `< t` of `dq`, `dk`, `dv` (this
     // task's) and to the buffers.
@@ -590,25 +691,39 @@ unsafe fn backward_head(
         }
         for i0 in (0..t).step_by(QUERY_BLOCK) {
             let i1 = (i0 + QUERY_BLOCK).min(t);
+            for (m, src) in [(&mut *qb, q), (&mut *dob, dout)] {
+                for i in i0..i1 {
+                    let row = std::slice::from_raw_parts(src.ptr.get().add(i * src.rs), hd);
+                    m[(i - i0) * hd..][..hd].copy_from_slice(row);
+                }
+            }
+            let (qb, dob) = (packed(qb), packed(dob));
             // Keys the block sees, and the block buffers' row stride.
             let kend = i1;
-            let ld = kend.next_multiple_of(nr);
+            let ld = kend.next_multiple_of(nr) + ROW_PAD;
             let (p, dp) = (&mut p[..BLOCK_ROWS * ld], &mut dp[..BLOCK_ROWS * ld]);
-            // S (into `p`) and dP = dO·vᵀ for six queries at a time, over the keys they see.
-            for r0 in (i0..i1).step_by(MR) {
-                let mr = (i1 - r0).min(MR);
-                let w = (r0 + mr).next_multiple_of(nr);
-                let (qrows, dorows) = (rows(q, r0, mr), rows(dout, r0, mr));
-                let at = (r0 - i0) * ld;
-                for c in 0..w / nr {
-                    let (kb, vb) = (kt.as_ptr().add(c * hd * nr), vt.as_ptr().add(c * hd * nr));
-                    let (pc, dpc) = (
-                        p.as_mut_ptr().add(at + c * nr),
-                        dp.as_mut_ptr().add(at + c * nr),
-                    );
-                    tile(width, qrows, 1, kb, nr, hd, pc, ld, MR, false);
-                    tile(width, dorows, 1, vb, nr, hd, dpc, ld, MR, false);
-                }
+            // S = q·kᵀ (into `p`), then dP = dO·vᵀ, six queries by a panel of keys at a
+            // time, over the keys they see.
+            for (a, bt, m) in [(qb, &*kt, p.as_mut_ptr()), (dob, &*vt, dp.as_mut_ptr())] {
+                each_tile(width, kend.div_ceil(nr), (i0, i1), |c, r0| {
+                    let mr = (i1 - r0).min(MR);
+                    if (r0 + mr).next_multiple_of(nr) > c * nr {
+                        let b = bt.as_ptr().add(c * hd * nr);
+                        let out = m.add((r0 - i0) * ld + c * nr);
+                        tile(
+                            width,
+                            rows(a, r0 - i0, mr),
+                            1,
+                            b,
+                            nr,
+                            hd,
+                            out,
+                            ld,
+                            MR,
+                            false,
+                        );
+                    }
+                });
             }
             // P = 2^(S·scale·log2 e - L) and dS, row by row; zeros past each row's keys.
             for i in i0..i1 {
@@ -625,21 +740,20 @@ unsafe fn backward_head(
                 prow[n..].fill(0.0);
                 softmax_grad_row(prow, dprow, n, scale);
             }
-            // dq = dS·k, six rows at a time, over the keys they see.
-            for r0 in (i0..i1).step_by(MR) {
+            // dq = dS·k, six rows at a time over the keys they see, a panel of `k`'s
+            // columns at a time.
+            let ds = Operand {
+                ptr: crate::buffer::SendPtr(dp.as_mut_ptr()),
+                rs: ld,
+                cs: 1,
+            };
+            each_tile(width, hd / nr, (i0, i1), |c, r0| {
                 let mr = (i1 - r0).min(MR);
-                let ds = Operand {
-                    ptr: crate::buffer::SendPtr(dp.as_mut_ptr()),
-                    rs: ld,
-                    cs: 1,
-                };
+                let b = kp.as_ptr().add(c * t * nr);
+                let out = dq.ptr.get().add(r0 * dq.rs + c * nr);
                 let dsrows = rows(ds, r0 - i0, mr);
-                for c in 0..hd / nr {
-                    let b = kp.as_ptr().add(c * t * nr);
-                    let out = dq.ptr.get().add(r0 * dq.rs + c * nr);
-                    tile(width, dsrows, 1, b, nr, r0 + mr, out, dq.rs, mr, false);
-                }
-            }
+                tile(width, dsrows, 1, b, nr, r0 + mr, out, dq.rs, mr, false);
+            });
             // dv += Pᵀ·dO, dk += dSᵀ·q, six keys at a time, over the block's queries that
             // can see them (the rows before key j0 hold zeros there).
             for j0 in (0..kend).step_by(MR) {
@@ -650,34 +764,13 @@ unsafe fn backward_head(
                 };
                 let (pcols, dscols) = (cols(p), cols(dp));
                 for c in 0..hd / nr {
-                    let dob = dout.ptr.get().add(first * dout.rs + c * nr);
+                    let at = (first - i0) * hd + c * nr;
+                    let dob = dob.ptr.get().add(at);
                     let dvc = dv.ptr.get().add(j0 * dv.rs + c * nr);
-                    tile(
-                        width,
-                        pcols,
-                        ld,
-                        dob,
-                        dout.rs,
-                        i1 - first,
-                        dvc,
-                        dv.rs,
-                        mr,
-                        true,
-                    );
-                    let qb = q.ptr.get().add(first * q.rs + c * nr);
+                    tile(width, pcols, ld, dob, hd, i1 - first, dvc, dv.rs, mr, true);
+                    let qb = qb.ptr.get().add(at);
                     let dkc = dk.ptr.get().add(j0 * dk.rs + c * nr);
-                    tile(
-                        width,
-                        dscols,
-                        ld,
-                        qb,
-                        q.rs,
-                        i1 - first,
-                        dkc,
-                        dk.rs,
-                        mr,
-                        true,
-                    );
+                    tile(width, dscols, ld, qb, hd, i1 - first, dkc, dk.rs, mr, true);
                 }
             }
         }
