@@ -1,2 +1,0 @@
-#!/bin/sh
-ANDREA_GEMM=gemm exec /tmp/andrea-q "$@"

@@ -1,2 +1,0 @@
-#!/bin/sh
-ANDREA_SIMD=avx2 exec /tmp/andrea-rows-new "$@"
