@@ -1,18 +1,20 @@
 //! # andrea
 //!
 //! Train and run GPT-2-style language models (ANDREA-120M) in Rust. This crate is the
-//! front door: it re-exports the model ([`andrea_model`]), the configs and the
-//! [`Backend`] trait ([`andrea_core`]), and picks a backend by feature:
+//! front door: it re-exports the model ([`andrea_model`]), the tokenizer
+//! ([`andrea_tokenizer`]), the configs and the [`Backend`] trait ([`andrea_core`]), and
+//! picks a backend by feature:
 //!
 //! | feature | backend | [`DefaultBackend`] |
 //! |---|---|---|
-//! | `cpu` (default) | `andrea_cpu::CpuBackend`: rayon + matrixmultiply | `CpuBackend` |
+//! | `cpu` (default) | `andrea_cpu::CpuBackend`: rayon threads, the `gemm` crate and SIMD kernels chosen at run time | `CpuBackend` |
 //! | `cuda` | `andrea_cuda::CudaBackend`: one NVIDIA GPU (compute capability 8.0+, driver 580+), re-exported as `andrea::CudaBackend` and `andrea::cuda` | unchanged: `CpuBackend` |
 //!
 //! and `mpi` adds `andrea::dist` (`andrea-dist`): data parallelism over MPI, any backend.
 //!
-//! Save a random tiny model, load it back and generate (ids in, ids out; text needs a
-//! tokenizer from `andrea-tokenizer`):
+//! Text in, text out from a checkpoint: `examples/generate_text.rs` (`cargo run --release
+//! -p andrea --example generate_text -- runs/demo/run/latest "Once upon a time"`).
+//! Save a random tiny model, load it back and generate (ids in, ids out):
 //!
 //! ```
 //! use andrea::{DefaultBackend, Model, ModelConfig, Sampler};
@@ -27,6 +29,25 @@
 //! let mut sampler = Sampler::new(0.8, 7)?.with_top_k(40)?.with_top_p(0.95)?;
 //! let sampled = model.generate(&prompt, 8, &mut sampler)?;
 //! assert_eq!((greedy.len(), sampled.len()), (8, 8));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The same with text: a byte-level tokenizer (no merges) and a random model of its
+//! vocabulary, so the words are noise; a trained checkpoint's `tokenizer.json` and weights
+//! give real text the same way.
+//!
+//! ```
+//! use andrea::{DefaultBackend, Model, ModelConfig, Sampler, Tokenizer};
+//!
+//! let tokenizer = Tokenizer::from_merges::<&str, &str, _>(&[], &["<|endoftext|>"])?;
+//! let config = ModelConfig::new(tokenizer.vocab_size(), 64, 32, 2, 4);
+//! let model = Model::new(DefaultBackend::new(), config, 42)?;
+//!
+//! let prompt = "Once upon a time";
+//! let ids = model.generate(&tokenizer.encode(prompt), 8, &mut Sampler::new(0.8, 7)?)?;
+//! let text = tokenizer.decode(&ids)?;
+//! assert_eq!(ids.len(), 8);
+//! assert!(!text.is_empty());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -81,6 +102,7 @@ pub use andrea_model::{
     Evaluator, KvCache, MemoryPlan, Model, ModelError, ParamInfo, Result, Sampler, StepStats,
     Trainer, IGNORE_INDEX,
 };
+pub use andrea_tokenizer::{self as tokenizer, Tokenizer};
 
 #[cfg(feature = "cpu")]
 pub use andrea_cpu::{self as cpu, CpuBackend};
