@@ -28,15 +28,42 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Number of CPU threads for training, inference and tokenization (default: all cores).
+    /// Number of CPU threads for training, inference and tokenization [default: all cores].
     #[arg(long, global = true, value_name = "N", value_parser = crate::limits::in_range::<1, { crate::limits::MAX_THREADS }>)]
     pub threads: Option<usize>,
-    /// Where the model runs.
-    #[arg(long, global = true, value_enum, default_value_t = BackendKind::Cpu)]
-    pub backend: BackendKind,
-    /// Arithmetic of --backend cuda (the CPU backend always computes in FP32).
-    #[arg(long, global = true, value_enum, value_name = "MODE")]
+    /// `andrea --backend cuda train ...`: the same flags before the command's name.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// `--backend` and `--precision`, listed by the commands that run a model and accepted
+/// before any command's name (`andrea --backend cuda train ...`, the form scripts use);
+/// `tokenizer` and `prepare` never run one and do not list them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args)]
+pub struct BackendArgs {
+    /// Where the model runs [default: cpu].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+    /// Arithmetic of --backend cuda [default: tf32] (the CPU backend always computes in FP32).
+    #[arg(long, value_enum, value_name = "MODE")]
     pub precision: Option<PrecisionKind>,
+}
+
+/// A command's own flags, then `--backend` and `--precision` under their own heading.
+#[derive(Debug, Args)]
+pub struct WithBackend<T: Args> {
+    #[command(flatten)]
+    pub args: T,
+    #[command(flatten, next_help_heading = "Backend")]
+    pub backend: BackendArgs,
+}
+
+/// The command's own flags, so a command's `run` takes `&TrainArgs` as before.
+impl<T: Args> std::ops::Deref for WithBackend<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.args
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -65,7 +92,7 @@ pub enum Command {
     /// The whole pipeline on a corpus andrea generates (no download): tokenizer, shards,
     /// a small model trained in minutes, samples.
     #[command(after_help = "Example:\n  andrea demo --out runs/demo")]
-    Demo(DemoArgs),
+    Demo(WithBackend<DemoArgs>),
     /// Train, inspect or apply a BPE tokenizer.
     #[command(subcommand)]
     Tokenizer(TokenizerCommand),
@@ -75,31 +102,51 @@ pub enum Command {
     )]
     Prepare(PrepareArgs),
     /// Train a model from scratch (--config), from weights (--init) or continue a run (--resume).
-    #[command(after_help = "Examples:\n  \
+    #[command(
+        after_help = "A setting left out comes from the config file or, with --resume, from \
+        the run's saved settings; the [default] after \"else\" applies where neither sets it.\n\n\
+        Examples:\n  \
         andrea train --config configs/tiny.toml --data data/ --out runs/tiny --steps 1000\n  \
         andrea train --resume runs/tiny/latest --steps 2000\n  \
-        andrea train --init runs/tiny/latest --data mydata/ --out runs/finetune --lr 1e-4")]
-    Train(Box<TrainArgs>),
+        andrea train --init runs/tiny/latest --data mydata/ --out runs/finetune --lr 1e-4"
+    )]
+    Train(WithBackend<Box<TrainArgs>>),
     /// Mean cross-entropy loss and perplexity of a checkpoint over a token shard.
     #[command(
         after_help = "Example:\n  andrea eval --checkpoint runs/tiny/latest --data data/data_val_000000.bin --json"
     )]
-    Eval(EvalArgs),
+    Eval(WithBackend<EvalArgs>),
     /// Generate text from a checkpoint, streaming tokens as they are produced.
     #[command(
         after_help = "Example:\n  andrea generate --checkpoint runs/tiny/latest --prompt \"The\" --max-new-tokens 100 --top-k 40"
     )]
-    Generate(GenerateArgs),
+    Generate(WithBackend<GenerateArgs>),
     /// Parameter count, FLOPs per token and training memory of a model.
     #[command(
         after_help = "Examples:\n  andrea info --config configs/andrea-120m.toml --batch-size 8 --seq-len 1024\n  andrea info --checkpoint runs/tiny/latest --json"
     )]
-    Info(InfoArgs),
+    Info(WithBackend<InfoArgs>),
     /// Tokens per second of training steps or KV-cache decoding (median after warm-up).
     #[command(
         after_help = "Examples:\n  andrea bench train --config configs/tiny.toml --batch-size 8 --seq-len 256 --json\n  andrea bench decode --config configs/andrea-120m.toml --batch-size 1 --seq-len 256 --steps 64"
     )]
-    Bench(BenchArgs),
+    Bench(WithBackend<BenchArgs>),
+}
+
+impl Command {
+    /// `--backend`/`--precision` as given after the command's name (`None`: the command
+    /// runs no model and takes neither).
+    pub fn backend_args(&self) -> Option<BackendArgs> {
+        match self {
+            Command::Demo(a) => Some(a.backend),
+            Command::Train(a) => Some(a.backend),
+            Command::Eval(a) => Some(a.backend),
+            Command::Generate(a) => Some(a.backend),
+            Command::Info(a) => Some(a.backend),
+            Command::Bench(a) => Some(a.backend),
+            Command::Tokenizer(_) | Command::Prepare(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -120,7 +120,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
         }
     }
-    match backend::select(&cli.global)? {
+    match backend::select(&cli.global, cli.command.backend_args())? {
         // The whole command runs on a worker of the CPU thread pool, so each op starts its
         // parallel work in place instead of handing it over from `main` and waiting for a
         // wake-up (`CpuBackend::install`): 5x on a tiny model's decoding, nothing lost on
