@@ -158,7 +158,8 @@ pub enum TokenizerCommand {
     Train(TokenizerTrainArgs),
     /// Encode text into token ids.
     #[command(
-        after_help = "Example:\n  andrea tokenizer encode --tokenizer tokenizer.json --text \"Hello\" --json"
+        after_help = "Examples:\n  andrea tokenizer encode --tokenizer tokenizer.json --text \"Hello\" --json\n  \
+                      echo Hello | andrea tokenizer encode --tokenizer tokenizer.json"
     )]
     Encode(EncodeArgs),
     /// Decode token ids into text.
@@ -190,10 +191,10 @@ pub struct EncodeArgs {
     #[arg(long)]
     pub tokenizer: PathBuf,
     /// The text to encode.
-    #[arg(long, conflicts_with = "input", required_unless_present = "input")]
+    #[arg(long, conflicts_with = "input")]
     pub text: Option<String>,
-    /// A file whose text to encode.
-    #[arg(long)]
+    /// A file whose text to encode; `-` is stdin [default: stdin when --text is absent too].
+    #[arg(long, value_name = "FILE")]
     pub input: Option<PathBuf>,
     /// Recognise `<|endoftext|>` in the text as the special token.
     #[arg(long)]
@@ -208,7 +209,7 @@ pub struct DecodeArgs {
     /// The tokenizer.json to use.
     #[arg(long)]
     pub tokenizer: PathBuf,
-    /// Ids separated by commas or spaces, or a JSON array; read from stdin if absent.
+    /// Ids separated by commas or spaces, or a JSON array [default: read from stdin].
     #[arg(long)]
     pub ids: Option<String>,
     /// Print the text as one JSON string.
