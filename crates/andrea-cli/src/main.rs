@@ -27,8 +27,9 @@
 //!     tokenizer.json                  Hugging Face tokenizers format
 //!     optimizer.safetensors           AdamW moments (exp_avg.*, exp_avg_sq.*) + step
 //!     training_state.json             step, data position, RNG, settings, file checksums
-//!   metrics.jsonl                     {"step","train_loss","val_loss","lr","grad_norm","tokens_per_s"}
-//!   loss.svg                          train and val loss against the step
+//!   metrics.jsonl                     {"step","train_loss","val_loss","lr","grad_norm","tokens_per_s"},
+//!                                     "resumed_from" on a resumed run's first step
+//!   loss.svg                          train loss (each step, and smoothed), val loss, resumes
 //! ```
 //!
 //! A config file for `train` is `andrea_core`'s TOML (`[model]`, `[optimizer]`,

@@ -428,6 +428,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
             lr,
             grad_norm: stats.grad_norm,
             tokens_per_s: tokens_per_step as f64 / elapsed.max(1e-9),
+            resumed_from: None,
         };
         let last = step == settings.steps;
         interrupted = ranks.any(stop.load(Ordering::SeqCst));
