@@ -53,6 +53,37 @@ pub fn ema(values: &[f32], span: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Points per curve beyond which a curve is thinned ([`decimate`]): about the plot's
+/// width in pixels.
+const BUCKETS: usize = 1000;
+
+/// `points` thinned to at most two per bucket of `points.len() / buckets` neighbours:
+/// each bucket's lowest and highest, in step order. A curve with more points than the
+/// plot has pixels looks the same, its band of noise included, and a long run's chart
+/// stays small (100k steps: 4k points, not 200k).
+pub fn decimate(points: &[(u64, f32)], buckets: usize) -> Vec<(u64, f32)> {
+    if points.len() <= 2 * buckets {
+        return points.to_vec();
+    }
+    let by_loss = |a: &(usize, &(u64, f32)), b: &(usize, &(u64, f32))| a.1 .1.total_cmp(&b.1 .1);
+    points
+        .chunks(points.len().div_ceil(buckets))
+        .flat_map(|bucket| {
+            let lo = bucket.iter().enumerate().min_by(by_loss);
+            let hi = bucket.iter().enumerate().max_by(by_loss);
+            let (Some(lo), Some(hi)) = (lo, hi) else {
+                return Vec::new();
+            };
+            let (first, second) = if lo.0 <= hi.0 { (lo, hi) } else { (hi, lo) };
+            if first.0 == second.0 {
+                vec![*first.1]
+            } else {
+                vec![*first.1, *second.1]
+            }
+        })
+        .collect()
+}
+
 /// The chart of `series` as an SVG document. No finite loss gives a chart with empty
 /// axes.
 pub fn loss_svg(series: &LossSeries) -> Result<String> {
@@ -67,6 +98,19 @@ pub fn loss_svg(series: &LossSeries) -> Result<String> {
         .zip(ema(&raw, span))
         .map(|(&(s, _), l)| (s, l))
         .collect();
+    // The smoothed curve has no band to keep: one point per bucket (and the last).
+    let stride = smooth.len().div_ceil(2 * BUCKETS).max(1);
+    let smooth: Vec<(u64, f32)> = smooth
+        .iter()
+        .step_by(stride)
+        .chain(
+            smooth
+                .last()
+                .filter(|_| !(smooth.len() - 1).is_multiple_of(stride)),
+        )
+        .copied()
+        .collect();
+    let raw_curve = decimate(&train, BUCKETS);
 
     let steps = train.iter().chain(&val).map(|&(s, _)| s);
     let first = steps.clone().min().unwrap_or(0);
@@ -88,6 +132,8 @@ pub fn loss_svg(series: &LossSeries) -> Result<String> {
         let mut chart = ChartBuilder::on(&root)
             .caption("loss", ("sans-serif", 18))
             .margin(16)
+            // Room for the last step's tick label, centred on the right edge.
+            .margin_right(36)
             .x_label_area_size(44)
             .y_label_area_size(60)
             .build_cartesian_2d(x.clone(), y.clone())
@@ -114,7 +160,7 @@ pub fn loss_svg(series: &LossSeries) -> Result<String> {
         };
         let as_point = |&(s, l): &(u64, f32)| (s, l as f64);
         chart
-            .draw_series(LineSeries::new(train.iter().map(as_point), raw_style))
+            .draw_series(LineSeries::new(raw_curve.iter().map(as_point), raw_style))
             .map_err(plot_error)?
             .label(raw_label)
             .legend(move |(px, py)| PathElement::new([(px, py), (px + 20, py)], raw_style));
@@ -131,6 +177,10 @@ pub fn loss_svg(series: &LossSeries) -> Result<String> {
                 });
         }
         if !val.is_empty() {
+            // Markers a third of their spacing wide (4 px at most), so many evaluations
+            // do not merge into a band.
+            let spacing = (SIZE.0 as usize / val.len()) as u32;
+            let radius = (spacing / 3).clamp(1, 4);
             chart
                 .draw_series(LineSeries::new(
                     val.iter().map(as_point),
@@ -140,7 +190,7 @@ pub fn loss_svg(series: &LossSeries) -> Result<String> {
             chart
                 .draw_series(
                     val.iter()
-                        .map(|p| Circle::new(as_point(p), 4, VAL.filled())),
+                        .map(|p| Circle::new(as_point(p), radius, VAL.filled())),
                 )
                 .map_err(plot_error)?
                 .label("validation")
@@ -262,6 +312,36 @@ mod tests {
             ..LossSeries::default()
         };
         assert!(!loss_svg(&nan).unwrap().contains("NaN"));
+    }
+
+    #[test]
+    fn decimation_keeps_each_buckets_extremes_in_step_order() {
+        let noisy: Vec<(u64, f32)> = (0..100_000u64)
+            .map(|s| (s, ((s * 7919) % 101) as f32 - (s / 1000) as f32))
+            .collect();
+        let thin = decimate(&noisy, 1000);
+        assert!(thin.len() <= 2000 && thin.len() > 1000, "{}", thin.len());
+        assert!(thin.windows(2).all(|w| w[0].0 < w[1].0));
+        let extreme = |p: &[(u64, f32)]| {
+            let ls = p.iter().map(|&(_, l)| l);
+            (
+                ls.clone().fold(f32::INFINITY, f32::min),
+                ls.fold(f32::NEG_INFINITY, f32::max),
+            )
+        };
+        assert_eq!(extreme(&thin), extreme(&noisy));
+        // Every bucket of 100 keeps its own lowest and highest.
+        for (bucket, kept) in noisy.chunks(100).zip(thin.chunks(2)) {
+            assert_eq!(extreme(bucket), extreme(kept));
+        }
+        let short = &noisy[..2000];
+        assert_eq!(decimate(short, 1000), short);
+        let svg = loss_svg(&LossSeries {
+            train: noisy,
+            ..LossSeries::default()
+        })
+        .unwrap();
+        assert!(svg.len() < 200_000, "{} bytes", svg.len());
     }
 
     #[test]
