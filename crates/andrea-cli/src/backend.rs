@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::cli::{BackendKind, GlobalArgs, PrecisionKind};
+use crate::cli::{BackendArgs, BackendKind, GlobalArgs, PrecisionKind};
 
 /// The backend the flags ask for (checked; the CUDA backend itself starts when the
 /// command needs it, see `start_cuda`, in a build with the `cuda` feature).
@@ -21,7 +21,9 @@ pub enum Selected {
 
 /// Checks the flags and sizes the thread pool. `--threads` sizes the pool the CPU
 /// backend and the tokenizer run on (the tokenizer also with `--backend cuda`).
-pub fn select(global: &GlobalArgs) -> Result<Selected> {
+/// `command`: `--backend`/`--precision` as given after the command's name.
+pub fn select(global: &GlobalArgs, command: Option<BackendArgs>) -> Result<Selected> {
+    let flags = merge(global.backend, command.unwrap_or_default())?;
     // Ranks of a data-parallel run on one machine share its cores: by default each
     // takes its share (2 ranks on 8 cores: 4 threads each), not all of them.
     let share = andrea_dist::launcher_local_size()
@@ -56,8 +58,8 @@ pub fn select(global: &GlobalArgs) -> Result<Selected> {
                 }
             )
         })?;
-    match global.backend {
-        BackendKind::Cpu => match global.precision {
+    match flags.backend.unwrap_or(BackendKind::Cpu) {
+        BackendKind::Cpu => match flags.precision {
             None | Some(PrecisionKind::Fp32) => Ok(Selected::Cpu),
             Some(p) => bail!(
                 "--precision {}: only --backend cuda has tensor-core modes; the CPU backend \
@@ -65,8 +67,33 @@ pub fn select(global: &GlobalArgs) -> Result<Selected> {
                 precision_name(p)
             ),
         },
-        BackendKind::Cuda => cuda(global.precision),
+        BackendKind::Cuda => cuda(flags.precision),
     }
+}
+
+/// The flags given before the command's name and after it: each flag from where it was
+/// given; given in both places, the values must agree.
+fn merge(before: BackendArgs, after: BackendArgs) -> Result<BackendArgs> {
+    fn one<T: clap::ValueEnum + PartialEq>(
+        flag: &str,
+        before: Option<T>,
+        after: Option<T>,
+    ) -> Result<Option<T>> {
+        let name = |v: &T| v.to_possible_value().map(|p| p.get_name().to_string());
+        match (before, after) {
+            (Some(a), Some(b)) if a != b => bail!(
+                "{flag} is given twice with different values, {} before the command's name and \
+                 {} after it: give it once",
+                name(&a).unwrap_or_default(),
+                name(&b).unwrap_or_default()
+            ),
+            (a, b) => Ok(b.or(a)),
+        }
+    }
+    Ok(BackendArgs {
+        backend: one("--backend", before.backend, after.backend)?,
+        precision: one("--precision", before.precision, after.precision)?,
+    })
 }
 
 fn precision_name(p: PrecisionKind) -> &'static str {

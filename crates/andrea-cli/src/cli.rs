@@ -28,15 +28,42 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Number of CPU threads for training, inference and tokenization (default: all cores).
+    /// Number of CPU threads for training, inference and tokenization [default: all cores].
     #[arg(long, global = true, value_name = "N", value_parser = crate::limits::in_range::<1, { crate::limits::MAX_THREADS }>)]
     pub threads: Option<usize>,
-    /// Where the model runs.
-    #[arg(long, global = true, value_enum, default_value_t = BackendKind::Cpu)]
-    pub backend: BackendKind,
-    /// Arithmetic of --backend cuda (the CPU backend always computes in FP32).
-    #[arg(long, global = true, value_enum, value_name = "MODE")]
+    /// `andrea --backend cuda train ...`: the same flags before the command's name.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// `--backend` and `--precision`, listed by the commands that run a model and accepted
+/// before any command's name (`andrea --backend cuda train ...`, the form scripts use);
+/// `tokenizer` and `prepare` never run one and do not list them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args)]
+pub struct BackendArgs {
+    /// Where the model runs [default: cpu].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+    /// Arithmetic of --backend cuda [default: tf32] (the CPU backend always computes in FP32).
+    #[arg(long, value_enum, value_name = "MODE")]
     pub precision: Option<PrecisionKind>,
+}
+
+/// A command's own flags, then `--backend` and `--precision` under their own heading.
+#[derive(Debug, Args)]
+pub struct WithBackend<T: Args> {
+    #[command(flatten)]
+    pub args: T,
+    #[command(flatten, next_help_heading = "Backend")]
+    pub backend: BackendArgs,
+}
+
+/// The command's own flags, so a command's `run` takes `&TrainArgs` as before.
+impl<T: Args> std::ops::Deref for WithBackend<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.args
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -65,7 +92,7 @@ pub enum Command {
     /// The whole pipeline on a corpus andrea generates (no download): tokenizer, shards,
     /// a small model trained in minutes, samples.
     #[command(after_help = "Example:\n  andrea demo --out runs/demo")]
-    Demo(DemoArgs),
+    Demo(WithBackend<DemoArgs>),
     /// Train, inspect or apply a BPE tokenizer.
     #[command(subcommand)]
     Tokenizer(TokenizerCommand),
@@ -75,31 +102,51 @@ pub enum Command {
     )]
     Prepare(PrepareArgs),
     /// Train a model from scratch (--config), from weights (--init) or continue a run (--resume).
-    #[command(after_help = "Examples:\n  \
+    #[command(
+        after_help = "A setting left out comes from the config file or, with --resume, from \
+        the run's saved settings; the [default] after \"else\" applies where neither sets it.\n\n\
+        Examples:\n  \
         andrea train --config configs/tiny.toml --data data/ --out runs/tiny --steps 1000\n  \
         andrea train --resume runs/tiny/latest --steps 2000\n  \
-        andrea train --init runs/tiny/latest --data mydata/ --out runs/finetune --lr 1e-4")]
-    Train(Box<TrainArgs>),
+        andrea train --init runs/tiny/latest --data mydata/ --out runs/finetune --lr 1e-4"
+    )]
+    Train(WithBackend<Box<TrainArgs>>),
     /// Mean cross-entropy loss and perplexity of a checkpoint over a token shard.
     #[command(
         after_help = "Example:\n  andrea eval --checkpoint runs/tiny/latest --data data/data_val_000000.bin --json"
     )]
-    Eval(EvalArgs),
+    Eval(WithBackend<EvalArgs>),
     /// Generate text from a checkpoint, streaming tokens as they are produced.
     #[command(
         after_help = "Example:\n  andrea generate --checkpoint runs/tiny/latest --prompt \"The\" --max-new-tokens 100 --top-k 40"
     )]
-    Generate(GenerateArgs),
+    Generate(WithBackend<GenerateArgs>),
     /// Parameter count, FLOPs per token and training memory of a model.
     #[command(
         after_help = "Examples:\n  andrea info --config configs/andrea-120m.toml --batch-size 8 --seq-len 1024\n  andrea info --checkpoint runs/tiny/latest --json"
     )]
-    Info(InfoArgs),
+    Info(WithBackend<InfoArgs>),
     /// Tokens per second of training steps or KV-cache decoding (median after warm-up).
     #[command(
         after_help = "Examples:\n  andrea bench train --config configs/tiny.toml --batch-size 8 --seq-len 256 --json\n  andrea bench decode --config configs/andrea-120m.toml --batch-size 1 --seq-len 256 --steps 64"
     )]
-    Bench(BenchArgs),
+    Bench(WithBackend<BenchArgs>),
+}
+
+impl Command {
+    /// `--backend`/`--precision` as given after the command's name (`None`: the command
+    /// runs no model and takes neither).
+    pub fn backend_args(&self) -> Option<BackendArgs> {
+        match self {
+            Command::Demo(a) => Some(a.backend),
+            Command::Train(a) => Some(a.backend),
+            Command::Eval(a) => Some(a.backend),
+            Command::Generate(a) => Some(a.backend),
+            Command::Info(a) => Some(a.backend),
+            Command::Bench(a) => Some(a.backend),
+            Command::Tokenizer(_) | Command::Prepare(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,7 +158,8 @@ pub enum TokenizerCommand {
     Train(TokenizerTrainArgs),
     /// Encode text into token ids.
     #[command(
-        after_help = "Example:\n  andrea tokenizer encode --tokenizer tokenizer.json --text \"Hello\" --json"
+        after_help = "Examples:\n  andrea tokenizer encode --tokenizer tokenizer.json --text \"Hello\" --json\n  \
+                      echo Hello | andrea tokenizer encode --tokenizer tokenizer.json"
     )]
     Encode(EncodeArgs),
     /// Decode token ids into text.
@@ -143,15 +191,15 @@ pub struct EncodeArgs {
     #[arg(long)]
     pub tokenizer: PathBuf,
     /// The text to encode.
-    #[arg(long, conflicts_with = "input", required_unless_present = "input")]
+    #[arg(long, conflicts_with = "input")]
     pub text: Option<String>,
-    /// A file whose text to encode.
-    #[arg(long)]
+    /// A file whose text to encode; `-` is stdin [default: stdin when --text is absent too].
+    #[arg(long, value_name = "FILE")]
     pub input: Option<PathBuf>,
     /// Recognise `<|endoftext|>` in the text as the special token.
     #[arg(long)]
     pub special_tokens: bool,
-    /// Print the ids as one JSON array (default: space-separated).
+    /// Print the ids as one JSON array instead of separated by spaces.
     #[arg(long)]
     pub json: bool,
 }
@@ -161,7 +209,7 @@ pub struct DecodeArgs {
     /// The tokenizer.json to use.
     #[arg(long)]
     pub tokenizer: PathBuf,
-    /// Ids separated by commas or spaces, or a JSON array; read from stdin if absent.
+    /// Ids separated by commas or spaces, or a JSON array [default: read from stdin].
     #[arg(long)]
     pub ids: Option<String>,
     /// Print the text as one JSON string.
@@ -210,84 +258,100 @@ pub struct TrainArgs {
     /// Start from the weights of this checkpoint (fine-tuning); the optimizer starts fresh.
     #[arg(long, conflicts_with = "resume")]
     pub init: Option<PathBuf>,
-    /// Continue this checkpoint's run exactly where it stopped (weights, optimizer, data position).
+    /// Continue this checkpoint's run exactly where it stopped (weights, optimizer, data
+    /// position).
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Training shard, or a directory of `<prefix>_train_NNNNNN.bin` shards of one prefix (default with --resume: the run's).
+    /// Training shard, or a directory of `<prefix>_train_NNNNNN.bin` shards of one prefix
+    /// [default with --resume: the run's].
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Validation shard, or a directory of `<prefix>_val_NNNNNN.bin` shards (default: the --data directory's val shards).
+    /// Validation shard, or a directory of `<prefix>_val_NNNNNN.bin` shards [default: the
+    /// --data directory's val shards; with --resume: the run's].
     #[arg(long)]
     pub val_data: Option<PathBuf>,
-    /// tokenizer.json (default: the checkpoint's, or tokenizer.json next to the data).
+    /// tokenizer.json [default: the checkpoint's, or tokenizer.json next to the data].
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Run directory: checkpoints, metrics.jsonl and `latest` (default with --resume: the run's).
+    /// Run directory: checkpoints, metrics.jsonl and `latest` [default with --resume: the
+    /// run's].
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Replace a run already in --out.
     #[arg(long)]
     pub overwrite: bool,
-    /// Total optimizer steps of the run.
+    /// Total optimizer steps of the run [default: the config's [training] steps or
+    /// [schedule] total_steps, else 1000].
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Sequences per micro-batch (B).
+    /// Sequences per micro-batch (B) [default: the config's [training] batch_size, else 8].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: Option<usize>,
-    /// Tokens per sequence (T, at most the model's context length).
+    /// Tokens per sequence (T, at most the model's context length) [default: the config's
+    /// [training] seq_len, else the context length up to 256].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
-    /// Micro-batches per optimizer step: an optimizer step sees B·T·grad_accum tokens
-    /// (per rank under mpirun: W ranks see W times as many).
+    /// Micro-batches per optimizer step: an optimizer step sees B·T·grad_accum tokens (per
+    /// rank under mpirun: W ranks see W times as many) [default: the config's [training]
+    /// grad_accum, else 1].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_GRAD_ACCUM }>)]
     pub grad_accum: Option<usize>,
     /// Tokens per optimizer step: sets --grad-accum to this / (B·T), which must divide it
     /// (under mpirun the global batch: this / (ranks·B·T) per rank).
     #[arg(long, conflicts_with = "grad_accum")]
     pub total_batch_tokens: Option<usize>,
-    /// Peak learning rate.
+    /// Peak learning rate [default: the config's [optimizer] lr, else 6e-4].
     #[arg(long)]
     pub lr: Option<f32>,
-    /// Learning-rate schedule after the warmup.
+    /// Learning-rate schedule after the warmup [default: the config's [training]
+    /// lr_schedule, else cosine].
     #[arg(long, value_enum)]
     pub lr_schedule: Option<LrSchedule>,
-    /// Steps of linear warmup.
+    /// Steps of linear warmup [default: the config's [schedule] warmup_steps, else 0; cut
+    /// to --steps when longer].
     #[arg(long)]
     pub warmup_steps: Option<u64>,
-    /// Learning rate at the end of the cosine decay (default: lr / 10).
+    /// Learning rate at the end of the cosine decay [default: --lr times the config's
+    /// [schedule] min_lr_ratio, else --lr / 10].
     #[arg(long)]
     pub min_lr: Option<f32>,
-    /// AdamW decoupled weight decay (on 2-D tensors only).
+    /// AdamW decoupled weight decay, on 2-D tensors only [default: the config's [optimizer]
+    /// weight_decay, else 0.1].
     #[arg(long)]
     pub weight_decay: Option<f32>,
-    /// AdamW beta1.
+    /// AdamW beta1 [default: the config's [optimizer] beta1, else 0.9].
     #[arg(long)]
     pub beta1: Option<f32>,
-    /// AdamW beta2.
+    /// AdamW beta2 [default: the config's [optimizer] beta2, else 0.95].
     #[arg(long)]
     pub beta2: Option<f32>,
-    /// AdamW epsilon.
+    /// AdamW epsilon [default: the config's [optimizer] eps, else 1e-8].
     #[arg(long)]
     pub eps: Option<f32>,
-    /// Clip the global gradient norm to this value; 0 disables clipping.
+    /// Clip the global gradient norm to this value; 0 disables clipping [default: the
+    /// config's [optimizer] grad_clip, else 1].
     #[arg(long)]
     pub grad_clip: Option<f32>,
-    /// Seed of the initialisation and of the samples printed during training.
+    /// Seed of the initialisation and of the samples printed during training [default: the
+    /// config's [training] seed, else 1337].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Evaluate on the validation data every N steps (0: only at the end).
+    /// Evaluate on the validation data every N steps (0: only at the end) [default: the
+    /// config's [training] eval_every, else 100].
     #[arg(long)]
     pub eval_every: Option<u64>,
-    /// Batches per evaluation.
+    /// Batches per evaluation [default: the config's [training] eval_batches, else 20].
     #[arg(long)]
     pub eval_batches: Option<usize>,
-    /// Print a generated sample every N steps (0: only at the end).
+    /// Print a generated sample every N steps (0: only at the end) [default: the config's
+    /// [training] sample_every, else 500].
     #[arg(long)]
     pub sample_every: Option<u64>,
-    /// Write a checkpoint every N steps (0: only at the end); one is always written at the end.
+    /// Write a checkpoint every N steps (0: only at the end); one is always written at the
+    /// end [default: the config's [training] checkpoint_every, else 500].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// Keep only the newest N checkpoints of the run (0: keep all).
+    /// Keep only the newest N checkpoints of the run (0: keep all) [default: 0].
     #[arg(long)]
     pub keep_checkpoints: Option<usize>,
     /// Read windows at random starts (seeded, resumable) instead of in order.
@@ -297,7 +361,8 @@ pub struct TrainArgs {
     /// schedule (which still runs to --steps): `--resume` continues from there.
     #[arg(long, value_name = "STEP")]
     pub stop_at: Option<u64>,
-    /// Print a log line every N steps when stderr is not a terminal (no progress bar).
+    /// Print a log line every N steps when stderr is not a terminal (no progress bar)
+    /// [default: 10].
     #[arg(long)]
     pub log_every: Option<u64>,
 }
@@ -313,7 +378,7 @@ pub struct EvalArgs {
     /// Sequences per batch.
     #[arg(long, default_value_t = 8, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: usize,
-    /// Tokens per sequence (default: the model's context length).
+    /// Tokens per sequence [default: the model's context length].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
     /// Print one JSON object: {"loss", "perplexity", "tokens", "windows"}.
@@ -361,7 +426,7 @@ pub struct InfoArgs {
     /// Sequences per batch for the memory estimate.
     #[arg(long, default_value_t = 8, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: usize,
-    /// Tokens per sequence for FLOPs and memory (default: the context length).
+    /// Tokens per sequence for FLOPs and memory [default: the model's context length].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
     /// Micro-batches per step, as `train --grad-accum`: above 1 training holds a second
@@ -392,13 +457,14 @@ pub struct BenchArgs {
     /// Sequences per batch.
     #[arg(long, default_value_t = 4, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
     pub batch_size: usize,
-    /// Training: tokens per sequence. Decode: the KV cache's capacity. Default: min(context, 256).
+    /// Training: tokens per sequence. Decode: the KV cache's capacity [default: the model's
+    /// context length up to 256].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
     /// Timed steps (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
-    /// Untimed steps first (default: 2 for training, 8 for decoding).
+    /// Untimed steps first [default: 2 for training, 8 for decoding].
     #[arg(long)]
     pub warmup: Option<usize>,
     /// Decode: the prompt's length.
@@ -448,4 +514,87 @@ pub struct DemoArgs {
     /// Peak learning rate.
     #[arg(long, default_value_t = 2e-3)]
     pub lr: f32,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Flags that take a value and have no default: required, or acting only when given.
+    const NO_DEFAULT: &[&str] = &[
+        "tokenizer encode --tokenizer",
+        "tokenizer encode --text",
+        "tokenizer decode --tokenizer",
+        "prepare --tokenizer",
+        "prepare --out",
+        "train --config",
+        "train --init",
+        "train --resume",
+        "train --total-batch-tokens",
+        "train --stop-at",
+        "eval --checkpoint",
+        "eval --data",
+        "generate --checkpoint",
+        "info --config",
+        "info --checkpoint",
+        "bench --config",
+    ];
+
+    /// Every flag that takes a value shows its default in `--help` (clap's own, or a
+    /// `[default: ...]` in the text where it comes from a config or the data), and the
+    /// flags of `NO_DEFAULT` claim none.
+    #[test]
+    fn every_flag_with_a_default_shows_it() {
+        fn walk(cmd: &clap::Command, path: &str, wrong: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if !arg.get_action().takes_values() {
+                    continue;
+                }
+                let name = format!("{path} --{long}").trim().to_string();
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                let shown = !arg.get_default_values().is_empty() || help.contains("[default");
+                if shown == NO_DEFAULT.contains(&name.as_str()) {
+                    wrong.push(name);
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), wrong);
+            }
+        }
+        let mut wrong = Vec::new();
+        walk(&Cli::command(), "", &mut wrong);
+        assert!(
+            wrong.is_empty(),
+            "these flags show no default but have one, or are listed in NO_DEFAULT and show \
+             one: {wrong:?}"
+        );
+    }
+
+    /// `--backend` and `--precision` are listed by the commands that run a model (and
+    /// before the command's name), not by `tokenizer` or `prepare`.
+    #[test]
+    fn backend_flags_only_where_a_model_runs() {
+        let cli = Cli::command();
+        let has = |cmd: &clap::Command, long: &str| {
+            cmd.get_arguments().any(|a| a.get_long() == Some(long))
+        };
+        for long in ["backend", "precision"] {
+            assert!(has(&cli, long));
+            for sub in cli.get_subcommands() {
+                let runs_a_model = !matches!(sub.get_name(), "tokenizer" | "prepare");
+                assert_eq!(has(sub, long), runs_a_model, "{} --{long}", sub.get_name());
+                for leaf in sub.get_subcommands() {
+                    assert!(
+                        !has(leaf, long),
+                        "{} {} --{long}",
+                        sub.get_name(),
+                        leaf.get_name()
+                    );
+                }
+            }
+        }
+    }
 }

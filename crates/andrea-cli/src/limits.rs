@@ -23,6 +23,9 @@ pub const MAX_THREADS: u64 = 1024;
 pub const MAX_MERGES: u64 = (1 << 16) - 256 - 1;
 /// `demo --corpus-bytes`: 8 GiB of generated text.
 pub const MAX_CORPUS_BYTES: u64 = 1 << 33;
+/// Text `tokenizer encode` takes (and ids text `tokenizer decode` reads): the ids are
+/// printed, for looking at; `andrea prepare` turns a corpus of any size into shards.
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;
 
 /// A parser for a `usize` flag in `LO..=HI` (clap prints the error with exit status 2).
 pub fn in_range<const LO: u64, const HI: u64>(s: &str) -> Result<usize, String> {

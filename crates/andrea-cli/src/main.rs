@@ -27,8 +27,9 @@
 //!     tokenizer.json                  Hugging Face tokenizers format
 //!     optimizer.safetensors           AdamW moments (exp_avg.*, exp_avg_sq.*) + step
 //!     training_state.json             step, data position, RNG, settings, file checksums
-//!   metrics.jsonl                     {"step","train_loss","val_loss","lr","grad_norm","tokens_per_s"}
-//!   loss.svg                          train and val loss against the step
+//!   metrics.jsonl                     {"step","train_loss","val_loss","lr","grad_norm","tokens_per_s"},
+//!                                     "resumed_from" on a resumed run's first step
+//!   loss.svg                          train loss (each step, and smoothed), val loss, resumes
 //! ```
 //!
 //! A config file for `train` is `andrea_core`'s TOML (`[model]`, `[optimizer]`,
@@ -120,7 +121,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
         }
     }
-    match backend::select(&cli.global)? {
+    match backend::select(&cli.global, cli.command.backend_args())? {
         // The whole command runs on a worker of the CPU thread pool, so each op starts its
         // parallel work in place instead of handing it over from `main` and waiting for a
         // wake-up (`CpuBackend::install`): 5x on a tiny model's decoding, nothing lost on

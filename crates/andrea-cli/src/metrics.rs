@@ -9,6 +9,8 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use crate::plot::LossSeries;
+
 pub const METRICS_FILE: &str = "metrics.jsonl";
 
 /// One line of `metrics.jsonl`.
@@ -21,6 +23,10 @@ pub struct Metric {
     pub lr: f32,
     pub grad_norm: f32,
     pub tokens_per_s: f64,
+    /// On the first step of a resumed run: the step of the checkpoint it resumed from
+    /// (set by [`Metrics::write`]).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resumed_from: Option<u64>,
 }
 
 pub const PLOT_FILE: &str = "loss.svg";
@@ -30,11 +36,14 @@ pub struct Metrics {
     file: File,
     /// Every line of the run so far (for the plot).
     history: Vec<Metric>,
+    /// The step resumed from, until the first line after it is written.
+    resumed_from: Option<u64>,
 }
 
 impl Metrics {
     /// Opens `<out>/metrics.jsonl` for appending, first dropping lines past `keep_until`
-    /// (a resumed run repeats the steps after its checkpoint).
+    /// (a resumed run repeats the steps after its checkpoint). `keep_until` above 0 is
+    /// the step of the checkpoint a run resumes from: the next line written records it.
     pub fn open(out: &Path, keep_until: u64) -> Result<Metrics> {
         let path = out.join(METRICS_FILE);
         let mut history = Vec::new();
@@ -61,12 +70,18 @@ impl Metrics {
             path,
             file,
             history,
+            resumed_from: (keep_until > 0).then_some(keep_until),
         })
     }
 
+    /// Appends `m` (with `resumed_from` on the first line after a resume).
     pub fn write(&mut self, m: &Metric) -> Result<()> {
-        self.history.push(m.clone());
-        let line = serde_json::to_string(m)?;
+        let m = Metric {
+            resumed_from: self.resumed_from.take().or(m.resumed_from),
+            ..m.clone()
+        };
+        let line = serde_json::to_string(&m)?;
+        self.history.push(m);
         writeln!(self.file, "{line}")
             .and_then(|()| self.file.flush())
             .with_context(|| format!("writing {}", self.path.display()))
@@ -77,9 +92,21 @@ impl Metrics {
     /// Rewrites `loss.svg` next to `metrics.jsonl` from the whole history.
     pub fn write_plot(&self) -> Result<()> {
         let path = self.path.with_file_name(PLOT_FILE);
-        let svg = crate::plot::loss_svg(&self.history);
+        let svg = crate::plot::loss_svg(&loss_series(&self.history))?;
         andrea::model::io::write_atomic(&path, svg.as_bytes())
             .with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// What `loss.svg` shows of a run's lines.
+pub fn loss_series(history: &[Metric]) -> LossSeries {
+    LossSeries {
+        train: history.iter().map(|m| (m.step, m.train_loss)).collect(),
+        val: history
+            .iter()
+            .filter_map(|m| Some((m.step, m.val_loss?)))
+            .collect(),
+        resumed_from: history.iter().filter_map(|m| m.resumed_from).collect(),
     }
 }
 

@@ -169,8 +169,12 @@ impl TrainSettings {
         }
     }
 
-    /// Applies the command line over these settings.
-    pub fn apply_args(&mut self, a: &TrainArgs) {
+    /// Applies the command line over these settings. A warmup that came from the config
+    /// file or the resumed run and is longer than the run is cut to the run's length, so
+    /// that `--steps 10` tries a config out; the note returned says so. One the user
+    /// passed (`--warmup-steps`) is never changed: [`Self::validate`] refuses it.
+    #[must_use = "the note says that the warmup was cut"]
+    pub fn apply_args(&mut self, a: &TrainArgs) -> Option<String> {
         if let Some(lr) = a.lr {
             // The floor follows the peak unless it is given too.
             if a.min_lr.is_none() && self.lr > 0.0 {
@@ -214,6 +218,15 @@ impl TrainSettings {
             };
             self.total_batch_tokens = Some(total);
         }
+        (a.warmup_steps.is_none() && self.warmup_steps > self.steps).then(|| {
+            let note = format!(
+                "the warmup of {} steps is longer than the run's {}: it is cut to {} \
+                 (pass --warmup-steps to choose it)",
+                self.warmup_steps, self.steps, self.steps
+            );
+            self.warmup_steps = self.steps;
+            note
+        })
     }
 
     /// Checks the values against each other and the model; the error names the flag.
@@ -258,8 +271,11 @@ impl TrainSettings {
         }
         if self.warmup_steps > self.steps {
             bail!(
-                "--warmup-steps {} is more than --steps {}",
+                "--warmup-steps {} is more than the run's {} steps (--steps): pass \
+                 --warmup-steps {} or less, or leave it out (a longer warmup from the config \
+                 is cut to the run)",
                 self.warmup_steps,
+                self.steps,
                 self.steps
             );
         }
@@ -349,22 +365,102 @@ mod tests {
         assert_eq!(s.lr_at(9), 1.0);
     }
 
-    #[test]
-    fn command_line_overrides_the_file() {
-        let file: FileConfig = toml::from_str(
-            "[model]\nvocab_size = 10\ncontext_length = 8\nd_model = 8\nn_layer = 1\nn_head = 1\n\
-             [training]\nbatch_size = 3\nsteps = 7\n",
-        )
-        .unwrap();
+    /// A config of a small model with `tables`, and the default settings with it applied.
+    fn from_file(tables: &str) -> (FileConfig, TrainSettings) {
+        let model =
+            "[model]\nvocab_size = 10\ncontext_length = 8\nd_model = 8\nn_layer = 1\nn_head = 1\n";
+        let file: FileConfig = toml::from_str(&format!("{model}{tables}")).unwrap();
         let mut s = TrainSettings::defaults(8);
         s.apply_file(&file);
+        (file, s)
+    }
+
+    #[test]
+    fn command_line_overrides_the_file() {
+        let (_, mut s) = from_file("[training]\nbatch_size = 3\nsteps = 7\n");
         assert_eq!((s.batch_size, s.steps), (3, 7));
         let args = TrainArgs {
             steps: Some(9),
             ..TrainArgs::default()
         };
-        s.apply_args(&args);
+        assert_eq!(s.apply_args(&args), None);
         assert_eq!((s.batch_size, s.steps), (3, 9));
+    }
+
+    #[test]
+    fn a_warmup_from_the_file_is_cut_to_the_run_one_passed_is_not() {
+        let (file, mut s) = from_file("[schedule]\nwarmup_steps = 700\ntotal_steps = 1000\n");
+        s.data = "d".into();
+        let args = |steps, warmup_steps| TrainArgs {
+            steps: Some(steps),
+            warmup_steps,
+            ..TrainArgs::default()
+        };
+        let mut short = s.clone();
+        let note = short.apply_args(&args(10, None)).expect("a note");
+        assert!(note.contains("700") && note.contains("cut to 10"), "{note}");
+        assert_eq!(short.warmup_steps, 10);
+        short.validate(&file.model).unwrap();
+        // A second application (as `train` does) says nothing more.
+        assert_eq!(short.apply_args(&args(10, None)), None);
+        // Long enough: nothing changes.
+        let mut long = s.clone();
+        assert_eq!(long.apply_args(&args(700, None)), None);
+        assert_eq!(long.warmup_steps, 700);
+        // Passed by the user: kept, and refused.
+        let mut explicit = s.clone();
+        assert_eq!(explicit.apply_args(&args(10, Some(50))), None);
+        assert_eq!(explicit.warmup_steps, 50);
+        let err = explicit.validate(&file.model).unwrap_err().to_string();
+        assert!(
+            err.contains("--warmup-steps 50 is more than the run's 10"),
+            "{err}"
+        );
+    }
+
+    /// `andrea train --help` states the built-in defaults these settings start from.
+    #[test]
+    fn train_help_states_the_built_in_defaults() {
+        use clap::{CommandFactory, ValueEnum};
+        let cli = crate::cli::Cli::command();
+        let train = cli.find_subcommand("train").unwrap();
+        let help = |id: &str| {
+            let arg = train.get_arguments().find(|a| a.get_id() == id);
+            arg.and_then(|a| a.get_help())
+                .map_or_else(String::new, |h| h.to_string())
+        };
+        let d = TrainSettings::defaults(1024);
+        let schedule = d.lr_schedule.to_possible_value().unwrap();
+        for (id, value) in [
+            ("steps", d.steps.to_string()),
+            ("batch_size", d.batch_size.to_string()),
+            ("grad_accum", d.grad_accum.to_string()),
+            ("lr", format!("{:e}", d.lr)),
+            ("lr_schedule", schedule.get_name().to_string()),
+            ("weight_decay", d.weight_decay.to_string()),
+            ("beta1", d.beta1.to_string()),
+            ("beta2", d.beta2.to_string()),
+            ("eps", format!("{:e}", d.eps)),
+            ("grad_clip", d.grad_clip.to_string()),
+            ("seed", d.seed.to_string()),
+            ("eval_every", d.eval_every.to_string()),
+            ("eval_batches", d.eval_batches.to_string()),
+            ("sample_every", d.sample_every.to_string()),
+            ("checkpoint_every", d.checkpoint_every.to_string()),
+            ("keep_checkpoints", d.keep_checkpoints.to_string()),
+            ("log_every", d.log_every.to_string()),
+        ] {
+            let text = help(id);
+            assert!(
+                text.contains(&format!("else {value}]"))
+                    || text.contains(&format!("[default: {value}]")),
+                "--{id}: the default is {value}, the help says: {text}"
+            );
+        }
+        assert!(help("warmup_steps").contains(&format!("else {};", d.warmup_steps)));
+        assert!(help("min_lr").contains("else --lr / 10]") && d.min_lr == d.lr * 0.1);
+        assert!(help("seq_len").contains("context length up to 256]"));
+        assert_eq!((d.seq_len, TrainSettings::defaults(64).seq_len), (256, 64));
     }
 
     #[test]

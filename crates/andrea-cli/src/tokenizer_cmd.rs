@@ -1,11 +1,17 @@
 //! `andrea tokenizer train|encode|decode`.
+//!
+//! `encode` takes its text from `--text`, a file or stdin, and `decode` its ids from
+//! `--ids` or stdin, each at most [`limits::MAX_TEXT_BYTES`]: they print what they
+//! make, for looking at and for scripts; `andrea prepare` encodes a corpus of any size.
 
-use std::io::Read;
+use std::io::{IsTerminal, Read};
+use std::path::Path;
 
 use andrea_tokenizer::{train_from_files, Tokenizer, TrainConfig};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::{DecodeArgs, EncodeArgs, TokenizerCommand, TokenizerTrainArgs};
+use crate::limits;
 
 pub fn run(cmd: &TokenizerCommand) -> Result<()> {
     match cmd {
@@ -53,11 +59,15 @@ fn load(path: &std::path::Path) -> Result<Tokenizer> {
 
 fn encode(args: &EncodeArgs) -> Result<()> {
     let tokenizer = load(&args.tokenizer)?;
-    let text = match (&args.text, &args.input) {
+    let fix = "encode a corpus into token shards with `andrea prepare`, or encode it in parts";
+    let text = match (&args.text, args.input.as_deref()) {
         (Some(t), _) => t.clone(),
-        (None, Some(p)) => std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read {} as UTF-8 text", p.display()))?,
-        (None, None) => bail!("pass --text <text> or --input <file>"),
+        (None, Some(p)) if p != Path::new("-") => {
+            let file = std::fs::File::open(p)
+                .with_context(|| format!("cannot open {}: check the path", p.display()))?;
+            read_text(file, &p.display().to_string(), fix)?
+        }
+        (None, _) => read_stdin("the text to encode", "--text <text> or --input <file>", fix)?,
     };
     let ids = if args.special_tokens {
         tokenizer.encode_with_special_tokens(&text)
@@ -93,13 +103,7 @@ fn decode(args: &DecodeArgs) -> Result<()> {
     let tokenizer = load(&args.tokenizer)?;
     let text = match &args.ids {
         Some(s) => s.clone(),
-        None => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("cannot read ids from stdin")?;
-            s
-        }
+        None => read_stdin("the ids to decode", "--ids <ids>", "decode them in parts")?,
     };
     let ids = parse_ids(&text)?;
     let decoded = tokenizer.decode(&ids)?;
@@ -109,4 +113,64 @@ fn decode(args: &DecodeArgs) -> Result<()> {
         println!("{decoded}");
     }
     Ok(())
+}
+
+/// Stdin's text, `what` being read; on a terminal, first a line saying how to end it
+/// (or what to pass instead: `instead`), so a forgotten flag is not a silent wait.
+fn read_stdin(what: &str, instead: &str, fix: &str) -> Result<String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprintln!("reading {what} from stdin (end with Ctrl-D), or pass {instead}");
+    }
+    read_text(stdin.lock(), "stdin", fix)
+}
+
+/// At most [`limits::MAX_TEXT_BYTES`] of UTF-8 text from `source` (named `name` in the
+/// errors); more is refused with `fix`, never cut short.
+fn read_text(source: impl Read, name: &str, fix: &str) -> Result<String> {
+    let max = limits::MAX_TEXT_BYTES;
+    let mut bytes = Vec::new();
+    source
+        .take(max + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {name}"))?;
+    if bytes.len() as u64 > max {
+        bail!(
+            "{name} holds more than {}, the most `andrea tokenizer` reads at once: {fix}",
+            limits::human(max as u128)
+        );
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{name} is not UTF-8 text (an invalid byte at offset {}): pass UTF-8 text",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_past_the_bound_is_refused_not_cut() {
+        let max = limits::MAX_TEXT_BYTES as usize;
+        let fits = vec![b'a'; max];
+        assert_eq!(read_text(&fits[..], "x", "fix").unwrap().len(), max);
+        let over = vec![b'a'; max + 1];
+        let err = read_text(&over[..], "stdin", "split it")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("stdin holds more than 64") && err.contains("split it"),
+            "{err}"
+        );
+        let err = read_text(&b"ok \xff"[..], "f.txt", "")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("f.txt is not UTF-8 text") && err.contains("offset 3"),
+            "{err}"
+        );
+    }
 }

@@ -78,7 +78,9 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B
         }
         let tokenizer = loaded.tokenizer()?.clone();
         let mut settings = state.settings.clone();
-        settings.apply_args(args);
+        if let Some(cut) = settings.apply_args(args) {
+            note(cut);
+        }
         let out = match &args.out {
             Some(o) => o.clone(),
             None => loaded
@@ -114,7 +116,9 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B
     } else if let Some(file) = &file {
         let mut settings = TrainSettings::defaults(file.model.context_length);
         settings.apply_file(file);
-        settings.apply_args(args);
+        if let Some(cut) = settings.apply_args(args) {
+            note(cut);
+        }
         // Before the tokenizer is looked for next to --data, so a missing --data is
         // reported as that.
         settings.validate(&file.model)?;
@@ -143,7 +147,9 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B
              --init <checkpoint> to start from weights, or --resume <checkpoint> to continue a run"
         );
     };
-    settings.apply_args(args);
+    if let Some(cut) = settings.apply_args(args) {
+        note(cut);
+    }
     let Some(out) = args.out.clone() else {
         bail!("pass --out <dir>: the run directory for checkpoints and metrics");
     };
@@ -428,6 +434,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
             lr,
             grad_norm: stats.grad_norm,
             tokens_per_s: tokens_per_step as f64 / elapsed.max(1e-9),
+            resumed_from: None,
         };
         let last = step == settings.steps;
         interrupted = ranks.any(stop.load(Ordering::SeqCst));
