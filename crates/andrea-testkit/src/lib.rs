@@ -42,7 +42,7 @@ pub use tol::Tol;
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::harness::{run_test, Probe, ViaResult, ViaValue};
+    pub use crate::harness::{run_test, try_run_test, Probe, ViaResult, ViaValue};
 }
 
 /// Instantiates the whole conformance suite for one backend: one `#[test]` per
