@@ -48,10 +48,11 @@ impl Skipped {
 
     /// The `SKIPPED` line alone, for a skip that is not a missing device (a test that
     /// needs the emulator, on a GPU): written straight to stderr, which libtest does not
-    /// capture, so that it shows for a passing test too.
+    /// capture, so that it shows for a passing test too, and in one write, so that
+    /// libtest's own output from other threads does not split it.
     pub fn print(&self) {
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{self}");
+        let _ = std::io::stderr().write_all(format!("{self}\n").as_bytes());
     }
 }
 
