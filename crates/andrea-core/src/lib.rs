@@ -35,9 +35,9 @@ pub use tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 pub mod prelude {
     pub use crate::ops::{
         AdamWStep, AttentionOps, AttentionShape, Backend, DecodeBlock, DecodeBlockOf, DecodeOps,
-        ElementwiseOps, EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps, LinearOf,
-        LinearParams, LossOps, Mat, MemoryOps, NormOutputs, NormParams, OptimOps, SoftmaxOps,
-        Tensor, IGNORE_INDEX,
+        DeviceRegion, ElementwiseOps, EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps,
+        LinearOf, LinearParams, LossOps, Mat, MemoryOps, NormOutputs, NormParams, OptimOps,
+        SoftmaxOps, Tensor, IGNORE_INDEX,
     };
     pub use crate::tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 }

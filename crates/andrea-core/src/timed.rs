@@ -31,11 +31,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::ops::{
-    AdamWStep, AttentionOps, AttentionShape, DecodeBlockOf, DecodeOps, ElementwiseOps,
-    EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps, LinearOf, LossOps, Mat, MemoryOps,
-    OptimOps, SoftmaxOps, Tensor,
-};
+use crate::prelude::*;
 
 /// What one op has cost since the last [`Timed::reset`]; the products are counted per
 /// shape, each shape a row of its own.
@@ -190,13 +186,9 @@ impl<B: MemoryOps> Timed<B> {
         }
     }
 
-    /// Runs one op between two synchronisations and records it if it succeeded.
-    fn time<R>(&self, op: &'static str, work: Work, f: impl FnOnce() -> Result<R>) -> Result<R> {
-        self.time_shaped(op, String::new(), work, f)
-    }
-
-    /// [`Timed::time`] for a product, counted under its shape.
-    fn time_shaped<R>(
+    /// Runs one op between two synchronisations and records it under `op` and `shape` (a
+    /// product's, else empty) if it succeeded.
+    fn time<R>(
         &self,
         op: &'static str,
         shape: String,
@@ -310,324 +302,164 @@ impl Profile {
     }
 }
 
-impl<B: MemoryOps> MemoryOps for Timed<B> {
-    type Buffer = B::Buffer;
-    type IdBuffer = B::IdBuffer;
+/// Implements the ten op families for `Timed<B>` from the op list
+/// ([`crate::for_each_op!`]): each op runs through [`Timed::time`] under its name,
+/// with the work `@work` counts (none for an op without an arm there) and, for a
+/// product, the shape `@shape` names. The arms ahead of the last `@op` one are the
+/// exceptions.
+macro_rules! timed_ops {
+    ($($family:ident { $(fn $op:ident $args:tt -> $ret:ty;)* })*) => {
+        $(impl<B: Backend> $family for Timed<B> {
+            timed_ops!(@types $family);
+            $(timed_ops!(@op $op $args -> $ret);)*
+        })*
+    };
+    (@types MemoryOps) => {
+        type Buffer = B::Buffer;
+        type IdBuffer = B::IdBuffer;
+    };
+    (@types $family:ident) => {};
 
-    fn name(&self) -> String {
-        format!("timed {}", self.inner.name())
-    }
-    fn alloc(&self, len: usize) -> Result<Self::Buffer> {
-        self.time("alloc", Work::None, || self.inner.alloc(len))
-    }
-    fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer> {
-        self.time("alloc_ids", Work::None, || self.inner.alloc_ids(len))
-    }
-    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
-        self.time("upload", floats(src.len()), || self.inner.upload(src, dst))
-    }
-    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
-        let work = floats(dst.len());
-        self.time("download", work, || self.inner.download(src, dst))
-    }
-    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
-        self.time("upload_ids", floats(src.len()), || {
-            self.inner.upload_ids(src, dst)
-        })
-    }
-    fn synchronize(&self) -> Result<()> {
-        self.inner.synchronize()
-    }
-    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
-        self.time("fill", floats(dst.numel()), || self.inner.fill(dst, value))
-    }
-    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
-        let work = floats(2 * src.batch * src.rows * src.cols);
-        self.time("copy", work, || self.inner.copy(src, dst))
-    }
-}
+    (@op name () -> $ret:ty) => {
+        fn name(&self) -> String {
+            format!("timed {}", self.inner.name())
+        }
+    };
+    // Not work on the device: asked of `B`, untimed.
+    (@op synchronize $($sig:tt)*) => { timed_ops!(@untimed synchronize $($sig)*); };
+    (@op matmul_scratch_len $($sig:tt)*) => { timed_ops!(@untimed matmul_scratch_len $($sig)*); };
+    (@op kv_heads_apart $($sig:tt)*) => { timed_ops!(@untimed kv_heads_apart $($sig)*); };
+    (@op attention_workspace_len $($sig:tt)*) => {
+        timed_ops!(@untimed attention_workspace_len $($sig)*);
+    };
+    (@op attention_backward_scratch_len $($sig:tt)*) => {
+        timed_ops!(@untimed attention_backward_scratch_len $($sig)*);
+    };
+    // The traits' defaults: a collective then goes through `download` and `upload`,
+    // which are timed.
+    (@op device_region $($sig:tt)*) => {};
+    (@op with_host_elements $($sig:tt)*) => {};
+    (@op $op:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty) => {
+        fn $op(&self, $($arg: $ty),*) -> $ret {
+            let shape = timed_ops!(@shape $op $($arg)*);
+            let work = timed_ops!(@work $op $($arg)*);
+            self.time(stringify!($op), shape, work, || self.inner.$op($($arg),*))
+        }
+    };
+    (@untimed $op:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty) => {
+        fn $op(&self, $($arg: $ty),*) -> $ret {
+            self.inner.$op($($arg),*)
+        }
+    };
 
-impl<B: LinalgOps + ElementwiseOps> LinalgOps for Timed<B> {
-    fn matmul(
-        &self,
-        a: Mat<'_, Self>,
-        b: Mat<'_, Self>,
-        bias: Option<Tensor<'_, Self>>,
-        c: Mat<'_, Self>,
-    ) -> Result<()> {
-        let shape = product_shape(&a, &b, &c);
-        self.time_shaped("matmul", shape, matmul_flops(&a, &c), || {
-            self.inner.matmul(a, b, bias, c)
-        })
-    }
-    fn matmul_add(
-        &self,
-        a: Mat<'_, Self>,
-        b: Mat<'_, Self>,
-        bias: Option<Tensor<'_, Self>>,
-        c: Mat<'_, Self>,
-    ) -> Result<()> {
-        let shape = product_shape(&a, &b, &c);
-        self.time_shaped("matmul_add", shape, matmul_flops(&a, &c), || {
-            self.inner.matmul_add(a, b, bias, c)
-        })
-    }
-    fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
-        self.inner.matmul_scratch_len(m, k, n)
-    }
-    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
-        let work = floats(dout.numel() + 2 * dbias.numel());
-        self.time("bias_backward", work, || {
-            self.inner.bias_backward(dout, dbias)
-        })
-    }
-    fn linear_gelu(
-        &self,
-        x: Mat<'_, Self>,
-        w: Mat<'_, Self>,
-        bias: Tensor<'_, Self>,
-        pre: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let shape = product_shape(&x, &w, &pre.mat());
-        self.time_shaped("linear_gelu", shape, matmul_flops(&x, &pre.mat()), || {
-            self.inner.linear_gelu(x, w, bias, pre, out)
-        })
-    }
-    fn matmul_gelu_backward(
-        &self,
-        dy: Mat<'_, Self>,
-        w: Mat<'_, Self>,
-        pre: Tensor<'_, Self>,
-        dpre: Tensor<'_, Self>,
-    ) -> Result<()> {
-        self.time_shaped(
-            "matmul_gelu_backward",
-            product_shape(&dy, &w, &dpre.mat()),
-            matmul_flops(&dy, &dpre.mat()),
-            || self.inner.matmul_gelu_backward(dy, w, pre, dpre),
-        )
-    }
-    fn mlp_forward(
-        &self,
-        x: Tensor<'_, Self>,
-        fc: LinearOf<'_, Self>,
-        pre: Tensor<'_, Self>,
-        act: Tensor<'_, Self>,
-        proj: LinearOf<'_, Self>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
+    // The products, counted per shape.
+    (@shape matmul $a:ident $b:ident $bias:ident $c:ident) => { product_shape(&$a, &$b, &$c) };
+    (@shape matmul_add $a:ident $b:ident $bias:ident $c:ident) => { product_shape(&$a, &$b, &$c) };
+    (@shape linear_gelu $x:ident $w:ident $bias:ident $pre:ident $out:ident) => {
+        product_shape(&$x, &$w, &$pre.mat())
+    };
+    (@shape matmul_gelu_backward $dy:ident $w:ident $pre:ident $dpre:ident) => {
+        product_shape(&$dy, &$w, &$dpre.mat())
+    };
+    (@shape $op:ident $($arg:ident)*) => { String::new() };
+
+    // Memory.
+    (@work upload $src:ident $dst:ident) => { floats($src.len()) };
+    (@work download $src:ident $dst:ident) => { floats($dst.len()) };
+    (@work upload_ids $src:ident $dst:ident) => { floats($src.len()) };
+    (@work fill $dst:ident $value:ident) => { floats($dst.numel()) };
+    (@work copy $src:ident $dst:ident) => { floats(2 * $src.batch * $src.rows * $src.cols) };
+    // Products: `2·M·N·K`.
+    (@work matmul $a:ident $b:ident $bias:ident $c:ident) => { matmul_flops(&$a, &$c) };
+    (@work matmul_add $a:ident $b:ident $bias:ident $c:ident) => { matmul_flops(&$a, &$c) };
+    (@work linear_gelu $x:ident $w:ident $bias:ident $pre:ident $out:ident) => {
+        matmul_flops(&$x, &$pre.mat())
+    };
+    (@work matmul_gelu_backward $dy:ident $w:ident $pre:ident $dpre:ident) => {
+        matmul_flops(&$dy, &$dpre.mat())
+    };
+    (@work mlp_forward $x:ident $fc:ident $pre:ident $act:ident $proj:ident $out:ident) => {
         // Two products of x's rows: C·M and M·C multiply-adds each.
-        let flops = 4.0 * (x.shape.rows() * x.shape.last() * pre.shape.last()) as f64;
-        self.time("mlp_forward", Work::Flops(flops), || {
-            self.inner.mlp_forward(x, fc, pre, act, proj, out)
-        })
-    }
-}
-
-impl<B: ElementwiseOps> ElementwiseOps for Timed<B> {
-    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
-        self.time("add", floats(3 * out.numel()), || self.inner.add(a, b, out))
-    }
-    fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()> {
-        self.time("scale", floats(2 * x.numel()), || {
-            self.inner.scale(x, alpha)
-        })
-    }
-    fn gelu(&self, x: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
-        self.time("gelu", floats(2 * x.numel()), || self.inner.gelu(x, out))
-    }
-    fn gelu_backward(
-        &self,
-        x: Tensor<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-    ) -> Result<()> {
-        self.time("gelu_backward", floats(3 * x.numel()), || {
-            self.inner.gelu_backward(x, dout, dx)
-        })
-    }
-}
-
-impl<B: LayerNormOps + ElementwiseOps> LayerNormOps for Timed<B> {
-    fn layernorm(
-        &self,
-        x: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        beta: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
-        eps: f32,
-    ) -> Result<()> {
-        let work = floats(2 * x.numel() + 2 * mean.numel() + 2 * gamma.numel());
-        self.time("layernorm", work, || {
-            self.inner.layernorm(x, gamma, beta, out, mean, rstd, eps)
-        })
-    }
-    fn layernorm_backward(
-        &self,
-        x: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-        dgamma: Tensor<'_, Self>,
-        dbeta: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let work = floats(4 * x.numel() + 2 * mean.numel() + 5 * gamma.numel());
-        self.time("layernorm_backward", work, || {
-            self.inner
-                .layernorm_backward(x, gamma, mean, rstd, dout, dx, dgamma, dbeta)
-        })
-    }
-    fn residual_layernorm(
-        &self,
-        a: Tensor<'_, Self>,
-        b: Tensor<'_, Self>,
-        residual: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        beta: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
-        eps: f32,
-    ) -> Result<()> {
-        let work = floats(4 * a.numel() + 2 * mean.numel() + 2 * gamma.numel());
-        self.time("residual_layernorm", work, || {
-            self.inner
-                .residual_layernorm(a, b, residual, gamma, beta, out, mean, rstd, eps)
-        })
-    }
-}
-
-impl<B: SoftmaxOps> SoftmaxOps for Timed<B> {
-    fn softmax(
-        &self,
-        x: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        scale: f32,
-        causal_offset: Option<usize>,
-    ) -> Result<()> {
-        self.time("softmax", floats(2 * x.numel()), || {
-            self.inner.softmax(x, out, scale, causal_offset)
-        })
-    }
-    fn softmax_backward(
-        &self,
-        probs: Tensor<'_, Self>,
-        dprobs: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-        scale: f32,
-    ) -> Result<()> {
-        self.time("softmax_backward", floats(3 * probs.numel()), || {
-            self.inner.softmax_backward(probs, dprobs, dx, scale)
-        })
-    }
-}
-
-impl<B: EmbeddingOps> EmbeddingOps for Timed<B> {
-    fn embedding(
-        &self,
-        ids: Ids<'_, Self>,
-        wte: Tensor<'_, Self>,
-        wpe: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        pos_offset: usize,
-    ) -> Result<()> {
-        let work = floats(3 * out.numel() + ids.numel());
-        self.time("embedding", work, || {
-            self.inner.embedding(ids, wte, wpe, out, pos_offset)
-        })
-    }
-    fn embedding_backward(
-        &self,
-        ids: Ids<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dwte: Tensor<'_, Self>,
-        dwpe: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let work = floats(3 * dout.numel() + ids.numel());
-        self.time("embedding_backward", work, || {
-            self.inner.embedding_backward(ids, dout, dwte, dwpe)
-        })
-    }
-}
-
-impl<B: LossOps> LossOps for Timed<B> {
-    fn softmax_cross_entropy(
-        &self,
-        logits: Tensor<'_, Self>,
-        targets: Ids<'_, Self>,
-        vocab: usize,
-        losses: Tensor<'_, Self>,
-        dlogits: Option<Tensor<'_, Self>>,
-        grad_scale: f32,
-    ) -> Result<()> {
-        let passes = if dlogits.is_some() { 2 } else { 1 };
-        let work = floats(passes * logits.numel() + 2 * losses.numel());
-        self.time("softmax_cross_entropy", work, || {
-            self.inner
-                .softmax_cross_entropy(logits, targets, vocab, losses, dlogits, grad_scale)
-        })
-    }
-}
-
-impl<B: OptimOps> OptimOps for Timed<B> {
-    fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
-        self.time("sum_squares", floats(x.numel()), || {
-            self.inner.sum_squares(x)
-        })
-    }
-    fn adamw(
-        &self,
-        param: Tensor<'_, Self>,
-        grad: Tensor<'_, Self>,
-        m: Tensor<'_, Self>,
-        v: Tensor<'_, Self>,
-        step: &AdamWStep,
-    ) -> Result<()> {
+        Work::Flops(4.0 * ($x.shape.rows() * $x.shape.last() * $pre.shape.last()) as f64)
+    };
+    (@work bias_backward $dout:ident $dbias:ident) => {
+        floats($dout.numel() + 2 * $dbias.numel())
+    };
+    // Elementwise, normalisation, softmax: each operand once, an accumulated one twice.
+    (@work add $a:ident $b:ident $out:ident) => { floats(3 * $out.numel()) };
+    (@work scale $x:ident $alpha:ident) => { floats(2 * $x.numel()) };
+    (@work gelu $x:ident $out:ident) => { floats(2 * $x.numel()) };
+    (@work gelu_backward $x:ident $dout:ident $dx:ident) => { floats(3 * $x.numel()) };
+    (@work layernorm $x:ident $gamma:ident $beta:ident $out:ident $mean:ident $rstd:ident
+        $eps:ident) => {
+        floats(2 * $x.numel() + 2 * $mean.numel() + 2 * $gamma.numel())
+    };
+    (@work layernorm_backward $x:ident $gamma:ident $mean:ident $rstd:ident $dout:ident
+        $dx:ident $dgamma:ident $dbeta:ident) => {
+        floats(4 * $x.numel() + 2 * $mean.numel() + 5 * $gamma.numel())
+    };
+    (@work residual_layernorm $a:ident $b:ident $residual:ident $gamma:ident $beta:ident
+        $out:ident $mean:ident $rstd:ident $eps:ident) => {
+        floats(4 * $a.numel() + 2 * $mean.numel() + 2 * $gamma.numel())
+    };
+    (@work softmax $x:ident $out:ident $scale:ident $causal_offset:ident) => {
+        floats(2 * $x.numel())
+    };
+    (@work softmax_backward $probs:ident $dprobs:ident $dx:ident $scale:ident) => {
+        floats(3 * $probs.numel())
+    };
+    // Embedding: the rows gathered (or scattered into) and the ids.
+    (@work embedding $ids:ident $wte:ident $wpe:ident $out:ident $pos_offset:ident) => {
+        floats(3 * $out.numel() + $ids.numel())
+    };
+    (@work embedding_backward $ids:ident $dout:ident $dwte:ident $dwpe:ident) => {
+        floats(3 * $dout.numel() + $ids.numel())
+    };
+    (@work softmax_cross_entropy $logits:ident $targets:ident $vocab:ident $losses:ident
+        $dlogits:ident $grad_scale:ident) => {{
+        let passes = if $dlogits.is_some() { 2 } else { 1 };
+        floats(passes * $logits.numel() + 2 * $losses.numel())
+    }};
+    // Optimizer.
+    (@work sum_squares $x:ident) => { floats($x.numel()) };
+    (@work adamw $param:ident $grad:ident $m:ident $v:ident $step:ident) => {
         // Reads p, g, m, v; writes p, m, v.
-        self.time("adamw", floats(7 * param.numel()), || {
-            self.inner.adamw(param, grad, m, v, step)
-        })
-    }
-    fn clip_scale(
-        &self,
-        grad: Tensor<'_, Self>,
-        mean: f64,
-        max_norm: Option<f32>,
-        guard: Option<Tensor<'_, Self>>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
+        floats(7 * $param.numel())
+    };
+    (@work clip_scale $grad:ident $mean:ident $max_norm:ident $guard:ident $out:ident) => {
         // Reads the gradient (its Σ g²) and the guard; writes 3 floats.
-        let n = grad.numel() + guard.as_ref().map_or(0, |g| g.numel()) + 3;
-        self.time("clip_scale", floats(n), || {
-            self.inner.clip_scale(grad, mean, max_norm, guard, out)
-        })
-    }
-    fn adamw_scaled(
-        &self,
-        param: Tensor<'_, Self>,
-        grad: Tensor<'_, Self>,
-        m: Tensor<'_, Self>,
-        v: Tensor<'_, Self>,
-        step: &AdamWStep,
-        scale: Tensor<'_, Self>,
-    ) -> Result<()> {
-        self.time("adamw_scaled", floats(7 * param.numel()), || {
-            self.inner.adamw_scaled(param, grad, m, v, step, scale)
-        })
-    }
-}
-
-impl<B: DecodeOps> DecodeOps for Timed<B> {
-    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
+        floats($grad.numel() + $guard.as_ref().map_or(0, |g| g.numel()) + 3)
+    };
+    (@work adamw_scaled $param:ident $grad:ident $m:ident $v:ident $step:ident
+        $scale:ident) => {
+        floats(7 * $param.numel())
+    };
+    // Attention: the visible scores.
+    (@work attention_forward $q:ident $k:ident $v:ident $out:ident $workspace:ident
+        $pos_offset:ident) => {
+        Work::Flops(4.0 * $q.head_dim as f64 * visible_scores(&$q, $pos_offset))
+    };
+    (@work attention_backward $q:ident $k:ident $v:ident $out:ident $dout:ident $dq:ident
+        $dk:ident $dv:ident $workspace:ident $scratch:ident) => {
+        Work::Flops(8.0 * $q.head_dim as f64 * visible_scores(&$q, 0))
+    };
+    (@work decode_attention $x:ident $qkv_w:ident $qkv:ident $keys:ident $values:ident
+        $atty:ident $workspace:ident $proj:ident $out:ident) => {{
+        // The two products, and the attention of the new positions (the sizes as the
+        // op's check will see them; a call it refuses is timed with what they give).
+        let (n, c) = ($x.shape.rows(), $x.shape.last());
+        let t = n / $keys.batch.max(1);
+        let q = HeadsOf::<'_, Self> { seq: t, ..$keys };
+        let attention =
+            4.0 * $keys.head_dim as f64 * visible_scores(&q, $keys.seq.saturating_sub(t));
+        let products = 2.0 * (n * c * 4 * c) as f64;
+        Work::Flops(products + attention)
+    }};
+    (@work decode_blocks $blocks:ident $eps:ident) => {{
         // Per block the six products (`x·W` of the QKV, the attention's projection and
         // the MLP's two: 24·N·C² FLOPs) and the attention of the new positions, as
         // `decode_attention` counts them.
-        let flops = blocks
+        let flops = $blocks
             .iter()
             .map(|b| {
                 let (n, c) = (b.x.shape.rows(), b.x.shape.last());
@@ -637,82 +469,10 @@ impl<B: DecodeOps> DecodeOps for Timed<B> {
                 24.0 * (n * c * c) as f64 + 4.0 * b.keys.head_dim as f64 * visible_scores(&q, past)
             })
             .sum();
-        self.time("decode_blocks", Work::Flops(flops), || {
-            self.inner.decode_blocks(blocks, eps)
-        })
-    }
+        Work::Flops(flops)
+    }};
+    // An op without a count: timed only.
+    (@work $op:ident $($arg:ident)*) => { Work::None };
 }
 
-impl<B: AttentionOps + LinalgOps + SoftmaxOps> AttentionOps for Timed<B> {
-    fn kv_heads_apart(&self) -> bool {
-        self.inner.kv_heads_apart()
-    }
-    fn attention_workspace_len(&self, shape: AttentionShape) -> usize {
-        self.inner.attention_workspace_len(shape)
-    }
-    fn attention_backward_scratch_len(&self, shape: AttentionShape) -> usize {
-        self.inner.attention_backward_scratch_len(shape)
-    }
-    fn attention_forward(
-        &self,
-        q: HeadsOf<'_, Self>,
-        k: HeadsOf<'_, Self>,
-        v: HeadsOf<'_, Self>,
-        out: HeadsOf<'_, Self>,
-        workspace: Tensor<'_, Self>,
-        pos_offset: usize,
-    ) -> Result<()> {
-        let work = Work::Flops(4.0 * q.head_dim as f64 * visible_scores(&q, pos_offset));
-        self.time("attention_forward", work, || {
-            self.inner
-                .attention_forward(q, k, v, out, workspace, pos_offset)
-        })
-    }
-    fn attention_backward(
-        &self,
-        q: HeadsOf<'_, Self>,
-        k: HeadsOf<'_, Self>,
-        v: HeadsOf<'_, Self>,
-        out: HeadsOf<'_, Self>,
-        dout: HeadsOf<'_, Self>,
-        dq: HeadsOf<'_, Self>,
-        dk: HeadsOf<'_, Self>,
-        dv: HeadsOf<'_, Self>,
-        workspace: Tensor<'_, Self>,
-        scratch: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let work = Work::Flops(8.0 * q.head_dim as f64 * visible_scores(&q, 0));
-        self.time("attention_backward", work, || {
-            self.inner
-                .attention_backward(q, k, v, out, dout, dq, dk, dv, workspace, scratch)
-        })
-    }
-    fn decode_attention(
-        &self,
-        x: Tensor<'_, Self>,
-        qkv_w: LinearOf<'_, Self>,
-        qkv: Tensor<'_, Self>,
-        keys: HeadsOf<'_, Self>,
-        values: HeadsOf<'_, Self>,
-        atty: Tensor<'_, Self>,
-        workspace: Tensor<'_, Self>,
-        proj: LinearOf<'_, Self>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
-        // The two products, and the attention of the new positions (the sizes as the
-        // op's check will see them; a call it refuses is timed with what they give).
-        let (n, c) = (x.shape.rows(), x.shape.last());
-        let t = n / keys.batch.max(1);
-        let q = HeadsOf::<'_, Self> { seq: t, ..keys };
-        let attention = 4.0 * keys.head_dim as f64 * visible_scores(&q, keys.seq.saturating_sub(t));
-        let products = 2.0 * (n * c * 4 * c) as f64;
-        self.time(
-            "decode_attention",
-            Work::Flops(products + attention),
-            || {
-                self.inner
-                    .decode_attention(x, qkv_w, qkv, keys, values, atty, workspace, proj, out)
-            },
-        )
-    }
-}
+crate::for_each_op!(timed_ops);

@@ -299,6 +299,30 @@ impl<'a, X, Y> Split for DecodeBlock<'a, Pair<X, Y>> {
     }
 }
 
+/// A value on the host (a size, a scale, a host slice, the AdamW step): the same on
+/// both sides.
+macro_rules! same_on_both_sides {
+    ($($t:ty),*) => {$(
+        impl Split for $t {
+            type A = $t;
+            type B = $t;
+            fn split(self) -> ($t, $t) {
+                (self, self)
+            }
+        }
+    )*};
+}
+
+same_on_both_sides!(usize, f32, f64);
+
+impl<'a, T: ?Sized> Split for &'a T {
+    type A = &'a T;
+    type B = &'a T;
+    fn split(self) -> (&'a T, &'a T) {
+        (self, self)
+    }
+}
+
 impl<T: Split> Split for Option<T> {
     type A = Option<T::A>;
     type B = Option<T::B>;
@@ -467,609 +491,237 @@ impl<A: Backend, B: Backend> Compare<A, B> {
     }
 }
 
-impl<A: Backend, B: Backend> MemoryOps for Compare<A, B> {
-    type Buffer = Pair<A::Buffer, B::Buffer>;
-    type IdBuffer = Pair<A::IdBuffer, B::IdBuffer>;
+/// Implements the ten op families for `Compare<A, B>` from the op list
+/// ([`andrea_core::for_each_op!`]): each op's arguments are split into `A`'s and `B`'s
+/// ([`Split`]), the op runs on both ([`Compare::op`]), and the outputs `@outputs` names
+/// are compared. The arms ahead of the last `@op` one are the exceptions. A new op needs
+/// its `@outputs` line (there is no default: an op compared by nothing would pass).
+macro_rules! compare_ops {
+    ($($family:ident { $(fn $op:ident $args:tt -> $ret:ty;)* })*) => {
+        $(impl<A: Backend, B: Backend> $family for Compare<A, B> {
+            compare_ops!(@types $family);
+            $(compare_ops!(@op $op $args -> $ret);)*
+        })*
+    };
+    (@types MemoryOps) => {
+        type Buffer = Pair<A::Buffer, B::Buffer>;
+        type IdBuffer = Pair<A::IdBuffer, B::IdBuffer>;
+    };
+    (@types $family:ident) => {};
 
-    fn name(&self) -> String {
-        format!("compare({} vs {})", self.a.name(), self.b.name())
-    }
-    fn alloc(&self, len: usize) -> Result<Self::Buffer> {
-        Ok(Pair {
-            a: self.a.alloc(len)?,
-            b: self.b.alloc(len)?,
-        })
-    }
-    fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer> {
-        Ok(Pair {
-            a: self.a.alloc_ids(len)?,
-            b: self.b.alloc_ids(len)?,
-        })
-    }
-    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
-        let (da, db) = dst.split();
-        self.op(
-            "upload",
-            || self.a.upload(src, da),
-            || self.b.upload(src, db),
-            &[("dst", dst)],
-        )
-    }
-    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
-        let (sa, sb) = src.split();
-        let mut other = vec![0.0; dst.len()];
-        self.op(
-            "download",
-            || self.a.download(sa, dst),
-            || self.b.download(sb, &mut other),
-            &[("src", src)],
-        )
-    }
-    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
-        let (da, db) = dst.split();
-        self.op(
-            "upload_ids",
-            || self.a.upload_ids(src, da),
-            || self.b.upload_ids(src, db),
-            &[],
-        )
-    }
-    fn synchronize(&self) -> Result<()> {
-        self.a.synchronize()?;
-        self.b.synchronize()
-    }
-    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
-        let (da, db) = dst.split();
-        self.op(
-            "fill",
-            || self.a.fill(da, value),
-            || self.b.fill(db, value),
-            &[("dst", dst)],
-        )
-    }
-    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
-        let ((sa, sb), (da, db)) = (src.split(), dst.split());
-        self.op(
-            "copy",
-            || self.a.copy(sa, da),
-            || self.b.copy(sb, db),
-            &[("dst", span(dst.buf, dst.extent()))],
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> LinalgOps for Compare<A, B> {
-    fn matmul(
-        &self,
-        a: Mat<'_, Self>,
-        b: Mat<'_, Self>,
-        bias: Option<Tensor<'_, Self>>,
-        c: Mat<'_, Self>,
-    ) -> Result<()> {
-        let ((aa, ab), (ba, bb), (biasa, biasb), (ca, cb)) =
-            (a.split(), b.split(), bias.split(), c.split());
-        self.op(
-            "matmul",
-            || self.a.matmul(aa, ba, biasa, ca),
-            || self.b.matmul(ab, bb, biasb, cb),
-            &[("c", span(c.buf, c.extent()))],
-        )
-    }
-    fn matmul_add(
-        &self,
-        a: Mat<'_, Self>,
-        b: Mat<'_, Self>,
-        bias: Option<Tensor<'_, Self>>,
-        c: Mat<'_, Self>,
-    ) -> Result<()> {
-        let ((aa, ab), (ba, bb), (biasa, biasb), (ca, cb)) =
-            (a.split(), b.split(), bias.split(), c.split());
-        self.op(
-            "matmul_add",
-            || self.a.matmul_add(aa, ba, biasa, ca),
-            || self.b.matmul_add(ab, bb, biasb, cb),
-            &[("c", span(c.buf, c.extent()))],
-        )
-    }
-    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
-        let ((ga, gb), (da, db)) = (dout.split(), dbias.split());
-        self.op(
-            "bias_backward",
-            || self.a.bias_backward(ga, da),
-            || self.b.bias_backward(gb, db),
-            &[("dbias", dbias)],
-        )
-    }
-    fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
-        let (a, b) = (
-            self.a.matmul_scratch_len(m, k, n),
-            self.b.matmul_scratch_len(m, k, n),
-        );
-        a.max(b)
-    }
-    fn linear_gelu(
-        &self,
-        x: Mat<'_, Self>,
-        w: Mat<'_, Self>,
-        bias: Tensor<'_, Self>,
-        pre: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((xa, xb), (wa, wb), (ba, bb), (pa, pb), (oa, ob)) =
-            (x.split(), w.split(), bias.split(), pre.split(), out.split());
-        self.op(
-            "linear_gelu",
-            || self.a.linear_gelu(xa, wa, ba, pa, oa),
-            || self.b.linear_gelu(xb, wb, bb, pb, ob),
-            &[("pre", pre), ("out", out)],
-        )
-    }
-    fn matmul_gelu_backward(
-        &self,
-        dy: Mat<'_, Self>,
-        w: Mat<'_, Self>,
-        pre: Tensor<'_, Self>,
-        dpre: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((da, db), (wa, wb), (pa, pb), (ga, gb)) =
-            (dy.split(), w.split(), pre.split(), dpre.split());
-        self.op(
-            "matmul_gelu_backward",
-            || self.a.matmul_gelu_backward(da, wa, pa, ga),
-            || self.b.matmul_gelu_backward(db, wb, pb, gb),
-            &[("dpre", dpre)],
-        )
-    }
-    fn mlp_forward(
-        &self,
-        x: Tensor<'_, Self>,
-        fc: LinearOf<'_, Self>,
-        pre: Tensor<'_, Self>,
-        act: Tensor<'_, Self>,
-        proj: LinearOf<'_, Self>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((xa, xb), (fa, fb), (pa, pb)) = (x.split(), fc.split(), pre.split());
-        let ((aa, ab), (ja, jb), (oa, ob)) = (act.split(), proj.split(), out.split());
-        // `pre` and `act` are scratch (a fused kernel need not write them): `out` only.
-        self.op(
-            "mlp_forward",
-            || self.a.mlp_forward(xa, fa, pa, aa, ja, oa),
-            || self.b.mlp_forward(xb, fb, pb, ab, jb, ob),
-            &[("out", out)],
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> ElementwiseOps for Compare<A, B> {
-    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
-        let ((aa, ab), (ba, bb), (oa, ob)) = (a.split(), b.split(), out.split());
-        self.op(
-            "add",
-            || self.a.add(aa, ba, oa),
-            || self.b.add(ab, bb, ob),
-            &[("out", out)],
-        )
-    }
-    fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()> {
-        let (xa, xb) = x.split();
-        self.op(
-            "scale",
-            || self.a.scale(xa, alpha),
-            || self.b.scale(xb, alpha),
-            &[("x", x)],
-        )
-    }
-    fn gelu(&self, x: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
-        let ((xa, xb), (oa, ob)) = (x.split(), out.split());
-        self.op(
-            "gelu",
-            || self.a.gelu(xa, oa),
-            || self.b.gelu(xb, ob),
-            &[("out", out)],
-        )
-    }
-    fn gelu_backward(
-        &self,
-        x: Tensor<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((xa, xb), (ga, gb), (da, db)) = (x.split(), dout.split(), dx.split());
-        self.op(
-            "gelu_backward",
-            || self.a.gelu_backward(xa, ga, da),
-            || self.b.gelu_backward(xb, gb, db),
-            &[("dx", dx)],
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> LayerNormOps for Compare<A, B> {
-    fn layernorm(
-        &self,
-        x: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        beta: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
-        eps: f32,
-    ) -> Result<()> {
-        let ((xa, xb), (ga, gb), (ba, bb)) = (x.split(), gamma.split(), beta.split());
-        let ((oa, ob), (ma, mb), (ra, rb)) = (out.split(), mean.split(), rstd.split());
-        self.op(
-            "layernorm",
-            || self.a.layernorm(xa, ga, ba, oa, ma, ra, eps),
-            || self.b.layernorm(xb, gb, bb, ob, mb, rb, eps),
-            &[("out", out), ("mean", mean), ("rstd", rstd)],
-        )
-    }
-    fn layernorm_backward(
-        &self,
-        x: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-        dgamma: Tensor<'_, Self>,
-        dbeta: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((xa, xb), (ga, gb), (ma, mb), (ra, rb)) =
-            (x.split(), gamma.split(), mean.split(), rstd.split());
-        let ((oa, ob), (dxa, dxb), (dga, dgb), (dba, dbb)) =
-            (dout.split(), dx.split(), dgamma.split(), dbeta.split());
-        self.op(
-            "layernorm_backward",
-            || self.a.layernorm_backward(xa, ga, ma, ra, oa, dxa, dga, dba),
-            || self.b.layernorm_backward(xb, gb, mb, rb, ob, dxb, dgb, dbb),
-            &[("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)],
-        )
-    }
-    fn residual_layernorm(
-        &self,
-        a: Tensor<'_, Self>,
-        b: Tensor<'_, Self>,
-        residual: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        beta: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
-        eps: f32,
-    ) -> Result<()> {
-        let ((aa, ab), (ba, bb), (sa, sb)) = (a.split(), b.split(), residual.split());
-        let ((ga, gb), (ta, tb)) = (gamma.split(), beta.split());
-        let ((oa, ob), (ma, mb), (ra, rb)) = (out.split(), mean.split(), rstd.split());
-        self.op(
-            "residual_layernorm",
-            || {
-                self.a
-                    .residual_layernorm(aa, ba, sa, ga, ta, oa, ma, ra, eps)
-            },
-            || {
-                self.b
-                    .residual_layernorm(ab, bb, sb, gb, tb, ob, mb, rb, eps)
-            },
-            &[
-                ("residual", residual),
-                ("out", out),
-                ("mean", mean),
-                ("rstd", rstd),
-            ],
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> SoftmaxOps for Compare<A, B> {
-    fn softmax(
-        &self,
-        x: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        scale: f32,
-        causal_offset: Option<usize>,
-    ) -> Result<()> {
-        let ((xa, xb), (oa, ob)) = (x.split(), out.split());
-        self.op(
-            "softmax",
-            || self.a.softmax(xa, oa, scale, causal_offset),
-            || self.b.softmax(xb, ob, scale, causal_offset),
-            &[("out", out)],
-        )
-    }
-    fn softmax_backward(
-        &self,
-        probs: Tensor<'_, Self>,
-        dprobs: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-        scale: f32,
-    ) -> Result<()> {
-        let ((pa, pb), (ga, gb), (da, db)) = (probs.split(), dprobs.split(), dx.split());
-        self.op(
-            "softmax_backward",
-            || self.a.softmax_backward(pa, ga, da, scale),
-            || self.b.softmax_backward(pb, gb, db, scale),
-            &[("dx", dx)],
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> EmbeddingOps for Compare<A, B> {
-    fn embedding(
-        &self,
-        ids: Ids<'_, Self>,
-        wte: Tensor<'_, Self>,
-        wpe: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        pos_offset: usize,
-    ) -> Result<()> {
-        let ((ia, ib), (ea, eb), (pa, pb), (oa, ob)) =
-            (ids.split(), wte.split(), wpe.split(), out.split());
-        self.op(
-            "embedding",
-            || self.a.embedding(ia, ea, pa, oa, pos_offset),
-            || self.b.embedding(ib, eb, pb, ob, pos_offset),
-            &[("out", out)],
-        )
-    }
-    fn embedding_backward(
-        &self,
-        ids: Ids<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dwte: Tensor<'_, Self>,
-        dwpe: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((ia, ib), (ga, gb), (ea, eb), (pa, pb)) =
-            (ids.split(), dout.split(), dwte.split(), dwpe.split());
-        self.op(
-            "embedding_backward",
-            || self.a.embedding_backward(ia, ga, ea, pa),
-            || self.b.embedding_backward(ib, gb, eb, pb),
-            &[("dwte", dwte), ("dwpe", dwpe)],
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> LossOps for Compare<A, B> {
-    fn softmax_cross_entropy(
-        &self,
-        logits: Tensor<'_, Self>,
-        targets: Ids<'_, Self>,
-        vocab: usize,
-        losses: Tensor<'_, Self>,
-        dlogits: Option<Tensor<'_, Self>>,
-        grad_scale: f32,
-    ) -> Result<()> {
-        let ((za, zb), (ta, tb), (la, lb), (da, db)) = (
-            logits.split(),
-            targets.split(),
-            losses.split(),
-            dlogits.split(),
-        );
-        let mut outputs = vec![("losses", losses)];
-        outputs.extend(dlogits.map(|d| ("dlogits", d)));
-        self.op(
-            "softmax_cross_entropy",
-            || {
-                self.a
-                    .softmax_cross_entropy(za, ta, vocab, la, da, grad_scale)
-            },
-            || {
-                self.b
-                    .softmax_cross_entropy(zb, tb, vocab, lb, db, grad_scale)
-            },
-            &outputs,
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> OptimOps for Compare<A, B> {
-    fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
-        let (xa, xb) = x.split();
-        let other = Cell::new(0.0);
-        let sum = self.op(
-            "sum_squares",
-            || self.a.sum_squares(xa),
-            || self.b.sum_squares(xb).inspect(|&s| other.set(s)),
-            &[],
-        )?;
-        let tol = self.per_op.get("sum_squares").copied().unwrap_or(self.tol);
-        if self.first.borrow().is_none() {
-            if let Err(message) = tol.check("sum_squares", &[other.get()], &[sum]) {
-                self.diverged("sum_squares", "result", self.calls.get() - 1, message);
-            }
+    (@op name () -> $ret:ty) => {
+        fn name(&self) -> String {
+            format!("compare({} vs {})", self.a.name(), self.b.name())
         }
-        Ok(sum)
-    }
-    fn adamw(
-        &self,
-        param: Tensor<'_, Self>,
-        grad: Tensor<'_, Self>,
-        m: Tensor<'_, Self>,
-        v: Tensor<'_, Self>,
-        step: &AdamWStep,
-    ) -> Result<()> {
-        let ((pa, pb), (ga, gb), (ma, mb), (va, vb)) =
-            (param.split(), grad.split(), m.split(), v.split());
-        self.op(
-            "adamw",
-            || self.a.adamw(pa, ga, ma, va, step),
-            || self.b.adamw(pb, gb, mb, vb, step),
-            &[("param", param), ("m", m), ("v", v)],
-        )
-    }
-    fn clip_scale(
-        &self,
-        grad: Tensor<'_, Self>,
-        mean: f64,
-        max_norm: Option<f32>,
-        guard: Option<Tensor<'_, Self>>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((ga, gb), (oa, ob)) = (grad.split(), out.split());
-        let (qa, qb) = match guard {
-            Some(g) => {
-                let (a, b) = g.split();
-                (Some(a), Some(b))
-            }
-            None => (None, None),
-        };
-        self.op(
-            "clip_scale",
-            || self.a.clip_scale(ga, mean, max_norm, qa, oa),
-            || self.b.clip_scale(gb, mean, max_norm, qb, ob),
-            &[("out", out)],
-        )
-    }
-    fn adamw_scaled(
-        &self,
-        param: Tensor<'_, Self>,
-        grad: Tensor<'_, Self>,
-        m: Tensor<'_, Self>,
-        v: Tensor<'_, Self>,
-        step: &AdamWStep,
-        scale: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((pa, pb), (ga, gb), (ma, mb), (va, vb), (sa, sb)) = (
-            param.split(),
-            grad.split(),
-            m.split(),
-            v.split(),
-            scale.split(),
-        );
-        self.op(
-            "adamw_scaled",
-            || self.a.adamw_scaled(pa, ga, ma, va, step, sa),
-            || self.b.adamw_scaled(pb, gb, mb, vb, step, sb),
-            &[("param", param), ("m", m), ("v", v)],
-        )
-    }
-}
-
-impl<A: Backend, B: Backend> DecodeOps for Compare<A, B> {
-    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
-        let (blocks_a, blocks_b): (Vec<_>, Vec<_>) = blocks.iter().map(|b| b.split()).unzip();
-        // The scratch views aside, every output: the blocks' residual streams and
-        // LayerNorms, and the caches.
-        let mut outputs = Vec::with_capacity(10 * blocks.len());
-        for b in blocks {
-            outputs.extend([
-                ("residual_2", b.residual_2),
-                ("ln_2_out.out", b.ln_2_out.out),
-                ("ln_2_out.mean", b.ln_2_out.mean),
-                ("ln_2_out.rstd", b.ln_2_out.rstd),
-                ("residual_3", b.residual_3),
-                ("next_out.out", b.next_out.out),
-                ("next_out.mean", b.next_out.mean),
-                ("next_out.rstd", b.next_out.rstd),
-                ("keys", span(b.keys.buf, b.keys.extent())),
-                ("values", span(b.values.buf, b.values.extent())),
-            ]);
+    };
+    (@op alloc ($len:ident: $ty:ty) -> $ret:ty) => {
+        fn alloc(&self, $len: $ty) -> $ret {
+            Ok(Pair { a: self.a.alloc($len)?, b: self.b.alloc($len)? })
         }
-        self.op(
-            "decode_blocks",
-            || self.a.decode_blocks(&blocks_a, eps),
-            || self.b.decode_blocks(&blocks_b, eps),
-            &outputs,
-        )
-    }
+    };
+    (@op alloc_ids ($len:ident: $ty:ty) -> $ret:ty) => {
+        fn alloc_ids(&self, $len: $ty) -> $ret {
+            Ok(Pair { a: self.a.alloc_ids($len)?, b: self.b.alloc_ids($len)? })
+        }
+    };
+    // `A`'s elements go to the caller; `B`'s to a buffer of their own. The device-side
+    // source is what is compared.
+    (@op download ($src:ident: $s:ty, $dst:ident: $d:ty) -> $ret:ty) => {
+        fn download(&self, $src: $s, $dst: $d) -> $ret {
+            let (sa, sb) = $src.split();
+            let mut other = vec![0.0; $dst.len()];
+            self.op(
+                "download",
+                || self.a.download(sa, $dst),
+                || self.b.download(sb, &mut other),
+                &[("src", $src)],
+            )
+        }
+    };
+    (@op synchronize () -> $ret:ty) => {
+        fn synchronize(&self) -> $ret {
+            self.a.synchronize()?;
+            self.b.synchronize()
+        }
+    };
+    // The traits' defaults: a collective goes through `download` and `upload`.
+    (@op device_region $($sig:tt)*) => {};
+    (@op with_host_elements $($sig:tt)*) => {};
+    // Sizes: room for either side (each keeps its own form in the attention workspace).
+    (@op matmul_scratch_len ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        fn matmul_scratch_len(&self, $($arg: $ty),*) -> $ret {
+            self.a.matmul_scratch_len($($arg),*).max(self.b.matmul_scratch_len($($arg),*))
+        }
+    };
+    (@op attention_workspace_len ($shape:ident: $ty:ty) -> $ret:ty) => {
+        fn attention_workspace_len(&self, $shape: $ty) -> $ret {
+            self.a.attention_workspace_len($shape).max(self.b.attention_workspace_len($shape))
+        }
+    };
+    (@op attention_backward_scratch_len ($shape:ident: $ty:ty) -> $ret:ty) => {
+        fn attention_backward_scratch_len(&self, $shape: $ty) -> $ret {
+            self.a
+                .attention_backward_scratch_len($shape)
+                .max(self.b.attention_backward_scratch_len($shape))
+        }
+    };
+    // Heads apart only where both sides take that layout.
+    (@op kv_heads_apart () -> $ret:ty) => {
+        fn kv_heads_apart(&self) -> $ret {
+            self.a.kv_heads_apart() && self.b.kv_heads_apart()
+        }
+    };
+    // A result on the host, compared as it is.
+    (@op sum_squares ($x:ident: $ty:ty) -> $ret:ty) => {
+        fn sum_squares(&self, $x: $ty) -> $ret {
+            let (xa, xb) = $x.split();
+            let other = Cell::new(0.0);
+            let sum = self.op(
+                "sum_squares",
+                || self.a.sum_squares(xa),
+                || self.b.sum_squares(xb).inspect(|&s| other.set(s)),
+                &[],
+            )?;
+            let tol = self.per_op.get("sum_squares").copied().unwrap_or(self.tol);
+            if self.first.borrow().is_none() {
+                if let Err(message) = tol.check("sum_squares", &[other.get()], &[sum]) {
+                    self.diverged("sum_squares", "result", self.calls.get() - 1, message);
+                }
+            }
+            Ok(sum)
+        }
+    };
+    // A slice of blocks, split block by block.
+    (@op decode_blocks ($blocks:ident: $ty:ty, $eps:ident: $e:ty) -> $ret:ty) => {
+        fn decode_blocks(&self, $blocks: $ty, $eps: $e) -> $ret {
+            let (blocks_a, blocks_b): (Vec<_>, Vec<_>) =
+                $blocks.iter().map(|b| Split::split(*b)).unzip();
+            // The scratch views aside, every output: the blocks' residual streams and
+            // LayerNorms, and the caches.
+            let mut outputs = Vec::with_capacity(10 * $blocks.len());
+            for b in $blocks {
+                outputs.extend([
+                    ("residual_2", b.residual_2),
+                    ("ln_2_out.out", b.ln_2_out.out),
+                    ("ln_2_out.mean", b.ln_2_out.mean),
+                    ("ln_2_out.rstd", b.ln_2_out.rstd),
+                    ("residual_3", b.residual_3),
+                    ("next_out.out", b.next_out.out),
+                    ("next_out.mean", b.next_out.mean),
+                    ("next_out.rstd", b.next_out.rstd),
+                    ("keys", span(b.keys.buf, b.keys.extent())),
+                    ("values", span(b.values.buf, b.values.extent())),
+                ]);
+            }
+            self.op(
+                "decode_blocks",
+                || self.a.decode_blocks(&blocks_a, $eps),
+                || self.b.decode_blocks(&blocks_b, $eps),
+                &outputs,
+            )
+        }
+    };
+    (@op $op:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty) => {
+        fn $op(&self, $($arg: $ty),*) -> $ret {
+            let outputs: &[(&'static str, Tensor<'_, Self>)] =
+                &compare_ops!(@outputs $op $($arg)*);
+            $(let $arg = Split::split($arg);)*
+            self.op(
+                stringify!($op),
+                || self.a.$op($($arg.0),*),
+                || self.b.$op($($arg.1),*),
+                outputs,
+            )
+        }
+    };
+
+    // What each op writes (a strided matrix or heads as the span of elements it covers).
+    (@outputs upload $src:ident $dst:ident) => { [("dst", $dst)] };
+    (@outputs upload_ids $src:ident $dst:ident) => { [] };
+    (@outputs fill $dst:ident $value:ident) => { [("dst", $dst)] };
+    (@outputs copy $src:ident $dst:ident) => { [("dst", span($dst.buf, $dst.extent()))] };
+    (@outputs matmul $a:ident $b:ident $bias:ident $c:ident) => {
+        [("c", span($c.buf, $c.extent()))]
+    };
+    (@outputs matmul_add $a:ident $b:ident $bias:ident $c:ident) => {
+        [("c", span($c.buf, $c.extent()))]
+    };
+    (@outputs bias_backward $dout:ident $dbias:ident) => { [("dbias", $dbias)] };
+    (@outputs linear_gelu $x:ident $w:ident $bias:ident $pre:ident $out:ident) => {
+        [("pre", $pre), ("out", $out)]
+    };
+    (@outputs matmul_gelu_backward $dy:ident $w:ident $pre:ident $dpre:ident) => {
+        [("dpre", $dpre)]
+    };
+    // `pre` and `act` are scratch (a fused kernel need not write them): `out` only.
+    (@outputs mlp_forward $x:ident $fc:ident $pre:ident $act:ident $proj:ident $out:ident) => {
+        [("out", $out)]
+    };
+    (@outputs add $a:ident $b:ident $out:ident) => { [("out", $out)] };
+    (@outputs scale $x:ident $alpha:ident) => { [("x", $x)] };
+    (@outputs gelu $x:ident $out:ident) => { [("out", $out)] };
+    (@outputs gelu_backward $x:ident $dout:ident $dx:ident) => { [("dx", $dx)] };
+    (@outputs layernorm $x:ident $gamma:ident $beta:ident $out:ident $mean:ident $rstd:ident
+        $eps:ident) => {
+        [("out", $out), ("mean", $mean), ("rstd", $rstd)]
+    };
+    (@outputs layernorm_backward $x:ident $gamma:ident $mean:ident $rstd:ident $dout:ident
+        $dx:ident $dgamma:ident $dbeta:ident) => {
+        [("dx", $dx), ("dgamma", $dgamma), ("dbeta", $dbeta)]
+    };
+    (@outputs residual_layernorm $a:ident $b:ident $residual:ident $gamma:ident $beta:ident
+        $out:ident $mean:ident $rstd:ident $eps:ident) => {
+        [("residual", $residual), ("out", $out), ("mean", $mean), ("rstd", $rstd)]
+    };
+    (@outputs softmax $x:ident $out:ident $scale:ident $causal_offset:ident) => {
+        [("out", $out)]
+    };
+    (@outputs softmax_backward $probs:ident $dprobs:ident $dx:ident $scale:ident) => {
+        [("dx", $dx)]
+    };
+    (@outputs embedding $ids:ident $wte:ident $wpe:ident $out:ident $pos_offset:ident) => {
+        [("out", $out)]
+    };
+    (@outputs embedding_backward $ids:ident $dout:ident $dwte:ident $dwpe:ident) => {
+        [("dwte", $dwte), ("dwpe", $dwpe)]
+    };
+    (@outputs softmax_cross_entropy $logits:ident $targets:ident $vocab:ident $losses:ident
+        $dlogits:ident $grad_scale:ident) => {{
+        let mut outputs = vec![("losses", $losses)];
+        outputs.extend($dlogits.map(|d| ("dlogits", d)));
+        outputs
+    }};
+    (@outputs adamw $param:ident $grad:ident $m:ident $v:ident $step:ident) => {
+        [("param", $param), ("m", $m), ("v", $v)]
+    };
+    (@outputs clip_scale $grad:ident $mean:ident $max_norm:ident $guard:ident $out:ident) => {
+        [("out", $out)]
+    };
+    (@outputs adamw_scaled $param:ident $grad:ident $m:ident $v:ident $step:ident
+        $scale:ident) => {
+        [("param", $param), ("m", $m), ("v", $v)]
+    };
+    (@outputs attention_forward $q:ident $k:ident $v:ident $out:ident $workspace:ident
+        $pos_offset:ident) => {
+        [("out", span($out.buf, $out.extent()))]
+    };
+    (@outputs attention_backward $q:ident $k:ident $v:ident $out:ident $dout:ident $dq:ident
+        $dk:ident $dv:ident $workspace:ident $scratch:ident) => {
+        [
+            ("dq", span($dq.buf, $dq.extent())),
+            ("dk", span($dk.buf, $dk.extent())),
+            ("dv", span($dv.buf, $dv.extent())),
+        ]
+    };
+    // `qkv`, `atty` and `workspace` are scratch: `out` and the cache.
+    (@outputs decode_attention $x:ident $qkv_w:ident $qkv:ident $keys:ident $values:ident
+        $atty:ident $workspace:ident $proj:ident $out:ident) => {
+        [
+            ("out", $out),
+            ("keys", span($keys.buf, $keys.extent())),
+            ("values", span($values.buf, $values.extent())),
+        ]
+    };
 }
 
-impl<A: Backend, B: Backend> AttentionOps for Compare<A, B> {
-    /// Heads apart only where both sides take that layout.
-    fn kv_heads_apart(&self) -> bool {
-        self.a.kv_heads_apart() && self.b.kv_heads_apart()
-    }
-    /// Room for either side's workspace (each keeps its own form in it).
-    fn attention_workspace_len(&self, shape: AttentionShape) -> usize {
-        self.a
-            .attention_workspace_len(shape)
-            .max(self.b.attention_workspace_len(shape))
-    }
-    fn attention_backward_scratch_len(&self, shape: AttentionShape) -> usize {
-        self.a
-            .attention_backward_scratch_len(shape)
-            .max(self.b.attention_backward_scratch_len(shape))
-    }
-    fn attention_forward(
-        &self,
-        q: HeadsOf<'_, Self>,
-        k: HeadsOf<'_, Self>,
-        v: HeadsOf<'_, Self>,
-        out: HeadsOf<'_, Self>,
-        workspace: Tensor<'_, Self>,
-        pos_offset: usize,
-    ) -> Result<()> {
-        let ((qa, qb), (ka, kb), (va, vb)) = (q.split(), k.split(), v.split());
-        let ((oa, ob), (wa, wb)) = (out.split(), workspace.split());
-        self.op(
-            "attention_forward",
-            || self.a.attention_forward(qa, ka, va, oa, wa, pos_offset),
-            || self.b.attention_forward(qb, kb, vb, ob, wb, pos_offset),
-            &[("out", span(out.buf, out.extent()))],
-        )
-    }
-    fn decode_attention(
-        &self,
-        x: Tensor<'_, Self>,
-        qkv_w: LinearOf<'_, Self>,
-        qkv: Tensor<'_, Self>,
-        keys: HeadsOf<'_, Self>,
-        values: HeadsOf<'_, Self>,
-        atty: Tensor<'_, Self>,
-        workspace: Tensor<'_, Self>,
-        proj: LinearOf<'_, Self>,
-        out: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((xa, xb), (qwa, qwb), (qa, qb)) = (x.split(), qkv_w.split(), qkv.split());
-        let ((ka, kb), (va, vb), (aa, ab)) = (keys.split(), values.split(), atty.split());
-        let ((wa, wb), (pa, pb), (oa, ob)) = (workspace.split(), proj.split(), out.split());
-        // `qkv`, `atty` and `workspace` are scratch: `out` and the cache.
-        self.op(
-            "decode_attention",
-            || self.a.decode_attention(xa, qwa, qa, ka, va, aa, wa, pa, oa),
-            || self.b.decode_attention(xb, qwb, qb, kb, vb, ab, wb, pb, ob),
-            &[
-                ("out", out),
-                ("keys", span(keys.buf, keys.extent())),
-                ("values", span(values.buf, values.extent())),
-            ],
-        )
-    }
-    fn attention_backward(
-        &self,
-        q: HeadsOf<'_, Self>,
-        k: HeadsOf<'_, Self>,
-        v: HeadsOf<'_, Self>,
-        out: HeadsOf<'_, Self>,
-        dout: HeadsOf<'_, Self>,
-        dq: HeadsOf<'_, Self>,
-        dk: HeadsOf<'_, Self>,
-        dv: HeadsOf<'_, Self>,
-        workspace: Tensor<'_, Self>,
-        scratch: Tensor<'_, Self>,
-    ) -> Result<()> {
-        let ((qa, qb), (ka, kb), (va, vb), (oa, ob)) =
-            (q.split(), k.split(), v.split(), out.split());
-        let ((ga, gb), (dqa, dqb), (dka, dkb), (dva, dvb)) =
-            (dout.split(), dq.split(), dk.split(), dv.split());
-        let ((wa, wb), (sa, sb)) = (workspace.split(), scratch.split());
-        self.op(
-            "attention_backward",
-            || {
-                self.a
-                    .attention_backward(qa, ka, va, oa, ga, dqa, dka, dva, wa, sa)
-            },
-            || {
-                self.b
-                    .attention_backward(qb, kb, vb, ob, gb, dqb, dkb, dvb, wb, sb)
-            },
-            &[
-                ("dq", span(dq.buf, dq.extent())),
-                ("dk", span(dk.buf, dk.extent())),
-                ("dv", span(dv.buf, dv.extent())),
-            ],
-        )
-    }
-}
+andrea_core::for_each_op!(compare_ops);

@@ -21,8 +21,46 @@ pub fn skip(name: &str, reason: impl Display) {
     if device_required() {
         panic!("{name}: {REQUIRE_DEVICE} is set, but {reason}");
     }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name} because {reason}");
+    Skipped::new(name, reason).print();
+}
+
+/// A test that found no device, not yet reported: the testkit's own tests check this
+/// value, so that only real skips print `SKIPPED`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a skip is reported (`Skipped::report`) or checked, never dropped"]
+pub struct Skipped {
+    pub name: String,
+    pub reason: String,
+}
+
+impl Skipped {
+    pub fn new(name: &str, reason: impl Display) -> Self {
+        Skipped {
+            name: name.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// [`skip`]: the `SKIPPED` line, or a panic when [`device_required`].
+    pub fn report(self) {
+        skip(&self.name, &self.reason)
+    }
+
+    /// The `SKIPPED` line alone, for a skip that is not a missing device (a test that
+    /// needs the emulator, on a GPU): written straight to stderr, which libtest does not
+    /// capture, so that it shows for a passing test too, and in one write, so that
+    /// libtest's own output from other threads does not split it.
+    pub fn print(&self) {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(format!("{self}\n").as_bytes());
+    }
+}
+
+/// The line [`skip`] prints: `SKIPPED <name> because <reason>`.
+impl Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SKIPPED {} because {}", self.name, self.reason)
+    }
 }
 
 /// The backend `make` starts; `None` after [`skip`] when its error says there is no
@@ -32,12 +70,17 @@ pub fn start_or_skip<T, E: Display + 'static>(
     name: &str,
     make: impl FnOnce() -> Result<T, E>,
 ) -> Option<T> {
+    start(name, make).map_err(Skipped::report).ok()
+}
+
+/// [`start_or_skip`] without the report: the backend, or the [`Skipped`] to report.
+pub fn start<T, E: Display + 'static>(
+    name: &str,
+    make: impl FnOnce() -> Result<T, E>,
+) -> Result<T, Skipped> {
     match make() {
-        Ok(be) => Some(be),
-        Err(e) if says_no_device(&e) => {
-            skip(name, &e);
-            None
-        }
+        Ok(be) => Ok(be),
+        Err(e) if says_no_device(&e) => Err(Skipped::new(name, e)),
         Err(e) => panic!("{name}: could not create the backend: {e}"),
     }
 }
@@ -68,11 +111,11 @@ mod tests {
             &"CUDA: no CUDA device found (cuInit returned 100)"
         ));
         assert!(!says_no_device(&"PTX failed to load"));
-        if !device_required() {
-            assert!(
-                start_or_skip("only_no_device_errors_skip", || Err::<(), _>(no_device)).is_none()
-            );
-        }
+        let skipped = start("only_no_device_errors_skip", || Err::<(), _>(no_device)).unwrap_err();
+        assert_eq!(
+            skipped.to_string(),
+            "SKIPPED only_no_device_errors_skip because no test device found: none here"
+        );
         assert_eq!(start_or_skip("ok", || Ok::<_, String>(3)), Some(3));
     }
 

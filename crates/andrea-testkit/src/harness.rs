@@ -7,7 +7,7 @@ use std::fmt::Display;
 use andrea_core::Backend;
 use proptest::test_runner::TestCaseError;
 
-use crate::device::{says_no_device, skip};
+use crate::device::{says_no_device, Skipped};
 use crate::suite::Config;
 
 /// Why a backend is not there to test.
@@ -68,15 +68,27 @@ impl<B: Backend> ViaValue for &Probe<B> {
 }
 
 /// Runs suite function `test` named `name` on the backend `make` returns; panics (fails
-/// the `#[test]`) with the suite's message if it returns an error.
+/// the `#[test]`) with the suite's message if it returns an error. Without a device it
+/// reports the skip ([`Skipped::report`]).
 pub fn run_test<B: Backend>(
     name: &str,
     make: impl FnOnce() -> Result<B, Setup>,
     test: impl FnOnce(&B, &Config) -> Result<(), TestCaseError>,
 ) {
+    if let Err(skipped) = try_run_test(name, make, test) {
+        skipped.report();
+    }
+}
+
+/// [`run_test`] that returns a skip instead of reporting it.
+pub fn try_run_test<B: Backend>(
+    name: &str,
+    make: impl FnOnce() -> Result<B, Setup>,
+    test: impl FnOnce(&B, &Config) -> Result<(), TestCaseError>,
+) -> Result<(), Skipped> {
     let be = match make() {
         Ok(be) => be,
-        Err(Setup::Skip(reason)) => return skip(name, reason),
+        Err(Setup::Skip(reason)) => return Err(Skipped::new(name, reason)),
         Err(Setup::Fail(msg)) => panic!("{name}: could not create the backend: {msg}"),
     };
     match test(&be, &Config::from_env()) {
@@ -86,4 +98,5 @@ pub fn run_test<B: Backend>(
             panic!("{name} on {}: rejected: {}", be.name(), why.message())
         }
     }
+    Ok(())
 }

@@ -42,7 +42,7 @@ pub use tol::Tol;
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::harness::{run_test, Probe, ViaResult, ViaValue};
+    pub use crate::harness::{run_test, try_run_test, Probe, ViaResult, ViaValue};
 }
 
 /// Instantiates the whole conformance suite for one backend: one `#[test]` per
@@ -124,5 +124,34 @@ macro_rules! __conformance_tests {
                 );
             }
         )*
+    };
+}
+
+/// For a test binary whose tests all need a cargo feature (a device's backend): built
+/// without it, the binary holds one test, `needs_the_feature`, that reports the skip
+/// ([`device::skip`]) as `SKIPPED <binary> because its tests need --features <feature>
+/// (<what else>)`, so that it does not run nothing without a word.
+///
+/// ```ignore
+/// // crates/andrea-cuda/tests/split_k.rs
+/// andrea_testkit::tests_need_feature!("cuda", "a device or the emulator: see .ci/run");
+/// ```
+#[macro_export]
+macro_rules! tests_need_feature {
+    ($feature:literal, $what_else:literal $(,)?) => {
+        #[cfg(not(feature = $feature))]
+        #[test]
+        fn needs_the_feature() {
+            $crate::device::skip(
+                env!("CARGO_CRATE_NAME"),
+                concat!(
+                    "its tests need --features ",
+                    $feature,
+                    " (",
+                    $what_else,
+                    ")"
+                ),
+            );
+        }
     };
 }

@@ -82,43 +82,87 @@ fn erf(x: f64) -> f64 {
     (1.0 - poly * (-x * x).exp()).copysign(x)
 }
 
-impl MemoryOps for Faulty {
-    type Buffer = NaiveBuffer<f32>;
-    type IdBuffer = NaiveBuffer<u32>;
+/// Implements the ten op families for `Faulty` from the op list
+/// ([`andrea_core::for_each_op!`]): the ops that can carry a fault are [`Planted`]'s, the
+/// fused ops the faults must reach keep the traits' defaults (built from `Faulty`'s own
+/// ops), and every other op is the naive backend's.
+macro_rules! faulty_ops {
+    ($($family:ident { $(fn $op:ident $args:tt -> $ret:ty;)* })*) => {
+        $(impl $family for Faulty {
+            faulty_ops!(@types $family);
+            $(faulty_ops!(@op $op $args -> $ret);)*
+        })*
+    };
+    (@types MemoryOps) => {
+        type Buffer = NaiveBuffer<f32>;
+        type IdBuffer = NaiveBuffer<u32>;
+    };
+    (@types $family:ident) => {};
 
-    fn name(&self) -> String {
-        format!("naive with fault {:?}", self.fault)
-    }
-    fn alloc(&self, len: usize) -> Result<Self::Buffer> {
-        self.inner.alloc(len)
-    }
-    fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer> {
-        self.inner.alloc_ids(len)
-    }
-    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
-        self.inner.upload(src, dst)
-    }
-    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
-        self.inner.download(src, dst)
-    }
-    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
-        self.inner.upload_ids(src, dst)
-    }
-    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
-        self.inner.fill(dst, value)
-    }
-    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
-        self.inner.copy(src, dst)
+    (@op name () -> $ret:ty) => {
+        fn name(&self) -> String {
+            format!("naive with fault {:?}", self.fault)
+        }
+    };
+    // The ops that can carry a fault.
+    (@op matmul $($s:tt)*) => { faulty_ops!(@planted matmul $($s)*); };
+    (@op matmul_add $($s:tt)*) => { faulty_ops!(@planted matmul_add $($s)*); };
+    (@op mlp_forward $($s:tt)*) => { faulty_ops!(@planted mlp_forward $($s)*); };
+    (@op matmul_gelu_backward $($s:tt)*) => { faulty_ops!(@planted matmul_gelu_backward $($s)*); };
+    (@op add $($s:tt)*) => { faulty_ops!(@planted add $($s)*); };
+    (@op gelu $($s:tt)*) => { faulty_ops!(@planted gelu $($s)*); };
+    (@op layernorm $($s:tt)*) => { faulty_ops!(@planted layernorm $($s)*); };
+    (@op softmax $($s:tt)*) => { faulty_ops!(@planted softmax $($s)*); };
+    (@op embedding_backward $($s:tt)*) => { faulty_ops!(@planted embedding_backward $($s)*); };
+    (@op softmax_cross_entropy $($s:tt)*) => {
+        faulty_ops!(@planted softmax_cross_entropy $($s)*);
+    };
+    (@op sum_squares $($s:tt)*) => { faulty_ops!(@planted sum_squares $($s)*); };
+    (@op adamw $($s:tt)*) => { faulty_ops!(@planted adamw $($s)*); };
+    (@op clip_scale $($s:tt)*) => { faulty_ops!(@planted clip_scale $($s)*); };
+    (@op adamw_scaled $($s:tt)*) => { faulty_ops!(@planted adamw_scaled $($s)*); };
+    (@op decode_attention $($s:tt)*) => { faulty_ops!(@planted decode_attention $($s)*); };
+    (@op decode_blocks $($s:tt)*) => { faulty_ops!(@planted decode_blocks $($s)*); };
+    // Fused ops: the traits' defaults, built from `Faulty`'s ops (a GELU or softmax fault
+    // reaches them).
+    (@op linear_gelu $($sig:tt)*) => {};
+    (@op residual_layernorm $($sig:tt)*) => {};
+    (@op attention_forward $($sig:tt)*) => {};
+    (@op attention_backward $($sig:tt)*) => {};
+    // The rest: the naive backend's.
+    (@op $op:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty) => {
+        fn $op(&self, $($arg: $ty),*) -> $ret {
+            self.inner.$op($($arg),*)
+        }
+    };
+    (@planted $op:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty) => {
+        fn $op(&self, $($arg: $ty),*) -> $ret {
+            Planted(self).$op($($arg),*)
+        }
+    };
+}
+
+andrea_core::for_each_op!(faulty_ops);
+
+/// The ops that can carry a fault: each is the naive op (or the trait's default) unless
+/// its fault is the one planted. Through `Deref`, `self.inner`, `self.fault` and the
+/// other ops are `Faulty`'s.
+struct Planted<'a>(&'a Faulty);
+
+impl std::ops::Deref for Planted<'_> {
+    type Target = Faulty;
+    fn deref(&self) -> &Faulty {
+        self.0
     }
 }
 
-impl LinalgOps for Faulty {
+impl Planted<'_> {
     fn matmul(
         &self,
-        a: Mat<'_, Self>,
-        b: Mat<'_, Self>,
-        bias: Option<Tensor<'_, Self>>,
-        c: Mat<'_, Self>,
+        a: Mat<'_, Faulty>,
+        b: Mat<'_, Faulty>,
+        bias: Option<Tensor<'_, Faulty>>,
+        c: Mat<'_, Faulty>,
     ) -> Result<()> {
         if self.fault == Fault::PanicsOnBadInput {
             if let Err(e) = check::matmul(&a, &b, bias.as_ref(), &c) {
@@ -127,12 +171,13 @@ impl LinalgOps for Faulty {
         }
         self.inner.matmul(a, b, bias, c)
     }
+
     fn matmul_add(
         &self,
-        a: Mat<'_, Self>,
-        b: Mat<'_, Self>,
-        bias: Option<Tensor<'_, Self>>,
-        c: Mat<'_, Self>,
+        a: Mat<'_, Faulty>,
+        b: Mat<'_, Faulty>,
+        bias: Option<Tensor<'_, Faulty>>,
+        c: Mat<'_, Faulty>,
     ) -> Result<()> {
         match self.fault {
             Fault::IgnoresAccumulate => self.inner.matmul(a, b, bias, c),
@@ -143,20 +188,18 @@ impl LinalgOps for Faulty {
             _ => self.inner.matmul_add(a, b, bias, c),
         }
     }
-    fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {
-        self.inner.bias_backward(dout, dbias)
-    }
+
     fn mlp_forward(
         &self,
-        x: Tensor<'_, Self>,
-        fc: LinearOf<'_, Self>,
-        pre: Tensor<'_, Self>,
-        act: Tensor<'_, Self>,
-        proj: LinearOf<'_, Self>,
-        out: Tensor<'_, Self>,
+        x: Tensor<'_, Faulty>,
+        fc: LinearOf<'_, Faulty>,
+        pre: Tensor<'_, Faulty>,
+        act: Tensor<'_, Faulty>,
+        proj: LinearOf<'_, Faulty>,
+        out: Tensor<'_, Faulty>,
     ) -> Result<()> {
         if self.fault != Fault::MlpWithoutGelu {
-            return andrea_core::fused::mlp_forward(self, x, fc, pre, act, proj, out);
+            return andrea_core::fused::mlp_forward(self.0, x, fc, pre, act, proj, out);
         }
         check::mlp_forward(&x, &fc, &pre, &act, &proj, &out)?;
         self.inner
@@ -164,12 +207,13 @@ impl LinalgOps for Faulty {
         self.inner
             .matmul(act.mat(), proj.weight, Some(proj.bias), out.mat())
     }
+
     fn matmul_gelu_backward(
         &self,
-        dy: Mat<'_, Self>,
-        w: Mat<'_, Self>,
-        pre: Tensor<'_, Self>,
-        dpre: Tensor<'_, Self>,
+        dy: Mat<'_, Faulty>,
+        w: Mat<'_, Faulty>,
+        pre: Tensor<'_, Faulty>,
+        dpre: Tensor<'_, Faulty>,
     ) -> Result<()> {
         if self.fault != Fault::ErfGeluGrad {
             return self.inner.matmul_gelu_backward(dy, w, pre, dpre);
@@ -187,10 +231,13 @@ impl LinalgOps for Faulty {
             .collect();
         self.inner.upload(&g, dpre)
     }
-}
 
-impl ElementwiseOps for Faulty {
-    fn add(&self, a: Tensor<'_, Self>, b: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+    fn add(
+        &self,
+        a: Tensor<'_, Faulty>,
+        b: Tensor<'_, Faulty>,
+        out: Tensor<'_, Faulty>,
+    ) -> Result<()> {
         if self.fault == Fault::AcceptsOverlap
             && std::ptr::eq(out.buf, a.buf)
             && a.numel() == out.numel()
@@ -201,10 +248,8 @@ impl ElementwiseOps for Faulty {
         }
         self.inner.add(a, b, out)
     }
-    fn scale(&self, x: Tensor<'_, Self>, alpha: f32) -> Result<()> {
-        self.inner.scale(x, alpha)
-    }
-    fn gelu(&self, x: Tensor<'_, Self>, out: Tensor<'_, Self>) -> Result<()> {
+
+    fn gelu(&self, x: Tensor<'_, Faulty>, out: Tensor<'_, Faulty>) -> Result<()> {
         if self.fault != Fault::ErfGelu {
             return self.inner.gelu(x, out);
         }
@@ -219,25 +264,15 @@ impl ElementwiseOps for Faulty {
             .collect();
         self.inner.upload(&y, out)
     }
-    fn gelu_backward(
-        &self,
-        x: Tensor<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-    ) -> Result<()> {
-        self.inner.gelu_backward(x, dout, dx)
-    }
-}
 
-impl LayerNormOps for Faulty {
     fn layernorm(
         &self,
-        x: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        beta: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
+        x: Tensor<'_, Faulty>,
+        gamma: Tensor<'_, Faulty>,
+        beta: Tensor<'_, Faulty>,
+        out: Tensor<'_, Faulty>,
+        mean: Tensor<'_, Faulty>,
+        rstd: Tensor<'_, Faulty>,
         eps: f32,
     ) -> Result<()> {
         if self.fault != Fault::UnbiasedVariance {
@@ -261,27 +296,11 @@ impl LayerNormOps for Faulty {
         self.inner.upload(&ms, mean)?;
         self.inner.upload(&rs, rstd)
     }
-    fn layernorm_backward(
-        &self,
-        x: Tensor<'_, Self>,
-        gamma: Tensor<'_, Self>,
-        mean: Tensor<'_, Self>,
-        rstd: Tensor<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-        dgamma: Tensor<'_, Self>,
-        dbeta: Tensor<'_, Self>,
-    ) -> Result<()> {
-        self.inner
-            .layernorm_backward(x, gamma, mean, rstd, dout, dx, dgamma, dbeta)
-    }
-}
 
-impl SoftmaxOps for Faulty {
     fn softmax(
         &self,
-        x: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
+        x: Tensor<'_, Faulty>,
+        out: Tensor<'_, Faulty>,
         scale: f32,
         causal_offset: Option<usize>,
     ) -> Result<()> {
@@ -303,34 +322,13 @@ impl SoftmaxOps for Faulty {
         }
         self.inner.upload(&p, out)
     }
-    fn softmax_backward(
-        &self,
-        probs: Tensor<'_, Self>,
-        dprobs: Tensor<'_, Self>,
-        dx: Tensor<'_, Self>,
-        scale: f32,
-    ) -> Result<()> {
-        self.inner.softmax_backward(probs, dprobs, dx, scale)
-    }
-}
 
-impl EmbeddingOps for Faulty {
-    fn embedding(
-        &self,
-        ids: Ids<'_, Self>,
-        wte: Tensor<'_, Self>,
-        wpe: Tensor<'_, Self>,
-        out: Tensor<'_, Self>,
-        pos_offset: usize,
-    ) -> Result<()> {
-        self.inner.embedding(ids, wte, wpe, out, pos_offset)
-    }
     fn embedding_backward(
         &self,
-        ids: Ids<'_, Self>,
-        dout: Tensor<'_, Self>,
-        dwte: Tensor<'_, Self>,
-        dwpe: Tensor<'_, Self>,
+        ids: Ids<'_, Faulty>,
+        dout: Tensor<'_, Faulty>,
+        dwte: Tensor<'_, Faulty>,
+        dwpe: Tensor<'_, Faulty>,
     ) -> Result<()> {
         if self.fault == Fault::EmbeddingOverwrites {
             self.inner.fill(dwte, 0.0)?;
@@ -338,16 +336,14 @@ impl EmbeddingOps for Faulty {
         }
         self.inner.embedding_backward(ids, dout, dwte, dwpe)
     }
-}
 
-impl LossOps for Faulty {
     fn softmax_cross_entropy(
         &self,
-        logits: Tensor<'_, Self>,
-        targets: Ids<'_, Self>,
+        logits: Tensor<'_, Faulty>,
+        targets: Ids<'_, Faulty>,
         vocab: usize,
-        losses: Tensor<'_, Self>,
-        dlogits: Option<Tensor<'_, Self>>,
+        losses: Tensor<'_, Faulty>,
+        dlogits: Option<Tensor<'_, Faulty>>,
         grad_scale: f32,
     ) -> Result<()> {
         let vocab = if self.fault == Fault::ReadsPadding {
@@ -358,10 +354,8 @@ impl LossOps for Faulty {
         self.inner
             .softmax_cross_entropy(logits, targets, vocab, losses, dlogits, grad_scale)
     }
-}
 
-impl OptimOps for Faulty {
-    fn sum_squares(&self, x: Tensor<'_, Self>) -> Result<f64> {
+    fn sum_squares(&self, x: Tensor<'_, Faulty>) -> Result<f64> {
         let s = self.inner.sum_squares(x)?;
         if self.fault == Fault::Nondeterministic {
             self.calls.set(self.calls.get() + 1);
@@ -369,12 +363,13 @@ impl OptimOps for Faulty {
         }
         Ok(s)
     }
+
     fn adamw(
         &self,
-        param: Tensor<'_, Self>,
-        grad: Tensor<'_, Self>,
-        m: Tensor<'_, Self>,
-        v: Tensor<'_, Self>,
+        param: Tensor<'_, Faulty>,
+        grad: Tensor<'_, Faulty>,
+        m: Tensor<'_, Faulty>,
+        v: Tensor<'_, Faulty>,
         step: &AdamWStep,
     ) -> Result<()> {
         if self.fault != Fault::CoupledWeightDecay {
@@ -404,13 +399,14 @@ impl OptimOps for Faulty {
             )
             .map_err(|e| Error::invalid("adamw", e.to_string()))
     }
+
     fn clip_scale(
         &self,
-        grad: Tensor<'_, Self>,
+        grad: Tensor<'_, Faulty>,
         mean: f64,
         max_norm: Option<f32>,
-        guard: Option<Tensor<'_, Self>>,
-        out: Tensor<'_, Self>,
+        guard: Option<Tensor<'_, Faulty>>,
+        out: Tensor<'_, Faulty>,
     ) -> Result<()> {
         self.inner.clip_scale(grad, mean, max_norm, guard, out)?;
         if self.fault != Fault::ClipWithoutEps {
@@ -425,14 +421,15 @@ impl OptimOps for Faulty {
         }
         self.inner.upload(&stats, out)
     }
+
     fn adamw_scaled(
         &self,
-        param: Tensor<'_, Self>,
-        grad: Tensor<'_, Self>,
-        m: Tensor<'_, Self>,
-        v: Tensor<'_, Self>,
+        param: Tensor<'_, Faulty>,
+        grad: Tensor<'_, Faulty>,
+        m: Tensor<'_, Faulty>,
+        v: Tensor<'_, Faulty>,
         step: &AdamWStep,
-        scale: Tensor<'_, Self>,
+        scale: Tensor<'_, Faulty>,
     ) -> Result<()> {
         if self.fault != Fault::AppliesNanScale {
             return self.inner.adamw_scaled(param, grad, m, v, step, scale);
@@ -445,24 +442,22 @@ impl OptimOps for Faulty {
         };
         self.inner.adamw(param, grad, m, v, &step)
     }
-}
 
-impl AttentionOps for Faulty {
     fn decode_attention(
         &self,
-        x: Tensor<'_, Self>,
-        qkv_w: LinearOf<'_, Self>,
-        qkv: Tensor<'_, Self>,
-        keys: HeadsOf<'_, Self>,
-        values: HeadsOf<'_, Self>,
-        atty: Tensor<'_, Self>,
-        workspace: Tensor<'_, Self>,
-        proj: LinearOf<'_, Self>,
-        out: Tensor<'_, Self>,
+        x: Tensor<'_, Faulty>,
+        qkv_w: LinearOf<'_, Faulty>,
+        qkv: Tensor<'_, Faulty>,
+        keys: HeadsOf<'_, Faulty>,
+        values: HeadsOf<'_, Faulty>,
+        atty: Tensor<'_, Faulty>,
+        workspace: Tensor<'_, Faulty>,
+        proj: LinearOf<'_, Faulty>,
+        out: Tensor<'_, Faulty>,
     ) -> Result<()> {
         if self.fault != Fault::DecodeSkipsAppend {
             return andrea_core::fused::decode_attention(
-                self, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,
+                self.0, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,
             );
         }
         let (d, v) = check::decode_attention(
@@ -484,12 +479,10 @@ impl AttentionOps for Faulty {
         self.inner
             .matmul(v.atty, proj.weight, Some(proj.bias), v.out)
     }
-}
 
-impl DecodeOps for Faulty {
-    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
+    fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Faulty>], eps: f32) -> Result<()> {
         if self.fault != Fault::StackDropsAttention {
-            return andrea_core::fused::decode_blocks(self, blocks, eps);
+            return andrea_core::fused::decode_blocks(self.0, blocks, eps);
         }
         for b in blocks {
             check::decode_block(b, eps, |s| self.attention_workspace_len(s))?;

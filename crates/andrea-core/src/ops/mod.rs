@@ -23,7 +23,10 @@
 //! methods into scope with `use andrea_core::prelude::*`.
 //!
 //! The traits are the specification; `andrea-testkit` holds a float64 reference for
-//! every op and a conformance suite that any backend runs with one line.
+//! every op and a conformance suite that any backend runs with one line. Each op's
+//! signature is written once more, in the op list [`crate::for_each_op!`], from which the
+//! types that wrap a backend (the decorators, test backends with a planted fault)
+//! implement every op.
 //!
 //! # Conventions
 //!
@@ -47,6 +50,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod layernorm;
 pub mod linalg;
+mod list;
 pub mod loss;
 pub mod memory;
 pub mod optim;
