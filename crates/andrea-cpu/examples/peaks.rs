@@ -60,6 +60,7 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Runs `f(thread)` on `threads` threads at once, `reps` times; the shortest wall time.
 fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 {
     let mut best = f64::INFINITY;
@@ -95,6 +96,7 @@ fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 
     best
 }
 
+#[cfg(target_arch = "x86_64")]
 /// A barrier whose threads spin rather than sleep: a thread woken from a futex can start
 /// microseconds after the others, which in a pass of 40 µs (8 MiB from the last-level
 /// cache) would count as reading time.
@@ -121,6 +123,7 @@ impl SpinBarrier {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Runs `pass(thread)` on `threads` threads started once, one untimed pass and then
 /// `reps` timed ones, each started on all threads at once (a barrier); the shortest
 /// span from the first thread's start to the last one's end. Each thread reads the same
@@ -233,6 +236,7 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Advises transparent huge pages for `buf`'s whole 2 MiB pages, as the CPU backend does
 /// for its large buffers (andrea-cpu's `buffer::huge_pages`), so the read stream runs on
 /// the same kind of memory as the decode it is the denominator of.
@@ -324,7 +328,7 @@ fn main() {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (args, best_of);
+        let _ = args;
         eprintln!("peaks: x86-64 only");
         std::process::exit(2);
     }

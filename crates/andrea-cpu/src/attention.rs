@@ -24,9 +24,8 @@ use rayon::prelude::*;
 use andrea_core::check::AttentionDims;
 use andrea_core::Heads;
 
-use crate::attention_products::{product, AttentionProducts};
 use crate::buffer::{CpuBuffer, SendPtr};
-use crate::gemm::{GemmKernel, Operand};
+use crate::gemm::{sgemm_strided, GemmKernel, Operand};
 use crate::simd::{self, multiversion};
 use crate::softmax::{softmax_row_in_place, visible};
 
@@ -35,6 +34,46 @@ use andrea_core::{check, fused, AttentionOps, AttentionShape, HeadsOf, LinearOf,
 use crate::buffer::{read, write};
 use crate::decode::Row;
 use crate::CpuBackend;
+
+/// Which implementation runs attention: the fused kernel (`attention_fused`) where it can
+/// run, the blocked path below elsewhere. The product always takes [`AttentionPath::DEFAULT`];
+/// the unit tests take the others to compare them with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AttentionPath {
+    /// The fused kernel where the level has AVX2 + FMA and the head size is a multiple of
+    /// 16 (else the blocked path everywhere).
+    pub(crate) fused: bool,
+    /// The fused kernel's 32-column tile where the level has AVX-512 and the head size is
+    /// a multiple of 32 (else its 16-column tile; both give the same bits).
+    pub(crate) wide: bool,
+}
+
+impl AttentionPath {
+    pub(crate) const DEFAULT: AttentionPath = AttentionPath {
+        fused: true,
+        wide: true,
+    };
+
+    /// The fused kernel's tile for heads of `head_dim` at the kernels' level, or `None`
+    /// where the blocked path runs.
+    #[cfg(target_arch = "x86_64")]
+    fn fused_width(self, head_dim: usize) -> Option<crate::attention_fused::Width> {
+        self.fused
+            .then(|| crate::attention_fused::width(head_dim, self.wide))
+            .flatten()
+    }
+
+    /// The implementation that runs at the kernels' level for heads a multiple of 32.
+    pub(crate) fn name(self) -> &'static str {
+        if !(self.fused && simd::has_avx2_fma()) {
+            "blocked"
+        } else if self.wide && simd::has_avx512() {
+            "fused-avx512"
+        } else {
+            "fused-avx2"
+        }
+    }
+}
 
 thread_local! {
     /// Per-thread scratch: `[S | dP]`, grown on first use, then reused.
@@ -271,7 +310,7 @@ pub(crate) fn forward(
     lse: &mut [f32],
     pos_offset: usize,
     d: AttentionDims,
-    (kernel, products): (GemmKernel, AttentionProducts),
+    (kernel, path): (GemmKernel, AttentionPath),
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
@@ -284,7 +323,7 @@ pub(crate) fn forward(
         };
     }
     #[cfg(target_arch = "x86_64")]
-    if let Some(w) = products.fused_width(hd) {
+    if let Some(w) = path.fused_width(hd) {
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
         return unsafe { crate::attention_fused::forward(w, [q, k, v, out], lse, pos_offset, d) };
     }
@@ -302,23 +341,12 @@ pub(crate) fn forward(
                 unsafe {
                     let qb = head_rows(q, b, h, i0);
                     let kt = transposed(head(k, b, h));
-                    product(
-                        products,
-                        kernel,
-                        rows,
-                        hd,
-                        kend,
-                        qb,
-                        kt,
-                        0.0,
-                        local(s_blk, tk),
-                    );
+                    sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(s_blk, tk));
                 }
                 causal_softmax(s_blk, &mut lse[i0..i1], i0, tq, tk, pos_offset, scale);
                 unsafe {
                     let ob = head_rows(out, b, h, i0);
-                    product(
-                        products,
+                    sgemm_strided(
                         kernel,
                         rows,
                         kend,
@@ -353,12 +381,12 @@ pub(crate) fn backward(
     [q, k, v, dout, dq, dk, dv]: [HeadsPtr; 7],
     lse: &[f32],
     d: AttentionDims,
-    (kernel, products): (GemmKernel, AttentionProducts),
+    (kernel, path): (GemmKernel, AttentionPath),
 ) {
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (t, hd) = (d.q_len, d.head_dim);
     #[cfg(target_arch = "x86_64")]
-    if let Some(w) = products.fused_width(hd) {
+    if let Some(w) = path.fused_width(hd) {
         let heads = [q, k, v, dout, dq, dk, dv];
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
         return unsafe { crate::attention_fused::backward(w, heads, lse, d) };
@@ -381,53 +409,22 @@ pub(crate) fn backward(
                 let (qb, dob) = (head_rows(q, b, h, i0), head_rows(dout, b, h, i0));
                 unsafe {
                     let kt = transposed(head(k, b, h));
-                    product(
-                        products,
-                        kernel,
-                        rows,
-                        hd,
-                        kend,
-                        qb,
-                        kt,
-                        0.0,
-                        local(p_blk, t),
-                    );
+                    sgemm_strided(kernel, rows, hd, kend, qb, kt, 0.0, local(p_blk, t));
                 }
                 recompute(p_blk, &lse[i0..i1], i0, t, kend, scale);
                 unsafe {
                     // dP = dO·vᵀ
                     let vt = transposed(head(v, b, h));
-                    product(
-                        products,
-                        kernel,
-                        rows,
-                        hd,
-                        kend,
-                        dob,
-                        vt,
-                        0.0,
-                        local(dp_blk, t),
-                    );
+                    sgemm_strided(kernel, rows, hd, kend, dob, vt, 0.0, local(dp_blk, t));
                     // dv[..kend] += Pᵀ·dO
                     let pt = transposed(local(p_blk, t));
-                    product(
-                        products,
-                        kernel,
-                        kend,
-                        rows,
-                        hd,
-                        pt,
-                        dob,
-                        1.0,
-                        head(dv, b, h),
-                    );
+                    sgemm_strided(kernel, kend, rows, hd, pt, dob, 1.0, head(dv, b, h));
                 }
                 softmax_grad_rows(p_blk, dp_blk, t, kend, scale);
                 unsafe {
                     // dq[block] = dS·k[..kend], dk[..kend] += dSᵀ·q[block]
                     let dqb = head_rows(dq, b, h, i0);
-                    product(
-                        products,
+                    sgemm_strided(
                         kernel,
                         rows,
                         kend,
@@ -438,17 +435,7 @@ pub(crate) fn backward(
                         dqb,
                     );
                     let dst = transposed(local(dp_blk, t));
-                    product(
-                        products,
-                        kernel,
-                        kend,
-                        rows,
-                        hd,
-                        dst,
-                        qb,
-                        1.0,
-                        head(dk, b, h),
-                    );
+                    sgemm_strided(kernel, kend, rows, hd, dst, qb, 1.0, head(dk, b, h));
                 }
             }
         });

@@ -1,4 +1,4 @@
-//! Fused causal attention for AVX2 + FMA and AVX-512 ([`crate::AttentionProducts::Fused`]):
+//! Fused causal attention for AVX2 + FMA and AVX-512 (the default attention path where the level has AVX2 + FMA):
 //! the training forward and backward of one (batch entry, head) per task with no call to
 //! a general GEMM, for head sizes that are a multiple of 16 (the tiny model's 32,
 //! ANDREA-120M's 64). (Named `attention_avx2.rs` until it got its AVX-512 tile; results
@@ -18,8 +18,7 @@
 //! the kernels may use AVX-512 and the head size is a multiple of 32, the tile is 6 x 32
 //! in twelve 16-lane accumulators ([`Width::Zmm`]: the same loads for twice the FMAs),
 //! the panels are 32 wide and the row passes run at 16 lanes; it runs the same chains,
-//! so both widths give the same bits (`AttentionProducts::FusedAvx2` keeps the 16-column
-//! tile on an AVX-512 CPU, to compare them):
+//! so both widths give the same bits (a unit test compares them on an AVX-512 CPU):
 //!
 //! * forward, six queries at a time (16 columns) or blocks of 64 (32 columns): `S = q·kᵀ`
 //!   over the keys each six see, rounded up to the tile's width (`kᵀ` packed once into
@@ -780,7 +779,19 @@ unsafe fn backward_head(
 #[cfg(test)]
 mod tests {
     use super::Width;
-    use crate::{AttentionProducts, CpuBackend, GemmKernel};
+    use crate::attention::AttentionPath;
+    use crate::gemm::GemmKernel;
+    use crate::CpuBackend;
+
+    const WIDE: AttentionPath = AttentionPath::DEFAULT;
+    const NARROW: AttentionPath = AttentionPath {
+        fused: true,
+        wide: false,
+    };
+    const BLOCKED: AttentionPath = AttentionPath {
+        fused: false,
+        wide: false,
+    };
     use andrea_core::{AttentionOps, AttentionShape, Heads, MemoryOps, View};
     use andrea_testkit::random::Rand;
     use andrea_testkit::{reference, tol};
@@ -793,11 +804,11 @@ mod tests {
         skip
     }
 
-    fn backend(products: AttentionProducts) -> CpuBackend {
+    fn backend(path: AttentionPath) -> CpuBackend {
         CpuBackend::with_threads(2)
             .unwrap()
             .with_gemm_kernel(GemmKernel::Avx2)
-            .with_attention_products(products)
+            .with_attention(path)
     }
 
     /// `[B, T, 3C]` as the model lays out q, k, v (rows of stride `3C`) to dense
@@ -872,13 +883,14 @@ mod tests {
         if skipped() {
             return;
         }
-        for products in [AttentionProducts::Fused, AttentionProducts::FusedAvx2] {
-            training_matches_the_f64_reference_with(products);
+        for path in [WIDE, NARROW] {
+            training_matches_the_f64_reference_with(path);
         }
     }
 
-    fn training_matches_the_f64_reference_with(products: AttentionProducts) {
-        let be = backend(products);
+    fn training_matches_the_f64_reference_with(path: AttentionPath) {
+        let be = backend(path);
+        let tile = if path.wide { "wide" } else { "narrow" };
         let mut r = Rand::new(17);
         for (b, t, h, d) in [
             (1, 2, 1, 16),
@@ -896,7 +908,7 @@ mod tests {
             let [q, k, v] = unpack(&qkv, b * t, c);
             let mut want = vec![0.0; b * t * c];
             reference::attention_forward(&mut want, &q, &k, &v, (b, t, t, h, d), 0);
-            let name = format!("{} out B {b} T {t} H {h} D {d}", products.name());
+            let name = format!("{tile} out B {b} T {t} H {h} D {d}");
             tol::attention_out(t, d).check(&name, &out, &want).unwrap();
             let dout64: Vec<f64> = dout.iter().map(|&x| x as f64).collect();
             let mut g: [Vec<f64>; 3] = std::array::from_fn(|_| vec![0.0; b * t * c]);
@@ -905,7 +917,7 @@ mod tests {
             let got = unpack(&grads, b * t, c);
             for (name, (got, want)) in ["dq", "dk", "dv"].iter().zip(got.iter().zip(&g)) {
                 let got: Vec<f32> = got.iter().map(|&x| x as f32).collect();
-                let name = format!("{} {name} B {b} T {t} H {h} D {d}", products.name());
+                let name = format!("{tile} {name} B {b} T {t} H {h} D {d}");
                 tol::attention_grad(t, d).check(&name, &got, want).unwrap();
             }
         }
@@ -924,10 +936,7 @@ mod tests {
             );
             return;
         }
-        let (wide, narrow) = (
-            backend(AttentionProducts::Fused),
-            backend(AttentionProducts::FusedAvx2),
-        );
+        let (wide, narrow) = (backend(WIDE), backend(NARROW));
         let mut r = Rand::new(23);
         for (b, t, h, d) in [
             (1, 1, 1, 32),
@@ -961,10 +970,7 @@ mod tests {
         if skipped() {
             return;
         }
-        let (fused, blocked) = (
-            backend(AttentionProducts::Fused),
-            backend(AttentionProducts::Sgemm),
-        );
+        let (fused, blocked) = (backend(WIDE), backend(BLOCKED));
         let mut r = Rand::new(5);
         for (b, t, h, d) in [
             (2, 9, 2, 32),

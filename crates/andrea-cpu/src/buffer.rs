@@ -151,11 +151,11 @@ impl MemoryOps for CpuBackend {
 
     fn name(&self) -> String {
         format!(
-            "cpu ({} threads, {}, gemm {}, attention products {})",
+            "cpu ({} threads, {}, gemm {}, attention {})",
             self.threads(),
             crate::simd::level().name(),
-            self.gemm_kernel().effective().name(),
-            self.attention_products().name()
+            self.kernel.effective().name(),
+            self.attention.name()
         )
     }
 

@@ -49,9 +49,7 @@
 //!
 //! Other shapes (more than one new position or sequence, a weight whose rows are not
 //! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's) take
-//! the default composition of fine ops. `ANDREA_DECODE_FUSED=halves` (the halves as a
-//! job each, the stack as its ops) and `off` (the fine ops), read once, are kept to
-//! compare.
+//! the default composition of fine ops.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -322,50 +320,17 @@ impl FirstProduct<'_> {
 pub(crate) const MAX_WEIGHTS: usize = 1 << 18;
 
 /// Whether a half with these weight matrices takes the fused path: one token, rows of the
-/// weights contiguous, at most [`MAX_WEIGHTS`] floats in all, and the path on.
+/// weights contiguous, at most [`MAX_WEIGHTS`] floats in all.
 pub(crate) fn takes(
     rows: usize,
     a: &Matrix<'_, CpuBuffer>,
     b: &Matrix<'_, CpuBuffer>,
 ) -> Option<(Weight, Weight)> {
     let small = a.rows * a.cols + b.rows * b.cols <= MAX_WEIGHTS;
-    if rows != 1 || !small || !enabled() {
+    if rows != 1 || !small {
         return None;
     }
     Weight::of(a).zip(Weight::of(b))
-}
-
-/// How much of a small model's token is fused (`ANDREA_DECODE_FUSED`, read once): `on`
-/// (the default) all the blocks as one job, `halves` each block's two halves as a job
-/// each, `off` the fine ops one by one; the last two kept to compare.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Fusion {
-    Blocks,
-    Halves,
-    Off,
-}
-
-pub(crate) fn fusion() -> Fusion {
-    static MODE: std::sync::OnceLock<Fusion> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("ANDREA_DECODE_FUSED") {
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "on" => Fusion::Blocks,
-            "halves" => Fusion::Halves,
-            "off" => Fusion::Off,
-            _ => {
-                eprintln!(
-                    "andrea-cpu: ignoring ANDREA_DECODE_FUSED={v:?} (expected on, halves or off); using on"
-                );
-                Fusion::Blocks
-            }
-        },
-        Err(_) => Fusion::Blocks,
-    })
-}
-
-/// Whether the fused halves are on (`ANDREA_DECODE_FUSED` not `off`).
-pub(crate) fn enabled() -> bool {
-    fusion() != Fusion::Off
 }
 
 /// A checked weight matrix `[rows, cols]` with contiguous rows.
@@ -839,8 +804,8 @@ pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
 }
 
 /// One new token of one sequence through a small model's blocks as one team job
-/// (`run_blocks`); anything else (more rows, weights over `MAX_WEIGHTS` a half,
-/// `ANDREA_DECODE_FUSED=halves` or `off`) block by block as the default's four ops.
+/// (`run_blocks`); anything else (more rows, weights over `MAX_WEIGHTS` a half) block by
+/// block as the default's four ops.
 impl andrea_core::DecodeOps for crate::CpuBackend {
     fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
         use andrea_core::AttentionOps;
@@ -859,7 +824,7 @@ impl andrea_core::DecodeOps for crate::CpuBackend {
         // nothing here; a tiny token 1.004-1.007x against allocating, 2026-12-06).
         let mut ones = BLOCKS.take();
         ones.clear();
-        let mut one_job = fusion() == Fusion::Blocks;
+        let mut one_job = true;
         let checked = blocks.iter().enumerate().try_for_each(|(i, b)| {
             let d = memo.check(i, b, eps, |s| self.attention_workspace_len(s))?;
             let rows = d.batch * d.q_len;

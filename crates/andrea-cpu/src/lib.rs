@@ -109,7 +109,6 @@ mod attention;
 mod attention_decode;
 #[cfg(target_arch = "x86_64")]
 mod attention_fused;
-mod attention_products;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -139,17 +138,17 @@ mod team;
 
 use andrea_core::{Error, Result};
 
-pub use attention_products::AttentionProducts;
 pub use buffer::{CpuBuffer, CpuIds};
-pub use gemm::GemmKernel;
 
 /// The CPU backend. Cheap to create; [`CpuBackend::with_threads`] gives it its own
 /// thread pool, [`CpuBackend::new`] uses rayon's global pool (`RAYON_NUM_THREADS` or
 /// one thread per core).
 pub struct CpuBackend {
     pool: Option<rayon::ThreadPool>,
-    kernel: GemmKernel,
-    attention_products: AttentionProducts,
+    /// The GEMM kernel of the kernels' level ([`gemm::GemmKernel::for_level`]).
+    kernel: gemm::GemmKernel,
+    /// [`attention::AttentionPath::DEFAULT`] (tests compare the others with it).
+    attention: attention::AttentionPath,
     /// What the decoder stack's checks passed (`check_memo`).
     decode_checks: std::sync::Mutex<check_memo::CheckMemo>,
 }
@@ -165,8 +164,8 @@ impl CpuBackend {
     pub fn new() -> Self {
         CpuBackend {
             pool: None,
-            kernel: GemmKernel::from_env(),
-            attention_products: AttentionProducts::from_env(),
+            kernel: gemm::GemmKernel::for_level(),
+            attention: attention::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
         }
     }
@@ -189,39 +188,30 @@ impl CpuBackend {
             })?;
         Ok(CpuBackend {
             pool: Some(pool),
-            kernel: GemmKernel::from_env(),
-            attention_products: AttentionProducts::from_env(),
+            kernel: gemm::GemmKernel::for_level(),
+            attention: attention::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
         })
     }
 
-    /// The same backend with another GEMM kernel (the default is the one measured
-    /// fastest; both are exact-to-f32-rounding implementations of the same product).
-    pub fn with_gemm_kernel(mut self, kernel: GemmKernel) -> Self {
+    /// The same backend with another GEMM kernel (unit tests: same-bits comparisons).
+    #[cfg(test)]
+    pub(crate) fn with_gemm_kernel(mut self, kernel: gemm::GemmKernel) -> Self {
         self.kernel = kernel;
         self
     }
 
-    /// The GEMM kernel in use.
-    pub fn gemm_kernel(&self) -> GemmKernel {
-        self.kernel
-    }
-
-    /// The same backend with another kernel for attention's per-head products (the
-    /// default is [`AttentionProducts::from_env`]; both compute the same products).
-    pub fn with_attention_products(mut self, products: AttentionProducts) -> Self {
-        self.attention_products = products;
+    /// The same backend with another attention path (unit tests: comparisons with the
+    /// default).
+    #[cfg(test)]
+    pub(crate) fn with_attention(mut self, path: attention::AttentionPath) -> Self {
+        self.attention = path;
         self
     }
 
-    /// The kernel of attention's per-head products in use.
-    pub fn attention_products(&self) -> AttentionProducts {
-        self.attention_products
-    }
-
     /// What the attention kernels need to know of the products' kernels.
-    fn products(&self) -> (GemmKernel, AttentionProducts) {
-        (self.kernel, self.attention_products)
+    fn products(&self) -> (gemm::GemmKernel, attention::AttentionPath) {
+        (self.kernel, self.attention)
     }
 
     /// Number of threads ops run on.

@@ -30,8 +30,7 @@
 //! no other rayon work: rayon calls made meanwhile run with fewer threads (at most
 //! [`IDLE`] after the last team job). One caller at a time uses the team; a second,
 //! concurrent one (another thread decoding) falls back to rayon, as do calls from outside
-//! a rayon pool, pools of one thread, jobs of more than [`MAX_PARTS`] parts and
-//! `ANDREA_TEAM=off` (kept to compare).
+//! a rayon pool, pools of one thread and jobs of more than [`MAX_PARTS`] parts.
 //!
 //! Which thread runs which part changes nothing in the results: every part is computed
 //! the same way wherever it runs.
@@ -69,21 +68,6 @@ fn unpack(w: u64) -> (u64, usize, usize) {
         ((w >> 16) & 0xFFFF) as usize,
         (w & 0xFFFF) as usize,
     )
-}
-
-/// Whether the team is enabled (`ANDREA_TEAM`, read once: `off` gives every call to
-/// rayon, to compare).
-fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("ANDREA_TEAM") {
-        Ok(v) if v.trim().eq_ignore_ascii_case("off") => false,
-        Ok(v) if v.trim().eq_ignore_ascii_case("on") || v.trim().is_empty() => true,
-        Ok(v) => {
-            eprintln!("andrea-cpu: ignoring ANDREA_TEAM={v:?} (expected on or off); using on");
-            true
-        }
-        Err(_) => true,
-    })
 }
 
 /// Claims the next part of the job announced by `w`'s generation, if one is left:
@@ -177,8 +161,7 @@ pub(crate) fn for_each(parts: usize, f: &(dyn Fn(usize) + Sync)) {
     let usable = parts > 1
         && parts <= MAX_PARTS
         && rayon::current_thread_index().is_some()
-        && (2..=(1 << 12)).contains(&rayon::current_num_threads())
-        && enabled();
+        && (2..=(1 << 12)).contains(&rayon::current_num_threads());
     if !usable
         || BUSY
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
