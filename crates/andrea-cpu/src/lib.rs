@@ -105,36 +105,24 @@
 //! # Ok::<(), andrea_core::Error>(())
 //! ```
 
-mod attention;
-mod attention_decode;
-#[cfg(target_arch = "x86_64")]
-mod attention_fused;
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
+// The ground floor: what every op may use, and which uses none of them.
 mod buffer;
-mod check_memo;
+mod par;
+mod simd;
+mod team;
+mod views;
+
+// The ops, by what they compute.
+mod attention;
 mod decode;
 mod elementwise;
 mod embedding;
 mod gemm;
-#[cfg(target_arch = "x86_64")]
-mod gemm_avx2;
-#[cfg(target_arch = "x86_64")]
-mod gemm_avx512;
-mod gemv;
-#[cfg(target_arch = "x86_64")]
-mod gemv_avx2;
-mod gemv_avx512;
 mod interop;
-mod layernorm;
+mod memory;
+mod norm_softmax_loss;
 mod optim;
-mod par;
 mod reduce;
-mod simd;
-mod softmax;
-mod team;
 
 use andrea_core::{Error, Result};
 
@@ -147,10 +135,10 @@ pub struct CpuBackend {
     pool: Option<rayon::ThreadPool>,
     /// The GEMM kernel of the kernels' level ([`gemm::GemmKernel::for_level`]).
     kernel: gemm::GemmKernel,
-    /// [`attention::AttentionPath::DEFAULT`] (tests compare the others with it).
-    attention: attention::AttentionPath,
+    /// [`attention::path::AttentionPath::DEFAULT`] (tests compare the others with it).
+    attention: attention::path::AttentionPath,
     /// What the decoder stack's checks passed (`check_memo`).
-    decode_checks: std::sync::Mutex<check_memo::CheckMemo>,
+    decode_checks: std::sync::Mutex<decode::check_memo::CheckMemo>,
 }
 
 impl Default for CpuBackend {
@@ -165,7 +153,7 @@ impl CpuBackend {
         CpuBackend {
             pool: None,
             kernel: gemm::GemmKernel::for_level(),
-            attention: attention::AttentionPath::DEFAULT,
+            attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
         }
     }
@@ -189,7 +177,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Some(pool),
             kernel: gemm::GemmKernel::for_level(),
-            attention: attention::AttentionPath::DEFAULT,
+            attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
         })
     }
@@ -204,13 +192,13 @@ impl CpuBackend {
     /// The same backend with another attention path (unit tests: comparisons with the
     /// default).
     #[cfg(test)]
-    pub(crate) fn with_attention(mut self, path: attention::AttentionPath) -> Self {
+    pub(crate) fn with_attention(mut self, path: attention::path::AttentionPath) -> Self {
         self.attention = path;
         self
     }
 
     /// What the attention kernels need to know of the products' kernels.
-    fn products(&self) -> (gemm::GemmKernel, attention::AttentionPath) {
+    fn products(&self) -> (gemm::GemmKernel, attention::path::AttentionPath) {
         (self.kernel, self.attention)
     }
 

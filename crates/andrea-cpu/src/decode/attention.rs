@@ -42,9 +42,10 @@
 
 use std::cell::Cell;
 
-use crate::attention::{causal_softmax, HeadsPtr};
 use crate::buffer::SendPtr;
+use crate::norm_softmax_loss::causal::causal_softmax;
 use crate::simd::{multiversion, MulAdd};
+use crate::views::{HeadsPtr, Strides};
 
 /// Multiply-adds of a whole call (`B·H·2·n·D`) below which the heads run on the calling
 /// thread (see the module docs).
@@ -129,22 +130,6 @@ pub(crate) struct Shape {
     pub d: usize,
 }
 
-/// Where position `j`'s head `h` starts in a slice of cached keys or values:
-/// `j·pos + h·head` (`head` is the head size where a position's heads lie side by side).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Strides {
-    pub pos: usize,
-    pub head: usize,
-}
-
-impl Strides {
-    /// Floats from the first element of position 0's head 0 to the end of position
-    /// `n - 1`'s head `heads - 1` (`n`, `heads` at least 1).
-    fn span(self, n: usize, heads: usize, d: usize) -> usize {
-        (n - 1) * self.pos + (heads - 1) * self.head + d
-    }
-}
-
 /// One query of `shape.heads` heads side by side (`q`, `out`: `heads·d` floats) over `n`
 /// cached positions (`k`, `v`: position `j`'s head `h` at `ks`, `vs` [`Strides`]): the
 /// scores, their causal softmax (the base-2 log-sum-exps into `lse`, one per head), the
@@ -189,7 +174,7 @@ pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape
                 // SAFETY: row r < 16 of head h starts at (j + r)·ks.pos + h·ks.head and
                 // has d floats inside `k` (asserted); the CPU has AVX-512 F.
                 unsafe {
-                    crate::gemv_avx512::sixteen_dots(
+                    crate::decode::gemv::avx512::sixteen_dots(
                         &q[h * d..][..d],
                         |r| first.wrapping_add(r * ks.pos + h * ks.head),
                         &mut s[h * k_len + j..][..16],
@@ -229,7 +214,10 @@ unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape
             let row = |r: usize| &k[(j + r) * ks.pos + h * ks.head..][..d];
             // SAFETY: the CPU has AVX2 and FMA (this function's contract).
             let dots = unsafe {
-                crate::gemv_avx2::four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)])
+                crate::decode::gemv::avx2::four_dots(
+                    &q[h * d..][..d],
+                    [row(0), row(1), row(2), row(3)],
+                )
             };
             s[h * k_len + j..][..4].copy_from_slice(&dots);
         }
@@ -251,7 +239,7 @@ multiversion! {
         for j in 0..n {
             for h in 0..heads {
                 let kjh = &k[j * ks.pos + h * ks.head..][..d];
-                s[h * k_len + j] = crate::gemv::dot::<M>(&q[h * d..][..d], kjh);
+                s[h * k_len + j] = crate::decode::gemv::dot::<M>(&q[h * d..][..d], kjh);
             }
         }
     }

@@ -19,11 +19,9 @@
 //! Requires AVX2 and FMA (the caller checks
 //! [`simd::has_avx2_fma`](crate::simd::has_avx2_fma)).
 
-#![cfg(target_arch = "x86_64")]
-
 use std::arch::x86_64::*;
 
-use crate::gemv::Band;
+use crate::decode::gemv::band::Band;
 
 /// Running sums per row of `W` (two 8-lane vectors), as in `gemv::dot`.
 const L: usize = 16;
@@ -226,8 +224,10 @@ mod tests {
                     unsafe { column_band(&mut dots, band) };
                     for i in 0..m {
                         for j in 0..cols {
-                            let want =
-                                crate::gemv::dot::<Fused>(&x[i * k..][..k], &w[j * ws..][..k]);
+                            let want = crate::decode::gemv::dot::<Fused>(
+                                &x[i * k..][..k],
+                                &w[j * ws..][..k],
+                            );
                             let got = dots[i * cols + j];
                             assert_eq!(
                                 got.to_bits(),

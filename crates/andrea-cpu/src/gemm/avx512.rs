@@ -55,7 +55,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use crate::buffer::SendPtr;
-use crate::gemm::Operand;
+use crate::views::Operand;
 
 /// The micro-tile: `MR` rows by 16·`NV` columns of `C` (28 accumulators and 2 `B`
 /// vectors of the 32 `zmm` registers).

@@ -10,6 +10,9 @@
 //! kernels written with intrinsics (the `avx512` module), which follow the functions
 //! here operation for operation and give the AVX2 copy's bits.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod lanes;
+
 /// Defines `fn $name(args) -> ret` whose body is compiled twice, once for the baseline
 /// target and once with `avx2,fma`, and dispatches at run time. Helpers called from the
 /// body should be `#[inline(always)]` so they are compiled into both copies. Inside the

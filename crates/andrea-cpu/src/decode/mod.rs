@@ -51,17 +51,21 @@
 //! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's) take
 //! the default composition of fine ops.
 
+pub(crate) mod attention;
+pub(crate) mod check_memo;
+pub(crate) mod gemv;
+
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use andrea_core::{fused, DecodeBlockOf, Matrix, Result, View};
+use andrea_core::{fused, DecodeBlockOf, Matrix, Result};
 
-use crate::attention::causal_softmax;
-use crate::attention::HeadsPtr;
-use crate::attention_decode::{scores_any, weighted_sum_any, Shape, Strides};
 use crate::buffer::{CpuBuffer, SendPtr};
-use crate::gemv::{row_product, CHUNK_K};
-use crate::layernorm::{residual_forward, ResidualSrc};
+use crate::decode::attention::{scores_any, weighted_sum_any, Shape};
+use crate::decode::gemv::{row_product, CHUNK_K};
+use crate::norm_softmax_loss::causal::causal_softmax;
+use crate::norm_softmax_loss::layernorm::{residual_forward, ResidualSrc};
+use crate::views::{HeadsPtr, Row, Strides};
 
 /// Hidden columns per part of the MLP: the tiny model's 512 in four parts, ANDREA-120M's
 /// 3,072 in 24.
@@ -122,46 +126,6 @@ fn grown(v: &mut Vec<f32>, len: usize) -> SendPtr {
         v.resize(len, 0.0);
     }
     SendPtr(v.as_mut_ptr())
-}
-
-/// A checked row of backend memory (`len` floats) as a raw pointer. Slices of it are
-/// made inside a task and dropped at its end: which task may read or write it is the
-/// order of the tasks' stages (a view one step writes may be one an earlier step read,
-/// as the model's shared LayerNorm output is), never a borrow held across the job.
-#[derive(Clone, Copy)]
-pub(crate) struct Row {
-    ptr: SendPtr,
-    len: usize,
-}
-
-impl Row {
-    /// The elements of a checked view.
-    pub(crate) fn of(v: &View<'_, CpuBuffer>) -> Self {
-        Row {
-            // SAFETY: the view lies inside its buffer (checked by the op).
-            ptr: SendPtr(unsafe { v.buf.ptr().add(v.offset) }),
-            len: v.numel(),
-        }
-    }
-
-    fn same_as(self, other: Row) -> bool {
-        std::ptr::eq(self.ptr.get(), other.ptr.get()) && self.len == other.len
-    }
-
-    /// # Safety
-    /// Nothing may write these elements while the slice lives.
-    unsafe fn read<'s>(self) -> &'s [f32] {
-        // SAFETY: in bounds (checked view); no writer by the caller's contract.
-        unsafe { std::slice::from_raw_parts(self.ptr.get(), self.len) }
-    }
-
-    /// # Safety
-    /// Nothing else may read or write these elements while the slice lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn write<'s>(self) -> &'s mut [f32] {
-        // SAFETY: in bounds (checked view); exclusive by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.get(), self.len) }
-    }
 }
 
 /// Tasks each done once, by the first part to claim it: a part claims every unclaimed

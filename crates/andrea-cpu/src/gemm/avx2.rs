@@ -82,7 +82,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
-use crate::gemm::Operand;
+use crate::simd::lanes::transpose8;
+use crate::views::Operand;
 
 /// Rows of `A` (and of the `C` tile) per micro-kernel call.
 pub(crate) const MR: usize = 6;
@@ -378,38 +379,6 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Operand, pc: usize, jc: usize, out: &m
     }
 }
 
-/// Transposes the 8 x 8 block of `r` (row `i` in `r[i]`) in registers.
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(crate) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(s0, s4),
-        _mm256_permute2f128_ps::<0x20>(s1, s5),
-        _mm256_permute2f128_ps::<0x20>(s2, s6),
-        _mm256_permute2f128_ps::<0x20>(s3, s7),
-        _mm256_permute2f128_ps::<0x31>(s0, s4),
-        _mm256_permute2f128_ps::<0x31>(s1, s5),
-        _mm256_permute2f128_ps::<0x31>(s2, s6),
-        _mm256_permute2f128_ps::<0x31>(s3, s7),
-    ]
-}
-
 /// Packs one panel of [`NR`] columns of a transposed `B` (column `j` at `src + j·cs`,
 /// contiguous along `k`) over `kc` rows into `panel` (`kc` rows of `NR` values): 8 rows
 /// of 8 columns per step through [`transpose8`]. The backward's `dx = dy·Wᵀ` products
@@ -635,13 +604,17 @@ unsafe fn kernel(
                     }
                     if let Some(o) = e.gelu_out {
                         let o = o.add(i * rs);
-                        _mm256_storeu_ps(o, crate::avx2::gelu(r[0]));
-                        _mm256_storeu_ps(o.add(8), crate::avx2::gelu(r[1]));
+                        _mm256_storeu_ps(o, crate::elementwise::gelu::gelu::<__m256>(r[0]));
+                        _mm256_storeu_ps(o.add(8), crate::elementwise::gelu::gelu::<__m256>(r[1]));
                     }
                     if let Some(p) = e.gelu_grad_of {
                         let p = p.add(i * rs);
-                        r[0] = crate::avx2::gelu_grad(_mm256_loadu_ps(p), r[0]);
-                        r[1] = crate::avx2::gelu_grad(_mm256_loadu_ps(p.add(8)), r[1]);
+                        r[0] =
+                            crate::elementwise::gelu::gelu_grad::<__m256>(_mm256_loadu_ps(p), r[0]);
+                        r[1] = crate::elementwise::gelu::gelu_grad::<__m256>(
+                            _mm256_loadu_ps(p.add(8)),
+                            r[1],
+                        );
                     }
                 }
                 _mm256_storeu_ps(ci, r[0]);

@@ -40,10 +40,17 @@
 //! path's in the last bits (another summation order): prefill and decode agree to f32
 //! rounding, as the KV-cache tests check.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+pub(crate) mod band;
+
 use std::cell::Cell;
 
 use crate::buffer::SendPtr;
 use crate::simd::{multiversion, MulAdd};
+use band::Band;
 
 /// The most rows of `A` (sequences decoded together) this path takes.
 pub(crate) const MAX_ROWS: usize = 8;
@@ -151,14 +158,24 @@ impl Gemv<'_> {
                 if m == 1 && n <= ROW_REGISTERS_MAX_N && crate::simd::has_avx512() {
                     // SAFETY: the CPU has AVX-512 F.
                     return unsafe {
-                        crate::gemv_avx512::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
+                        crate::decode::gemv::avx512::row_chunk_one(
+                            part,
+                            &x[k0..k0 + rows],
+                            w,
+                            self.b_rs,
+                        )
                     };
                 }
                 #[cfg(target_arch = "x86_64")]
                 if m == 1 && n <= ROW_REGISTERS_MAX_N && avx2_registers() {
                     // SAFETY: the CPU has AVX2 and FMA.
                     return unsafe {
-                        crate::gemv_avx2::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
+                        crate::decode::gemv::avx2::row_chunk_one(
+                            part,
+                            &x[k0..k0 + rows],
+                            w,
+                            self.b_rs,
+                        )
                     };
                 }
                 row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
@@ -297,12 +314,12 @@ pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512 F.
-        return unsafe { crate::gemv_avx512::row_chunk_one(part, a, w, ws) };
+        return unsafe { crate::decode::gemv::avx512::row_chunk_one(part, a, w, ws) };
     }
     #[cfg(target_arch = "x86_64")]
     if avx2_registers() {
         // SAFETY: the CPU has AVX2 and FMA.
-        return unsafe { crate::gemv_avx2::row_chunk_one(part, a, w, ws) };
+        return unsafe { crate::decode::gemv::avx2::row_chunk_one(part, a, w, ws) };
     }
     let (rows, n) = (a.len(), part.len());
     row_chunk(part, a, rows, 0, rows, w, ws, 1, n);
@@ -375,30 +392,18 @@ multiversion! {
     }
 }
 
-/// One band of the column form: `m` rows `x[i·k..][..k]` of `A` against `cols` rows
-/// `w[j·ws..][..k]` of `W`.
-#[derive(Clone, Copy)]
-pub(crate) struct Band<'a> {
-    pub x: &'a [f32],
-    pub w: &'a [f32],
-    pub ws: usize,
-    pub m: usize,
-    pub k: usize,
-    pub cols: usize,
-}
-
 /// [`column_band`], sixteen rows of `W` at a time with AVX-512 where the CPU has it
 /// (`gemv_avx512` module), four at a time with AVX2 (`gemv_avx2`): the same bits.
 fn column_band_any(dots: &mut [f32], band: Band<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512 F.
-        return unsafe { crate::gemv_avx512::column_band(dots, band) };
+        return unsafe { crate::decode::gemv::avx512::column_band(dots, band) };
     }
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA.
-        return unsafe { crate::gemv_avx2::column_band(dots, band) };
+        return unsafe { crate::decode::gemv::avx2::column_band(dots, band) };
     }
     column_band(dots, band)
 }
@@ -461,10 +466,10 @@ mod tests {
         type Chunk = unsafe fn(&mut [f32], &[f32], &[f32], usize);
         let mut kernels: Vec<(&str, Chunk)> = Vec::new();
         if crate::simd::has_avx512() {
-            kernels.push(("avx512", crate::gemv_avx512::row_chunk_one));
+            kernels.push(("avx512", crate::decode::gemv::avx512::row_chunk_one));
         }
         if crate::simd::has_avx2_fma() {
-            kernels.push(("avx2", crate::gemv_avx2::row_chunk_one));
+            kernels.push(("avx2", crate::decode::gemv::avx2::row_chunk_one));
         } else {
             // The generic chunk then runs unfused (two roundings): no bits to match.
             eprintln!("skipped: no AVX2 + FMA here (or ANDREA_SIMD=baseline)");
@@ -528,7 +533,7 @@ mod tests {
                 k,
                 cols,
             };
-            unsafe { crate::gemv_avx512::column_band(&mut got, band) };
+            unsafe { crate::decode::gemv::avx512::column_band(&mut got, band) };
             for i in 0..m {
                 for j in 0..cols {
                     let want = dot::<crate::simd::Fused>(&x[i * k..][..k], &w[j * ws..][..k]);

@@ -16,64 +16,26 @@
 //! `dP = dO·vᵀ`, `dv = Pᵀ·dO`, `dS = P∘(dP - rowsum(P∘dP))/sqrt(D)`, `dq = dS·k`,
 //! `dk = dSᵀ·q`. The scratch is two `T×T` matrices per thread, reused across calls.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod fused;
+pub(crate) mod path;
+
 use std::cell::RefCell;
-use std::f32::consts::LOG2_E;
 
 use rayon::prelude::*;
 
 use andrea_core::check::AttentionDims;
-use andrea_core::Heads;
 
-use crate::buffer::{CpuBuffer, SendPtr};
-use crate::gemm::{sgemm_strided, GemmKernel, Operand};
-use crate::simd::{self, multiversion};
-use crate::softmax::{softmax_row_in_place, visible};
+use crate::buffer::SendPtr;
+use crate::gemm::{sgemm_strided, GemmKernel};
+use crate::norm_softmax_loss::causal::{causal_softmax, recompute, softmax_grad_rows};
+use crate::views::{head, HeadsPtr, Operand, Row};
+use path::AttentionPath;
 
-use andrea_core::{check, fused, AttentionOps, AttentionShape, HeadsOf, LinearOf, Result, Tensor};
+use andrea_core::{check, AttentionOps, AttentionShape, HeadsOf, LinearOf, Result, Tensor};
 
 use crate::buffer::{read, write};
-use crate::decode::Row;
 use crate::CpuBackend;
-
-/// Which implementation runs attention: the fused kernel (`attention_fused`) where it can
-/// run, the blocked path below elsewhere. The product always takes [`AttentionPath::DEFAULT`];
-/// the unit tests take the others to compare them with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct AttentionPath {
-    /// The fused kernel where the level has AVX2 + FMA and the head size is a multiple of
-    /// 16 (else the blocked path everywhere).
-    pub(crate) fused: bool,
-    /// The fused kernel's 32-column tile where the level has AVX-512 and the head size is
-    /// a multiple of 32 (else its 16-column tile; both give the same bits).
-    pub(crate) wide: bool,
-}
-
-impl AttentionPath {
-    pub(crate) const DEFAULT: AttentionPath = AttentionPath {
-        fused: true,
-        wide: true,
-    };
-
-    /// The fused kernel's tile for heads of `head_dim` at the kernels' level, or `None`
-    /// where the blocked path runs.
-    #[cfg(target_arch = "x86_64")]
-    fn fused_width(self, head_dim: usize) -> Option<crate::attention_fused::Width> {
-        self.fused
-            .then(|| crate::attention_fused::width(head_dim, self.wide))
-            .flatten()
-    }
-
-    /// The implementation that runs at the kernels' level for heads a multiple of 32.
-    pub(crate) fn name(self) -> &'static str {
-        if !(self.fused && simd::has_avx2_fma()) {
-            "blocked"
-        } else if self.wide && simd::has_avx512() {
-            "fused-avx512"
-        } else {
-            "fused-avx2"
-        }
-    }
-}
 
 thread_local! {
     /// Per-thread scratch: `[S | dP]`, grown on first use, then reused.
@@ -87,99 +49,6 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
         }
         f(&mut s[..len])
     })
-}
-
-/// A heads view as plain data: base pointer and strides (the buffer reference is not
-/// `Sync`, this is).
-#[derive(Clone, Copy)]
-pub(crate) struct HeadsPtr {
-    ptr: SendPtr,
-    batch_stride: usize,
-    seq_stride: usize,
-    head_stride: usize,
-    head_dim: usize,
-}
-
-impl HeadsPtr {
-    pub(crate) fn of(h: &Heads<'_, CpuBuffer>) -> Self {
-        HeadsPtr {
-            // SAFETY: the view's offset is inside its buffer (checked).
-            ptr: SendPtr(unsafe { h.buf.ptr().add(h.offset) }),
-            batch_stride: h.batch_stride,
-            seq_stride: h.seq_stride,
-            head_stride: h.head_stride,
-            head_dim: h.head_dim,
-        }
-    }
-}
-
-impl HeadsPtr {
-    pub(crate) fn head_dim(&self) -> usize {
-        self.head_dim
-    }
-
-    /// Where each position's heads start, from position 0's head 0.
-    pub(crate) fn strides(&self) -> crate::attention_decode::Strides {
-        crate::attention_decode::Strides {
-            pos: self.seq_stride,
-            head: self.head_stride,
-        }
-    }
-
-    /// Whether each position's heads lie side by side (`Heads::side_by_side`).
-    pub(crate) fn side_by_side(&self) -> bool {
-        self.head_stride == self.head_dim
-    }
-
-    /// Rows `0..rows` of heads `h0..h1` of batch entry `b`, as one slice from row 0's
-    /// head `h0` to the end of the last row's head `h1 - 1` (row `r`'s head `h` at
-    /// `r·seq_stride + (h - h0)·head_stride` in it: [`HeadsPtr::strides`]).
-    ///
-    /// # Safety
-    /// The rows and heads must lie inside the checked view, and nothing may write them
-    /// while the slice lives.
-    pub(crate) unsafe fn rows<'a>(
-        &self,
-        b: usize,
-        rows: usize,
-        (h0, h1): (usize, usize),
-    ) -> &'a [f32] {
-        let o = head(*self, b, h0);
-        let len =
-            (rows.max(1) - 1) * self.seq_stride + (h1 - h0 - 1) * self.head_stride + self.head_dim;
-        // SAFETY: inside the checked view (the caller's promise).
-        unsafe { std::slice::from_raw_parts(o.ptr.get(), len) }
-    }
-
-    /// Element 0 of head `h` of row `r` of batch entry `b` (not dereferenced here).
-    pub(crate) fn at(&self, b: usize, r: usize, h: usize) -> *mut f32 {
-        self.ptr
-            .get()
-            .wrapping_add(b * self.batch_stride + r * self.seq_stride + h * self.head_stride)
-    }
-
-    /// Row 0 of heads `h0..h1` of batch entry `b`, to write.
-    ///
-    /// # Safety
-    /// Inside the checked view, whose heads lie side by side, and no other reference to
-    /// it while the slice lives.
-    pub(crate) unsafe fn row_mut<'a>(&self, b: usize, (h0, h1): (usize, usize)) -> &'a mut [f32] {
-        debug_assert!(self.side_by_side());
-        let o = head(*self, b, h0);
-        // SAFETY: inside the checked view, exclusive (the caller's promise).
-        unsafe { std::slice::from_raw_parts_mut(o.ptr.get(), (h1 - h0) * self.head_dim) }
-    }
-}
-
-/// Operand for head `hh` of batch entry `b`: `[seq, D]` with row stride `seq_stride`.
-pub(crate) fn head(h: HeadsPtr, b: usize, hh: usize) -> Operand {
-    // SAFETY: (b, hh) are inside the view, which the op's check put inside its buffer.
-    let ptr = unsafe { h.ptr.add(b * h.batch_stride + hh * h.head_stride) };
-    Operand {
-        ptr,
-        rs: h.seq_stride,
-        cs: 1,
-    }
 }
 
 fn transposed(o: Operand) -> Operand {
@@ -201,95 +70,6 @@ fn local(s: &mut [f32], cols: usize) -> Operand {
 /// Query rows per block. Keys past a block's last query are never computed, which
 /// skips most of the masked upper triangle (for T = 256, 62.5% of the full T×T work).
 const QUERY_BLOCK: usize = 64;
-
-/// An exponential row kernel: `(row, scale2, m2) -> Σ`, unsafe for its instruction set.
-type ExpRow = unsafe fn(&mut [f32], f32, f32) -> f32;
-
-/// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
-/// keeping each row's log-sum-exp, in base 2 (the `avx512` or `avx2` module's kernel where
-/// the CPU has it, same bits).
-pub(crate) fn causal_softmax(
-    s: &mut [f32],
-    lse: &mut [f32],
-    first_row: usize,
-    tq: usize,
-    tk: usize,
-    pos_offset: usize,
-    scale: f32,
-) {
-    // The intrinsics kernel for this CPU, if any (each gives the base-2 lse).
-    #[cfg(target_arch = "x86_64")]
-    let vis = |r: usize| visible(first_row + r, tq, tk, Some(pos_offset));
-    #[cfg(target_arch = "x86_64")]
-    if scale >= 0.0 && simd::has_avx512() {
-        // SAFETY: the CPU has AVX-512; scale >= 0; 1 <= visible <= tk.
-        unsafe { crate::avx512::softmax_rows(None, s, tk, vis, scale, |r, l| lse[r] = l) };
-        return;
-    } else if scale >= 0.0 && simd::has_avx2_fma() {
-        // SAFETY: the CPU has AVX2 and FMA; scale >= 0; 1 <= visible <= tk.
-        unsafe { crate::avx2::softmax_rows(None, s, tk, vis, scale, |r, l| lse[r] = l) };
-        return;
-    }
-    causal_softmax_rows(s, lse, first_row, tq, tk, pos_offset, scale)
-}
-
-/// `P = 2^(S·scale·log2 e - L)` (L in base 2) on the causal part of rows `first_row..` (stride `t`, `width`
-/// computed columns), 0 elsewhere among those columns (the intrinsics kernels where the
-/// CPU has AVX-512 or AVX2).
-fn recompute(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
-    #[cfg(target_arch = "x86_64")]
-    let row_kernel: Option<ExpRow> = if simd::has_avx512() {
-        Some(crate::avx512::exp_shifted_row)
-    } else if simd::has_avx2_fma() {
-        Some(crate::avx2::exp_shifted_row)
-    } else {
-        None
-    };
-    #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = row_kernel {
-        for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
-            let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
-            // SAFETY: the CPU has the kernel's instruction set.
-            unsafe { kernel(vis, scale * LOG2_E, l) };
-            masked.fill(0.0);
-        }
-        return;
-    }
-    recompute_probs(p, lse, first_row, t, width, scale)
-}
-
-multiversion! {
-    fn causal_softmax_rows(s: &mut [f32], lse: &mut [f32], first_row: usize, tq: usize, tk: usize, pos_offset: usize, scale: f32) {
-        for (r, (row, l)) in s.chunks_exact_mut(tk).zip(lse.iter_mut()).enumerate() {
-            let n = visible(first_row + r, tq, tk, Some(pos_offset));
-            *l = softmax_row_in_place::<M>(row, n, scale);
-        }
-    }
-}
-
-multiversion! {
-    fn recompute_probs(p: &mut [f32], lse: &[f32], first_row: usize, t: usize, width: usize, scale: f32) {
-        for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
-            let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);
-            simd::pow2_shifted::<M>(vis, scale * LOG2_E, l);
-            masked.fill(0.0);
-        }
-    }
-}
-
-multiversion! {
-    /// `dS = scale · P ∘ (dP - rowsum(P ∘ dP))` in place of `dP`, over `width` columns of
-    /// rows of stride `t`.
-    fn softmax_grad_rows(p: &[f32], dp: &mut [f32], t: usize, width: usize, scale: f32) {
-        for (prow, drow) in p.chunks_exact(t).zip(dp.chunks_exact_mut(t)) {
-            let (prow, drow) = (&prow[..width], &mut drow[..width]);
-            let s = simd::dot(prow, drow);
-            for (o, &pv) in drow.iter_mut().zip(prow) {
-                *o = scale * pv * (*o - s);
-            }
-        }
-    }
-}
 
 /// Operand for rows `r0..` of head `hh` of batch entry `b`.
 fn head_rows(h: HeadsPtr, b: usize, hh: usize, r0: usize) -> Operand {
@@ -319,13 +99,13 @@ pub(crate) fn forward(
         // may keep its heads apart, the query and output side by side).
         // SAFETY: the views were checked by the op; `lse` is B·H long.
         return unsafe {
-            crate::attention_decode::forward([q, k, v, out], lse, d.heads, tk, pos_offset, scale)
+            crate::decode::attention::forward([q, k, v, out], lse, d.heads, tk, pos_offset, scale)
         };
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(w) = path.fused_width(hd) {
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
-        return unsafe { crate::attention_fused::forward(w, [q, k, v, out], lse, pos_offset, d) };
+        return unsafe { crate::attention::fused::forward(w, [q, k, v, out], lse, pos_offset, d) };
     }
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
@@ -389,7 +169,7 @@ pub(crate) fn backward(
     if let Some(w) = path.fused_width(hd) {
         let heads = [q, k, v, dout, dq, dk, dv];
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
-        return unsafe { crate::attention_fused::backward(w, heads, lse, d) };
+        return unsafe { crate::attention::fused::backward(w, heads, lse, d) };
     }
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
@@ -545,7 +325,7 @@ impl AttentionOps for CpuBackend {
         let Some((qkv_weight, proj_weight)) =
             crate::decode::takes(rows, &qkv_w.weight, &proj.weight)
         else {
-            return fused::decode_attention(
+            return andrea_core::fused::decode_attention(
                 self, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,
             );
         };

@@ -18,15 +18,13 @@
 //! **Same bits as the generic form.** Each row's lanes get the same fused
 //! multiply-adds in the same `k` order, each level of the tree adds the same pairs of
 //! lanes (`acc[l] + acc[l + h]`, addition being commutative), and the tail is the same
-//! serial sum added last. A unit test compares the bits with [`crate::gemv::dot`].
+//! serial sum added last. A unit test compares the bits with [`crate::decode::gemv::dot`].
 //!
 //! Requires AVX-512 F (the caller checks [`simd::has_avx512`](crate::simd::has_avx512)).
 
-#![cfg(target_arch = "x86_64")]
-
 use std::arch::x86_64::*;
 
-use crate::gemv::Band;
+use crate::decode::gemv::band::Band;
 
 /// Lanes of one vector, and rows of `W` per pass.
 const L: usize = 16;
@@ -200,7 +198,13 @@ pub(crate) unsafe fn sixteen_dots(x: &[f32], row: impl Fn(usize) -> *const f32, 
     // call to the C library's memcpy per block: ~2% of a tiny decode step's samples).
     assert!(out.len() <= L);
     // SAFETY: the mask covers `out.len()` lanes, all inside `out`.
-    unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), crate::avx512::first(out.len()), dots) };
+    unsafe {
+        _mm512_mask_storeu_ps(
+            out.as_mut_ptr(),
+            crate::simd::lanes::first16(out.len()),
+            dots,
+        )
+    };
 }
 
 /// The row form's chunk for one row of `A` (`m = 1`, a decoded token):
@@ -231,7 +235,7 @@ pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: u
             };
         }
         if j0 < n {
-            let k = crate::avx512::first(n - j0);
+            let k = crate::simd::lanes::first16(n - j0);
             let p = part.as_mut_ptr().add(j0);
             let mut acc = _mm512_maskz_loadu_ps(k, p);
             for (r, &ar) in a.iter().enumerate() {

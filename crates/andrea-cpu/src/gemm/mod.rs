@@ -20,17 +20,22 @@
 //! floating-point operations whatever the block or thread it falls in, so the result is
 //! bit-identical for any thread count.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
 use andrea_core::check::MatmulDims;
 use andrea_core::Matrix;
 use rayon::prelude::*;
 
 use crate::buffer::{CpuBuffer, SendPtr};
+use crate::views::{Operand, Row};
 
 use andrea_core::{check, fused, LinalgOps, LinearOf, Mat, Result, Tensor};
 
 use crate::buffer::read;
 use crate::buffer::write;
-use crate::decode::Row;
 use crate::CpuBackend;
 
 /// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
@@ -44,14 +49,6 @@ const BLOCK_ALIGN: usize = 16;
 /// KB at `k` 128. 64 x 512, 128 x 128, 128 x 256, 256 x 256 and 512 x 128 measured
 /// within the noise of 256 x 128 (benches/results/20261202T0630Z-train-tiny).
 const FUSED_TILE: (usize, usize) = (256, 128);
-
-/// A strided operand: pointer to element (0, 0) and (row, column) strides.
-#[derive(Clone, Copy)]
-pub(crate) struct Operand {
-    pub ptr: SendPtr,
-    pub rs: usize,
-    pub cs: usize,
-}
 
 /// The f32 GEMM kernel behind the crate's one strided GEMM function, one per SIMD level
 /// ([`GemmKernel::for_level`]).
@@ -136,12 +133,12 @@ pub(crate) unsafe fn sgemm_strided(
     match kernel {
         GemmKernel::Avx512 => {
             // SAFETY: forwarded from the caller; the CPU has AVX-512 (`effective`).
-            unsafe { crate::gemm_avx512::sgemm(m, k, n, a, b, beta, c) };
+            unsafe { crate::gemm::avx512::sgemm(m, k, n, a, b, beta, c) };
             return;
         }
         GemmKernel::Avx2 => {
             // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA (`effective`).
-            unsafe { crate::gemm_avx2::sgemm(m, k, n, a, b, beta, c) };
+            unsafe { crate::gemm::avx2::sgemm(m, k, n, a, b, beta, c) };
             return;
         }
         GemmKernel::GemmCrate => {}
@@ -356,9 +353,9 @@ fn matmul(g: &Gemm<'_>) {
         gelu_grad_of,
     } = *g;
     if d.batch == 1
-        && crate::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride)
+        && crate::decode::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride)
     {
-        let v = crate::gemv::Gemv {
+        let v = crate::decode::gemv::Gemv {
             m: d.m,
             k: d.k,
             n: d.n,
@@ -496,11 +493,11 @@ fn matmul(g: &Gemm<'_>) {
     if kernel.effective() == GemmKernel::Avx512
         && d.batch == 1
         && threads > 1
-        && crate::gemm_avx512::splits(d.m, threads)
+        && crate::gemm::avx512::splits(d.m, threads)
     {
         // One product on all threads, `B` packed once per block for all of them.
         let before = |r0: usize, r1: usize| fill_bias(0, r0, r1, 0, d.n);
-        let hooks = crate::gemm_avx512::Hooks {
+        let hooks = crate::gemm::avx512::Hooks {
             before: &before,
             after: &epilogue,
         };
@@ -508,7 +505,7 @@ fn matmul(g: &Gemm<'_>) {
         // SAFETY: the check proved every operand in bounds and `c` injective and
         // disjoint from `a`, `b` and `bias`; the hooks touch only their own block.
         unsafe {
-            crate::gemm_avx512::sgemm_threads(
+            crate::gemm::avx512::sgemm_threads(
                 d.m,
                 d.k,
                 d.n,
@@ -559,12 +556,12 @@ fn matmul(g: &Gemm<'_>) {
                     rs: l.row_stride,
                     cs: l.col_stride,
                 };
-                let epi = crate::gemm_avx2::Epilogue {
+                let epi = crate::gemm::avx2::Epilogue {
                     bias: bias.map(|b| b.as_ptr()),
                     gelu_out: gelu_out.map(|o| o.get().add(off)),
                     gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
                 };
-                crate::gemm_avx2::sgemm_threads(
+                crate::gemm::avx2::sgemm_threads(
                     d.m,
                     d.k,
                     d.n,
@@ -619,13 +616,13 @@ fn matmul(g: &Gemm<'_>) {
             // blocks cover disjoint parts of `c`, and of `out` and `pre` (`c`'s layout,
             // checked by the fused ops); the CPU has AVX2 and FMA (`effective`).
             unsafe {
-                let epi = crate::gemm_avx2::Epilogue {
+                let epi = crate::gemm::avx2::Epilogue {
                     bias: bias.map(|b| b.as_ptr().add(blk.c0)),
                     gelu_out: gelu_out.map(|o| o.get().add(off)),
                     gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
                 };
                 let beta = if accumulate { 1.0 } else { 0.0 };
-                crate::gemm_avx2::sgemm_epilogue(m, d.k, n, a_blk, b_blk, beta, c_blk, epi);
+                crate::gemm::avx2::sgemm_epilogue(m, d.k, n, a_blk, b_blk, beta, c_blk, epi);
             }
             return;
         }

@@ -80,10 +80,10 @@ use rayon::prelude::*;
 
 use andrea_core::check::AttentionDims;
 
-use crate::attention::{head, HeadsPtr};
-use crate::gemm::Operand;
-use crate::gemm_avx2::transpose8;
 use crate::simd;
+use crate::simd::lanes::transpose8;
+use crate::views::Operand;
+use crate::views::{head, HeadsPtr};
 
 /// Rows of a tile (queries in `S`, `dP`, `out`, `dq`; keys in `dv`, `dk`).
 const MR: usize = 6;
@@ -567,14 +567,21 @@ unsafe fn forward_head(
                     }
                 };
                 match width {
-                    Width::Ymm => crate::avx2::softmax_rows(None, group, ld, vis, scale, keep),
+                    Width::Ymm => crate::norm_softmax_loss::softmax_avx2::softmax_rows(
+                        None, group, ld, vis, scale, keep,
+                    ),
                     // The same bits, row by row at 16 lanes, each row zeroed past its keys
                     // up to the group's tile width only.
                     Width::Zmm => {
                         let w = kend(r0).next_multiple_of(nr);
                         for (r, row) in group.chunks_exact_mut(ld).enumerate() {
                             let row = &mut row[..w];
-                            let (m2, sum) = crate::avx512::softmax_row(None, row, vis(r), scale);
+                            let (m2, sum) = crate::norm_softmax_loss::softmax_avx512::softmax_row(
+                                None,
+                                row,
+                                vis(r),
+                                scale,
+                            );
                             keep(r, m2 + sum.log2());
                         }
                     }
@@ -732,8 +739,8 @@ unsafe fn backward_head(
                     &mut dp[(i - i0) * ld..][..ld],
                 );
                 let exp_row = match width {
-                    Width::Ymm => crate::avx2::exp_shifted_row,
-                    Width::Zmm => crate::avx512::exp_shifted_row,
+                    Width::Ymm => crate::norm_softmax_loss::softmax_avx2::exp_shifted_row,
+                    Width::Zmm => crate::norm_softmax_loss::softmax_avx512::exp_shifted_row,
                 };
                 exp_row(&mut prow[..n], scale * LOG2_E, lse[i]);
                 prow[n..].fill(0.0);
@@ -779,7 +786,7 @@ unsafe fn backward_head(
 #[cfg(test)]
 mod tests {
     use super::Width;
-    use crate::attention::AttentionPath;
+    use crate::attention::path::AttentionPath;
     use crate::gemm::GemmKernel;
     use crate::CpuBackend;
 
