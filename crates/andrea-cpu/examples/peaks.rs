@@ -17,13 +17,11 @@
 //!   passes after one untimed pass, on threads started once, each pass begun on all of
 //!   them at a spinning barrier. A size past the last-level cache is the DRAM read
 //!   bandwidth; the decode's weights are read once per token in the same pattern. A size
-//!   that cache holds (8 MiB, about the tiny model's weights) is its read rate: on this
-//!   project's 2-core Zen 5 host 157-224 GB/s (2026-12-03), where fresh threads per pass
-//!   and a sleeping barrier (this probe until then) read 118-174, the threads' start-up
-//!   and wake-up counted as reading time in a pass of 40 µs; the DRAM figure is the same
-//!   either way (five alternating pairs, 2048 MiB: within 0-7%). The
+//!   that cache holds (8 MiB, about the tiny model's weights) is its read rate; threads
+//!   started once and released together keep their start-up and wake-up out of a pass
+//!   that lasts tens of microseconds. The
 //!   buffer is advised transparent huge pages, as the CPU backend's large buffers are
-//!   (a stream over 4 KiB pages reads about a fifth slower on this project's machine).
+//!   (a stream over 4 KiB pages reads slower).
 //! * `read_gbps_4k`: the same stream over a buffer left on 4 KiB pages, for comparison.
 
 use std::time::Instant;

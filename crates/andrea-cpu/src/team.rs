@@ -2,11 +2,9 @@
 //!
 //! A decoded token of a small model is a chain of products of a few hundred kilobytes
 //! each, a few microseconds of work apiece. Handing half of one to a second thread
-//! through `rayon::join` costs about 1.4 µs on this project's 2-core Zen 5 host (a join
-//! of two 0.5 µs tasks takes 1.9 µs while the other worker is awake, 3-12 µs once it
-//! has gone to sleep after 15-30 µs without work; benches/results/
-//! 20261203T1940Z-zen5-read-probe-cache/rayon_join_latency.rs): as much as the half it
-//! saves. Here the other workers of the pool, once started, spin on one shared word
+//! through `rayon::join` costs about a microsecond while the other worker is awake, and
+//! several once it has gone to sleep after tens of microseconds without work: as much as
+//! the half it saves. Here the other workers of the pool, once started, spin on one shared word
 //! between ops (as OpenMP's threads do between parallel regions), so a part reaches them
 //! in the time a cache line takes to cross cores.
 //!
@@ -177,9 +175,7 @@ pub(crate) fn for_each(parts: usize, f: &(dyn Fn(usize) + Sync)) {
     let tasks = parts.min(TASKS_PER_THREAD * threads);
     // With many parts (the output layer's bands), task t starts at
     // parts·(1 - (1 - t/tasks)²): runs that shrink toward the end, so the thread that
-    // finishes first takes the small last ones and neither waits long. Tiny decode step
-    // 1.030x and 1.019x in two ABBA sittings, 16 of 22 rounds ahead
-    // (benches/results/20261203T2232Z-zen5-team-shrinking-runs/).
+    // finishes first takes the small last ones and neither waits long.
     let shrink = parts >= 4 * tasks;
     let start = |t: usize| {
         if shrink {

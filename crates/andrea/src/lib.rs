@@ -6,7 +6,7 @@
 //!
 //! | feature | backend | [`DefaultBackend`] |
 //! |---|---|---|
-//! | `cpu` (default) | `andrea_cpu::CpuBackend`: rayon + matrixmultiply | `CpuBackend` |
+//! | `cpu` (default) | `andrea_cpu::CpuBackend`: rayon, the `gemm` crate and AVX2 / AVX-512 kernels | `CpuBackend` |
 //! | `cuda` | `andrea_cuda::CudaBackend`: one NVIDIA GPU (compute capability 8.0+, driver 580+), re-exported as `andrea::CudaBackend` and `andrea::cuda` | unchanged: `CpuBackend` |
 //!
 //! and `mpi` adds `andrea::dist` (`andrea-dist`): data parallelism over MPI, any backend.

@@ -1,16 +1,16 @@
-//! Fused causal attention, one task per (batch entry, head).
+//! Causal attention for training and prefill, one task per (batch entry, head), and
+//! `andrea_core::AttentionOps` (the decode half's one-job path is `decode`'s).
 //!
-//! Two implementations: where the kernels may use AVX2 + FMA and the head size is a
-//! multiple of 16, [`AttentionProducts::Fused`] (the default there) hands the whole
-//! forward and backward to `attention_fused` (operands packed once per head, six queries
-//! at a time, one intrinsics tile for every product, 32 columns wide on AVX-512);
-//! otherwise, and when chosen, the blocked path below runs.
+//! Two implementations ([`path::AttentionPath`]): where the level has AVX2 + FMA and the
+//! head size is a multiple of 16, the fused kernel (`fused`: operands packed once per
+//! head, six queries at a time, one intrinsics tile for every product, 32 columns wide on
+//! AVX-512) runs the whole forward and backward; elsewhere the blocked path below.
 //!
 //! Forward, per task: `S = q·kᵀ` (`[Tq, Tk]`, into a thread-local scratch), causal
-//! softmax of `S/sqrt(D)` in place, `out = P·v` (straight into the output heads). The
-//! products run on the `attention_products` kernel (or the general `sgemm`, by
-//! [`AttentionProducts`]). Only the row log-sum-exps `L: [B, H, Tq]` are kept for the backward
-//! pass, not the `[B, H, T, T]` probabilities.
+//! softmax of `S/sqrt(D)` in place, `out = P·v` (straight into the output heads), block
+//! by block of [`QUERY_BLOCK`] queries, the products on the backend's GEMM. Only the row
+//! log-sum-exps `L: [B, H, Tq]` are kept for the backward pass, not the `[B, H, T, T]`
+//! probabilities. One query per sequence (a decoded token) takes `decode::attention`.
 //!
 //! Backward, per task: recompute `P = exp(S/sqrt(D) - L)` (masked entries 0), then
 //! `dP = dO·vᵀ`, `dv = Pᵀ·dO`, `dS = P∘(dP - rowsum(P∘dP))/sqrt(D)`, `dq = dS·k`,
@@ -95,7 +95,7 @@ pub(crate) fn forward(
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let (tq, tk, hd) = (d.q_len, d.k_len, d.head_dim);
     if tq == 1 && q.side_by_side() && out.side_by_side() {
-        // A decoded token: one score row per head, no GEMM (`attention_decode`; the cache
+        // A decoded token: one score row per head, no GEMM (`decode::attention`; the cache
         // may keep its heads apart, the query and output side by side).
         // SAFETY: the views were checked by the op; `lse` is B·H long.
         return unsafe {
@@ -225,8 +225,7 @@ pub(crate) fn backward(
 impl AttentionOps for CpuBackend {
     /// Heads apart: a decoded token's attention reads each of its heads' cached keys and
     /// values as one run, where side by side a head's 32 floats of a position sit a cache
-    /// row apart and the L2 streamer brings the other heads' lines along (see
-    /// benches/results/20261206T1250Z-emr-decode-stack/attention_kv_findings.txt).
+    /// row apart and the L2 streamer brings the other heads' lines along.
     fn kv_heads_apart(&self) -> bool {
         true
     }

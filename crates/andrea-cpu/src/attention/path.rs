@@ -2,7 +2,7 @@
 
 use crate::simd;
 
-/// Which implementation runs attention: the fused kernel (`attention_fused`) where it can
+/// Which implementation runs attention: the fused kernel (`attention::fused`) where it can
 /// run, the blocked path below elsewhere. The product always takes [`AttentionPath::DEFAULT`];
 /// the unit tests take the others to compare them with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

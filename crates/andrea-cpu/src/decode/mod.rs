@@ -6,8 +6,8 @@
 //! Op by op, a tiny-model token (configs/tiny.toml) is 21 parallel jobs: per block the
 //! QKV product, the attention, the projection, the MLP's two products; then the output
 //! layer. Each is a few microseconds of work, and each hands parts to the other core and
-//! waits for the last one back: about 0.5 µs for an empty job of two parts and 1.2 µs for
-//! one of eight on the Emerald Rapids host (2026-12-06), plus whatever the slower part
+//! waits for the last one back (a fraction of a microsecond to a microsecond for an empty
+//! job), plus whatever the slower part
 //! keeps the faster waiting, and between two jobs the caller's serial steps (argument
 //! checks, a residual add with its LayerNorm) while the other core spins. Here the work
 //! is cut into [`Tasks`], each done once by whichever part claims it first, in stages
@@ -168,9 +168,7 @@ impl Tasks<'_> {
 /// A part that waits has nothing else to do, and a token's stages otherwise start on
 /// weights the output layer's stream has pushed out to L3. One cache line per turn of
 /// the wait, so the wait still ends as soon as the last task is done. A hint: a part
-/// that then runs another task loses nothing but the fetch. A tiny-model token on the
-/// Emerald Rapids host: 1.005-1.012x in in-process alternation, 6 of 6 runs, at AVX-512
-/// and capped at AVX2 (benches/results/20261206T1250Z-emr-decode-stack/).
+/// that then runs another task loses nothing but the fetch.
 #[derive(Clone, Copy)]
 struct Ahead {
     ptr: *const f32,
@@ -273,14 +271,9 @@ impl FirstProduct<'_> {
     }
 }
 
-/// The most weights (floats) of a half this path takes. Measured on the Emerald Rapids
-/// host (2026-12-06, alternating runs of `andrea bench decode`): the tiny model (halves
-/// of 65k and 131k floats, in L3) 1.07-1.24x faster than op by op; ANDREA-120M (2.4M and
-/// 4.7M floats, from DRAM) 2.2x slower when each part read its own columns of the first
-/// weight, and with the chunked first product either level (63-77 tokens/s op by op,
-/// 66-75 fused) or at half speed (31-40) from one run to the next, cause not found: it
-/// keeps the fine ops. Sizes in between were not measured; the bound sits between the
-/// two, at 1 MB of weights.
+/// The most weights (floats) of a half this path takes: 1 MB. The tiny model's halves
+/// (65k and 131k floats, in L3) run faster as one job than op by op; ANDREA-120M's (2.4M
+/// and 4.7M floats, read from DRAM) gain nothing from it and keep the fine ops.
 pub(crate) const MAX_WEIGHTS: usize = 1 << 18;
 
 /// Whether a half with these weight matrices takes the fused path: one token, rows of the
@@ -785,7 +778,7 @@ impl andrea_core::DecodeOps for crate::CpuBackend {
         };
         // Every block is checked before any runs. If all of them take the one-job path,
         // their task structs go into this thread's list (reused: a token allocates
-        // nothing here; a tiny token 1.004-1.007x against allocating, 2026-12-06).
+        // nothing here).
         let mut ones = BLOCKS.take();
         ones.clear();
         let mut one_job = true;

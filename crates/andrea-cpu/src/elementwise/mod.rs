@@ -14,7 +14,7 @@ use andrea_core::{check, ElementwiseOps, Result, Tensor};
 use crate::buffer::{read, write};
 use crate::CpuBackend;
 
-// The AVX-512 copies of GELU and its backward are the `avx512` module's kernels.
+// The AVX-512 copies of GELU and its backward are `gelu`'s kernels.
 multiversion! {
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
         simd::gelu_slice::<M, { simd::BLOCK }>(x, y);

@@ -1,80 +1,41 @@
-//! andrea's own f32 GEMM for AVX2 + FMA ([`crate::GemmKernel::Avx2`]).
+//! andrea's own f32 GEMM for AVX2 + FMA: the products' kernel at the AVX2 level.
 //!
-//! Why it exists: the `gemm` crate and matrixmultiply both pick their micro-kernel from
-//! the CPU (`is_x86_feature_detected!`), so under `ANDREA_SIMD=avx2` they still run
-//! AVX-512, and an "AVX2" measurement on an AVX-512 machine would time AVX-512 GEMMs.
-//! This kernel is what `ANDREA_SIMD=avx2` (or an AVX2-only CPU) selects by default, so
-//! the cap covers the whole step; `ANDREA_GEMM=gemm` keeps the `gemm` crate (on an
-//! AVX2-only machine, its AVX2 kernel) to compare.
+//! Why it exists: the `gemm` crate picks its micro-kernel from the CPU
+//! (`is_x86_feature_detected!`), so under `ANDREA_SIMD=avx2` it would still run AVX-512,
+//! and an AVX2 measurement on an AVX-512 machine would time AVX-512 GEMMs. With this
+//! kernel the AVX2 level covers the whole step, and AVX2-only CPUs get a kernel whose
+//! fused epilogues cost no extra pass.
 //!
 //! The layout is the usual one of BLIS-style kernels (Goto's): `B` packed per `KC x NC`
 //! block into panels of [`NR`] columns, `A` per `MC x KC` block into panels of [`MR`]
 //! rows, both zero-padded to whole panels, and a register-blocked micro-kernel computing
 //! an `MR x NR` tile of `C` (6 x 16: twelve 8-lane accumulators, two loads of `B` and six
 //! broadcasts of `A` per step of `k`, 15 of the 16 `ymm` registers). `KC = 256` keeps a
-//! `B` micro-panel (16 KB) and an `A` one (6 KB) in a 32 KB L1 (AVX2-only CPUs: Zen 2
-//! and 3, Intel before Ice Lake) and the `A` block (`MC = 96` rows, 96 KB) in L2; the
-//! micro-kernel prefetches its `C` tile's rows before the `k` loop, so that the tile's
-//! read (`beta` 1) or its write-allocate is not a cache miss at the end of each call.
-//!
-//! Chosen on an AVX2-only AMD EPYC (Zen 3, 32 KB L1, 512 KB L2; 2026-12-02) by
-//! `cargo run --release -p andrea-cpu --example gemm_kernels -- --threads 1 --rounds 9
-//! --clock cpu --kernels avx2 --only fwd_fc,fwd_fc_proj,bwd_dw_qkv,bwd_dx_lm_head`,
-//! variants alternated, two sittings each (one thread's FMA probe: 80-94 GFLOP/s on that
-//! noisy host): `KC = 384` without the prefetch 47-72 GFLOP/s median (the previous
-//! choice, made on a 48 KB-L1 Intel machine where a 24 KB micro-panel fits), `KC = 256`
-//! 46-72, `KC = 384` + prefetch 53-76, `KC = 256` + prefetch 64-83 (78-83 in the quieter
-//! sitting: 87-92% of the probe); `MC` 144 measured level with 96, 192 behind.
-//! Raw outputs: benches/results/20261202T1155Z-zen3-gemm-avx2/.
+//! `B` micro-panel (16 KB) and an `A` one (6 KB) in a 32 KB L1 (the L1 of AVX2-only
+//! CPUs) and the `A` block (`MC = 96` rows, 96 KB) in L2; the micro-kernel prefetches its
+//! `C` tile's rows before the `k` loop, so that the tile's read (`beta` 1) or its
+//! write-allocate is not a cache miss at the end of each call.
 //!
 //! Packing: a row-major `A` and a transposed `B` (the backward's `dy·Wᵀ`, the output
 //! layer's `x·wteᵀ`) go through 8 x 8 register transposes ([`transpose8`]) rather than
 //! one strided float at a time; a transposed `A` whose columns lie 16 KB or more apart
 //! (the output layer's `dwte`) is packed a whole column at a time across the panels
 //! ([`BY_COLUMNS_STRIDE`]). The fused ops' bias, `GELU` and `GELU'` run in the
-//! micro-kernel on the last `KC` slice ([`Epilogue`]). Where the time goes in an
-//! ANDREA-120M training step (`perf annotate`, benches/README.md, Zen 3 section): 85% of
-//! this module's samples in the `k` loop, which runs at about 94% of the FMA probe; the
-//! rest is packing, `C`'s stores and the edges.
+//! micro-kernel on the last `KC` slice ([`Epilogue`]).
 //!
-//! **Several threads** ([`sgemm_threads`], the default on more than one thread): one
-//! queue of tasks per product, taken by the threads in order as they free up ([`Queue`]):
-//! each `KC x NC` slice of `B` packed once for all threads, then the slice's products in
-//! tasks of `MC` rows, then the next slice's packing, which may start while the last
-//! products of this one still run. The older split, `ANDREA_GEMM=avx2-blocks` (gemm.rs
-//! `blocks`: one [`sgemm_epilogue`] call per thread on a fixed block of `C`, each
-//! packing its own copy of the operand the blocks share), left a thread idle whenever
-//! the host slowed the other: timing both halves of every product of a training step on
-//! the 2-core Zen 3 host at its noisiest (FMA probe 183-193 GFLOP/s, read stream 11-24
-//! GB/s), the first thread to finish waited for the second for 10-13% of the products'
-//! wall time (5-6% of the two threads' time), the slower side changing from call to
-//! call (one or the other about equally often): the host, not an uneven cut. In a
-//! calmer hour the waiting was 3.0-4.6% with the old split and 1.6-1.8% with the queue;
-//! the steps measured level on 2 cores (ABBA rounds, 0.99-1.02), the products alone
-//! level to ahead on ANDREA-120M's shapes and level to 6-9% behind on the tiny model's
-//! few-row weight gradients (the form with `A` shared); the queue stays the default for
-//! packing every operand once, a saving that grows with the thread count
-//! (benches/results/20261203T1100Z-zen3-gemm-queue).
-//!
-//! **A 512-bit micro-kernel on the same panels** ([`Micro::Avx512`],
-//! `ANDREA_GEMM=avx512-queue`): [`kernel512`] takes two of the 6-row `A` panels and two
-//! of the 16-column `B` panels at once, a 12 x 32 tile (24 `zmm` accumulators; ragged
-//! columns through lane masks), on the same queue and with the same epilogues. Its
-//! blocking is deeper ([`BLOCKING_512`]: `k` cut into equal slices of at most 768,
-//! `MC` 96, `NC` 1536; `ANDREA_GEMM_QUEUE_BLOCKING` overrides it for tuning runs, as
-//! `ANDREA_GEMM_AVX2_BLOCKING` does the 6 x 16 kernel's): twice
-//! as fast per core, it pays twice as much for re-reading and re-writing `C` once per
-//! slice. On 2 Zen 5 cores (2026-12-03) it measured level
-//! with the `gemm` crate on ANDREA-120M's products (median ratio 0.999) and its step
-//! (0.97, ABBA rounds), behind on the tiny model's (0.94; step 0.84), so it is not the
-//! default; benches/results/20261203T1420Z-zen5-avx512-queue has the blocking sweep.
+//! **Several threads** ([`sgemm_threads`]): one queue of tasks per product, taken by the
+//! threads in order as they free up ([`Queue`]): each `KC x NC` slice of `B` packed once
+//! for all threads, then the slice's products in tasks of `MC` rows, then the next
+//! slice's packing, which may start while the last products of this one still run. No
+//! operand is packed twice, and a thread the machine slows down leaves its tasks to the
+//! others instead of holding up a fixed share of the product.
 //!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
 //! operations whatever the block of `C` the element falls in and whichever thread
-//! computes it, so results do not depend on the thread count or on the split (nor, for
-//! one blocking, on the micro-kernel). They differ from the other kernels' in the last
-//! bits (another summation order), within the GEMM tolerance.
+//! computes it, so results do not depend on the thread count or on the split. They
+//! differ from the other kernels' in the last bits (another summation order), within the
+//! GEMM tolerance.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -440,9 +401,8 @@ unsafe fn pack_a(mc: usize, kc: usize, a: Operand, ic: usize, pc: usize, out: &m
         // whole panels, rather than panel by panel: one long contiguous read per column
         // (several cache lines in flight) instead of `kc` reads of 6 floats at a stride
         // of a whole row of the matrix per panel, which left the packing waiting on
-        // memory where A comes from DRAM (the output layer's `dwte`, A 8449 x 2048: the
-        // tiny model's 151 -> 158 GFLOP/s on 2 Zen 3 cores; products whose columns are
-        // closer together measured level or 1-2% behind, so they keep the panel walk).
+        // memory where A comes from DRAM (the output layer's `dwte`); products whose
+        // columns are closer together gain nothing from it, so they keep the panel walk.
         for p in 0..kc {
             // SAFETY: rows ic..ic + full·MR of column pc + p lie in A; each panel holds
             // kc groups of MR.

@@ -1,53 +1,26 @@
-//! andrea's own f32 GEMM for AVX-512 ([`GemmKernel::Avx512`](crate::GemmKernel::Avx512)).
+//! andrea's own f32 GEMM for AVX-512: `matmul_gelu_backward`'s kernel at small `k` on
+//! the AVX-512 level ([`GemmKernel::for_gelu_grad`](super::GemmKernel::for_gelu_grad)).
 //!
-//! The layout is gemm_avx2.rs's (BLIS/Goto): `B` packed per `KC x NC` block into panels
-//! of `NR` columns, `A` per `MC x KC` block into panels of `MR` rows, both zero-padded to
-//! whole panels, and a register-blocked micro-kernel computing an `MR x NR` tile of `C`
-//! with 512-bit FMAs. The tile is chosen from [`Tile`] (`MR x NR`, `NR` one to four
-//! vectors of 16); `B`'s panels lie 64-byte aligned, so its loads are aligned, and each
-//! `A` value is one broadcast folded into its FMAs (`vfmadd231ps zmm, zmm, m32{1to16}`).
-//! Edge tiles store through lane masks (`_mm512_mask_storeu_ps`); padded rows and
-//! columns are computed and dropped.
+//! The layout is the AVX2 kernel's (BLIS/Goto): `B` packed per `KC x NC` block into
+//! panels of 32 columns, `A` per `MC x KC` block into panels of `MR` rows, both
+//! zero-padded to whole panels, and a register-blocked micro-kernel computing a 14 x 32
+//! tile of `C` with 512-bit FMAs (28 accumulators and 2 `B` vectors of the 32 `zmm`
+//! registers: per step of `k`, 2 aligned loads, 14 broadcasts folded into 28 FMAs, no
+//! spills). `KC = 384`, `MC = 140`, `NC = 3072`; `B`'s micro-panel stays in L1 while
+//! `A`'s stream from L2, and `C`'s tile is prefetched before its `k` loop. Edge tiles
+//! store through lane masks; padded rows and columns are computed and dropped.
 //!
-//! **Two threads, one packed `B`.** [`sgemm_threads`] packs each `KC x NC` block of `B`
-//! once, its panels shared out among the threads, and then splits the rows of `C` into
-//! `MC`-sized blocks taken by the threads (rayon, work-stealing), each packing its own
-//! block of `A`: no operand is packed twice. The backend's older split (gemm.rs `blocks`:
-//! one single-threaded [`sgemm`] per block of `C`, each packing its own copy of the
-//! operand the blocks share) stays selectable as `ANDREA_GEMM=avx512-blocks` to compare.
+//! **One packed `B` for all threads.** [`sgemm_threads`] packs each `KC x NC` block of
+//! `B` once, its panels shared out among the threads, then splits the rows of `C` into
+//! `MC`-sized blocks the threads take (rayon, work-stealing), each packing its own block
+//! of `A`: no operand is packed twice. The caller's hooks run on each block of rows
+//! while it is in cache (the bias before, `GELU'` after).
 //!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
 //! operations whatever tile, block or thread the element falls in, so the result does not
 //! depend on the thread count or on the split. It differs from the other kernels' in the
 //! last bits (another summation order), within the GEMM tolerance.
-//!
-//! **Blocking**: 14 x 32 (28 accumulators + 2 `B` vectors of the 32 registers; its
-//! inner loop checked in the disassembly: 2 aligned loads, 14 broadcasts, 28 FMAs per
-//! step of `k`, no spills), `KC = 384`, `MC = 140`, `NC = 3072`, `B`'s micro-panel
-//! innermost-resident (`A`'s micro-panels stream from L2), `C`'s tile prefetched. The
-//! tuning variable `ANDREA_GEMM_AVX512_BLOCKING="14x32,kc=384,mc=140,nc=3072,pf=1,
-//! aouter=0"` overrides any of them (read once per process; bad values are reported and
-//! ignored). Measured, as the median ratio to the `gemm` crate's kernel in the same
-//! process (`cargo run --release -p andrea-cpu --example gemm_kernels -- --kernels
-//! avx512,gemm`, alternating per round), on a machine loaded to 5-7 by other builds
-//! (2026-12-02, 02:14-02:24 UTC), so the differences below are within the noise:
-//!
-//! | blocking | 2 threads, 11 shapes | 1 thread, 4 shapes |
-//! |---|---|---|
-//! | 14x32, KC 384 (chosen) | 0.887 | 0.870, 0.833 |
-//! | 14x32, KC 256 | 0.874 | 0.893, 0.836 |
-//! | 14x32, KC 256, `A` micro-panel in L1 (`aouter=1`), NC 1536 | 0.856 | 0.938, 0.927 |
-//! | 14x32, KC 384, `aouter=1`, NC 1024 | 0.880 | 0.861 |
-//! | 12x32, KC 384 / 192 | 0.819 | 0.852 / 0.768 |
-//! | 8x48, KC 384 / 256 `aouter=1` | 0.900 / 0.793 | 0.868 |
-//! | 6x64, KC 384 / 256 | 0.901 / - | 0.906 / 0.942 |
-//! | 14x32, KC 128 | - | 0.790 |
-//!
-//! The micro-kernel alone, on panels in L1 (best of 400 batches of 50 calls), ran at
-//! 183-202 GFLOP/s on one core for every tile and `KC` 64-256, level with the one-core
-//! FMA peak read by `peaks` in the same minutes (201): the gap to the `gemm` crate is in
-//! the memory traffic around it, which this loaded machine could not resolve.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;

@@ -1,24 +1,21 @@
-//! Matrix multiplication: one strided single-threaded GEMM kernel on blocks of C that
-//! rayon spreads over the threads, or, for andrea's AVX-512 kernel, one product shared
-//! out inside the kernel (`gemm_avx512::sgemm_threads`: `B` packed once for all threads).
+//! Matrix multiplication: `matmul`, `matmul_add`, `linear_gelu`, `matmul_gelu_backward`
+//! and `bias_backward` (`andrea_core::LinalgOps`), on the GEMM kernel of the SIMD level
+//! ([`GemmKernel`]).
 //!
-//! Every product of the model goes through [`sgemm_strided`] (or that shared form), so
-//! transposes cost nothing (they are strides) and the kernel behind it can be swapped
-//! by measurement ([`GemmKernel`]; benches/README.md, "GEMM", has the numbers).
+//! Every product of the model goes through [`sgemm_strided`] (one thread, one block of
+//! `C`) or a kernel's own threaded form, so transposes cost nothing (they are strides).
+//! Products with at most a few rows (generation) take the bandwidth-bound path of
+//! `decode::gemv` instead.
 //!
-//! Parallel split: C is cut into row blocks (or, when there are too few rows, as in
-//! generation, column blocks), one kernel call per block; the AVX-512 kernel cuts rows
-//! of whole micro-tiles. andrea's AVX2 kernel takes a bias and the GELU epilogues into
-//! its micro-kernel (`gemm_avx2::Epilogue`) and keeps that split. With the other
-//! kernels a product with a bias or a GELU epilogue (`linear_gelu`) is cut
-//! instead into fixed tiles of `FUSED_TILE` (256 x 128), each computed with `beta` 0
-//! (or 1 to accumulate), then given its bias (`c_ij = Σ_k a_ik·b_kj + bias_j`, one
-//! vectorised pass) and its GELU while it is in L2: on the tiny model's MLP product
-//! (2048 x 128 x 512) that took `linear_gelu` from under half a plain product's rate to
-//! two thirds or more. `matmul_gelu_backward` at small `k` runs on andrea's AVX-512
-//! kernel instead ([`GemmKernel::for_gelu_grad`]). Each element of C is computed by the same sequence of
-//! floating-point operations whatever the block or thread it falls in, so the result is
-//! bit-identical for any thread count.
+//! How a product is shared out: andrea's AVX2 kernel (`avx2`) runs each product as one
+//! queue of tasks on all threads, with the bias and GELU epilogues in its micro-kernel;
+//! andrea's AVX-512 kernel (`avx512`) packs `B` once for all threads and shares out the
+//! rows of `C`; the `gemm` crate gets one single-threaded call per block of `C` (row
+//! blocks, or column blocks when `A` is row-major or there are few rows), and a product
+//! with a bias or a GELU epilogue is cut into fixed tiles of [`FUSED_TILE`], each given
+//! its bias and GELU while it is in cache. Each element of `C` is computed by the same
+//! sequence of floating-point operations whatever block, tile or thread it falls in, so
+//! the result is bit-identical for any thread count.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
@@ -38,16 +35,14 @@ use crate::buffer::read;
 use crate::buffer::write;
 use crate::CpuBackend;
 
-/// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
-/// height matrixmultiply uses, so blocks do not end in ragged micro-tiles.
+/// Rows (or columns) per block are rounded to this, so blocks do not end in ragged
+/// micro-tiles.
 const BLOCK_ALIGN: usize = 16;
 
 /// Rows and columns of the tiles of C a product with a bias or GELU epilogue is cut
 /// into: the same tiles whatever the thread count (so each element sees the same
-/// operations), each small enough that its product, bias and GELU run in L2 (1 MB per
-/// core on the Zen 5 host of issue 17): C's tile 128 KB, `out`'s 128 KB, `A`'s rows 128
-/// KB at `k` 128. 64 x 512, 128 x 128, 128 x 256, 256 x 256 and 512 x 128 measured
-/// within the noise of 256 x 128 (benches/results/20261202T0630Z-train-tiny).
+/// operations), each small enough that its product, bias and GELU run in a 1 MB L2:
+/// C's tile 128 KB, `out`'s 128 KB, `A`'s rows 128 KB at `k` 128.
 const FUSED_TILE: (usize, usize) = (256, 128);
 
 /// The f32 GEMM kernel behind the crate's one strided GEMM function, one per SIMD level
@@ -58,11 +53,11 @@ pub(crate) enum GemmKernel {
     /// architectures. It picks its own micro-kernel from the CPU (AVX-512 where present,
     /// NEON on aarch64), whatever `ANDREA_SIMD` says.
     GemmCrate,
-    /// andrea's own AVX2 + FMA kernel (`gemm_avx2` module): the kernel at the AVX2 level,
+    /// andrea's own AVX2 + FMA kernel (`avx2` module): the kernel at the AVX2 level,
     /// so that a measurement under `ANDREA_SIMD=avx2` times AVX2 GEMMs too, with the bias
     /// and GELU epilogues in its micro-kernel.
     Avx2,
-    /// andrea's own AVX-512 kernel (`gemm_avx512` module): only `matmul_gelu_backward`
+    /// andrea's own AVX-512 kernel (`avx512` module): only `matmul_gelu_backward`
     /// at small `k` on the AVX-512 level ([`GemmKernel::for_gelu_grad`]).
     Avx512,
 }
@@ -196,7 +191,7 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// row-major (`a_row_major`) and C is wide enough, row blocks otherwise (and column
 /// blocks again when there are too few rows). The split of the `gemm` crate's and the
 /// AVX-512 kernel's products and of batched products (one block per batch); andrea's
-/// AVX2 kernel shares each product out task by task instead (`gemm_avx2::sgemm_threads`).
+/// AVX2 kernel shares each product out task by task instead (`avx2::sgemm_threads`).
 ///
 /// Each block's kernel call packs its own copy of the operand the blocks share: all of
 /// `B` for row blocks, all of `A` for column blocks. Column blocks are the faster when
@@ -423,12 +418,11 @@ fn matmul(g: &Gemm<'_>) {
     };
     let threads = rayon::current_num_threads();
     // andrea's AVX2 kernel applies the bias and the GELU epilogues to each tile of C in
-    // its registers (`gemm_avx2::Epilogue`), so its products keep the plain split below.
+    // its registers (`avx2::Epilogue`), so its products keep the plain split below.
     let in_kernel = cfg!(target_arch = "x86_64") && matches!(kernel.effective(), GemmKernel::Avx2);
     // A bias or GELU epilogue on the other kernels: fixed tiles of C, each finished
-    // while in cache. Not `matmul_gelu_backward`'s GELU': it measured no faster tiled
-    // (its cost is the read of `pre` from memory; benches/results/
-    // 20261202T0630Z-train-tiny).
+    // while in cache. Not `matmul_gelu_backward`'s GELU': its cost is the read of `pre`
+    // from memory, which tiles do not save.
     if !in_kernel
         && (bias.is_some() || gelu_out.is_some())
         && gelu_grad_of.is_none()
@@ -533,7 +527,7 @@ fn matmul(g: &Gemm<'_>) {
     }
     // andrea's AVX2 kernel on several threads: each product one queue of tasks, every
     // operand packed once, each thread taking the next task as it frees up
-    // (`gemm_avx2::sgemm_threads`). Products in batches of at least one per thread keep
+    // (`avx2::sgemm_threads`). Products in batches of at least one per thread keep
     // the per-batch blocks below.
     #[cfg(target_arch = "x86_64")]
     if kernel.effective() == GemmKernel::Avx2 && threads > 1 && d.batch < threads {

@@ -13,8 +13,8 @@ use crate::simd::{self, multiversion};
 type ExpRow = unsafe fn(&mut [f32], f32, f32) -> f32;
 
 /// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
-/// keeping each row's log-sum-exp, in base 2 (the `avx512` or `avx2` module's kernel where
-/// the CPU has it, same bits).
+/// keeping each row's log-sum-exp, in base 2 (the `softmax_avx512` or `softmax_avx2`
+/// kernel where the level has it, same bits).
 pub(crate) fn causal_softmax(
     s: &mut [f32],
     lse: &mut [f32],

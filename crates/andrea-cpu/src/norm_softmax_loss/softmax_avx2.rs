@@ -1,5 +1,8 @@
 //! AVX2 + FMA kernels written with intrinsics: the softmax and softmax + cross-entropy
-//! rows, as the `avx512` module has them for AVX-512, for machines without it.
+//! rows, as `softmax_avx512` has them for AVX-512. The two stay side by side rather than
+//! one body over the width: their row tails differ in kind (`vmaskmovps` with an integer
+//! mask here, mask registers there) and so do their pass structures; `pow2` and the
+//! bits they must reproduce (`rows`) are shared.
 //!
 //! What they buy over the `multiversion!` copies (the generic block forms in `simd`,
 //! compiled with `avx2,fma`): the row's tail is one masked vector rather than a
@@ -266,8 +269,7 @@ const PREFETCH_ROWS: usize = 2;
 /// What it changes is the order of the passes, so that rows overlap: a row waits on
 /// itself twice (its exponentials on its max, its scaling on the sum of its
 /// exponentials through a tree of adds and a divide), and one row at a time left those
-/// waits empty (the causal softmax at 26% of its own-size copy on the AVX2-only Zen 3
-/// host). Here the next row's max and this row's masked zeros go between this row's
+/// waits empty, a fraction of the speed of copying the rows. Here the next row's max and this row's masked zeros go between this row's
 /// exponentials and its scaling, and the next row's exponentials need only that max.
 ///
 /// # Safety
@@ -328,7 +330,7 @@ pub(crate) unsafe fn softmax_rows(
 /// Requires `target < vocab <= dst.len()`.
 ///
 /// In place, `e` goes into the row and is scaled there; from a source, `e` goes into a
-/// row buffer and `e·k` is streamed to `dst` (as the `avx512` module's kernel, which
+/// row buffer and `e·k` is streamed to `dst` (as the `softmax_avx512` kernel, which
 /// says why).
 ///
 /// # Safety

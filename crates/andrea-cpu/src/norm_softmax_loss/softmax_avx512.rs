@@ -332,10 +332,7 @@ const PREFETCH_ROWS: usize = 2;
 /// 20-60 cycles of latency that one row alone cannot hide (perf put a quarter of the
 /// causal softmax's samples on these chains). So row `r + 1`'s maximum is taken before
 /// row `r`'s exponentials, and row `r - 1` is scaled after them, when its `1/Σ` has long
-/// been ready. With [`pow2_below`]'s one-instruction rounding, the causal softmax of
-/// `cargo bench --bench ops` went from 251 to 198 µs (medians of 4 alternated rounds,
-/// benches/results/20261204T0428Z-zen5-softmax-rows/). Each element still sees the same operations in the
-/// same order.
+/// been ready. Each element still sees the same operations in the same order.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and DQ.

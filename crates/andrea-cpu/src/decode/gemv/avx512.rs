@@ -72,12 +72,8 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// `acc[r] += x[c..c + 16] · row(r)[c..c + 16]` for `c` from 0 to `NV·16` in steps of
 /// 16, with `x` held in `NV` registers and each row read front to back before the next:
 /// a block of sixteen rows of `k = NV·16` floats, contiguous in `wteᵀ`'s band, is read
-/// in memory order with one load per FMA. Against [`rows_together`] on the tiny model's
-/// output layer (`k` = 128, weights in L3), 2 Zen 5 cores: 34-41 -> 29-36 µs a token
-/// (one thread: 57 -> 71-77 GB/s), three alternating rounds each
-/// (benches/results/20261203T1915Z-zen5-gemv-rows-in-turn/). A prefetch of the same
-/// row of the next block took the products alone 64 -> 61-62 µs a token but the decode
-/// step to 0.95x (ABBA rounds): not kept (benches/results/20261203T2000Z-zen5-gemv-prefetch/).
+/// in memory order with one load per FMA: faster than [`rows_together`] where the rows
+/// are short (`k` = 128, the tiny model's output layer, weights in L3).
 ///
 /// # Safety
 /// As [`sixteen_dots`], with `x.len() >= NV·16`.
