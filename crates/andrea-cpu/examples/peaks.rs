@@ -24,6 +24,7 @@
 //!   (a stream over 4 KiB pages reads slower).
 //! * `read_gbps_4k`: the same stream over a buffer left on 4 KiB pages, for comparison.
 
+#[cfg(target_arch = "x86_64")]
 use std::time::Instant;
 
 struct Args {
@@ -58,8 +59,8 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
-#[cfg(target_arch = "x86_64")]
 /// Runs `f(thread)` on `threads` threads at once, `reps` times; the shortest wall time.
+#[cfg(target_arch = "x86_64")]
 fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 {
     let mut best = f64::INFINITY;
     for _ in 0..reps {
@@ -94,15 +95,16 @@ fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 
     best
 }
 
-#[cfg(target_arch = "x86_64")]
 /// A barrier whose threads spin rather than sleep: a thread woken from a futex can start
 /// microseconds after the others, which in a pass of 40 µs (8 MiB from the last-level
 /// cache) would count as reading time.
+#[cfg(target_arch = "x86_64")]
 struct SpinBarrier {
     threads: usize,
     arrived: std::sync::atomic::AtomicUsize,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl SpinBarrier {
     fn new(threads: usize) -> Self {
         SpinBarrier {
@@ -121,12 +123,12 @@ impl SpinBarrier {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 /// Runs `pass(thread)` on `threads` threads started once, one untimed pass and then
 /// `reps` timed ones, each started on all threads at once (a barrier); the shortest
 /// span from the first thread's start to the last one's end. Each thread reads the same
 /// share in every pass, as each of the backend's threads mostly takes the same part of
 /// a product from token to token, so a buffer that fits the caches is read from them.
+#[cfg(target_arch = "x86_64")]
 fn best_pass(threads: usize, reps: usize, pass: impl Fn(usize) -> f32 + Sync) -> f64 {
     let barrier = SpinBarrier::new(threads);
     let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
@@ -234,10 +236,10 @@ mod x86 {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 /// Advises transparent huge pages for `buf`'s whole 2 MiB pages, as the CPU backend does
 /// for its large buffers (andrea-cpu's `buffer::huge_pages`), so the read stream runs on
 /// the same kind of memory as the decode it is the denominator of.
+#[cfg(target_arch = "x86_64")]
 fn advise_huge_pages(buf: &mut [f32]) {
     #[cfg(target_os = "linux")]
     {

@@ -228,7 +228,7 @@ impl CpuBackend {
     }
 
     /// The same backend with another GEMM kernel (unit tests: same-bits comparisons).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn with_gemm_kernel(mut self, kernel: gemm::GemmKernel) -> Self {
         self.kernel = kernel;
         self
@@ -236,7 +236,7 @@ impl CpuBackend {
 
     /// The same backend with another attention path (unit tests: comparisons with the
     /// default).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn with_attention(mut self, path: attention::path::AttentionPath) -> Self {
         self.attention = path;
         self

@@ -136,6 +136,7 @@ fn sum_squares_lanes(c: &[f32]) -> f64 {
 
 /// `step(block)` for each block of 32 of `c`, the last one zero-padded (as
 /// [`sum_squares_chunk`] takes them, a whole zero block when 32 divides `c.len()`).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn each_block_of_32(c: &[f32], mut step: impl FnMut(&[f32; SUMSQ_LANES])) {
     let mut chunks = c.chunks_exact(SUMSQ_LANES);

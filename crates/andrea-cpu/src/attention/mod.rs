@@ -107,6 +107,8 @@ pub(crate) fn forward(
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
         return unsafe { crate::attention::fused::forward(w, [q, k, v, out], lse, pos_offset, d) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (path, hd); // no fused kernel for this architecture: the blocked path only
     lse.par_chunks_mut(tq).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         with_scratch(tq * tk, |s| {
@@ -171,6 +173,8 @@ pub(crate) fn backward(
         // SAFETY: the width is this CPU's for `hd`; the views were checked by the op.
         return unsafe { crate::attention::fused::backward(w, heads, lse, d) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (path, hd); // no fused kernel for this architecture: the blocked path only
     lse.par_chunks(t).enumerate().for_each(|(task, lse)| {
         let (b, h) = (task / d.heads, task % d.heads);
         with_scratch(2 * t * t, |scratch| {

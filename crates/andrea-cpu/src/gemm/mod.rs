@@ -123,9 +123,11 @@ pub(crate) unsafe fn sgemm_strided(
     beta: f32,
     c: Operand,
 ) {
-    let kernel = kernel.effective();
+    // Other architectures have only the `gemm` crate.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernel;
     #[cfg(target_arch = "x86_64")]
-    match kernel {
+    match kernel.effective() {
         GemmKernel::Avx512 => {
             // SAFETY: forwarded from the caller; the CPU has AVX-512 (`effective`).
             unsafe { crate::gemm::avx512::sgemm(m, k, n, a, b, beta, c) };
@@ -138,33 +140,30 @@ pub(crate) unsafe fn sgemm_strided(
         }
         GemmKernel::GemmCrate => {}
     }
-    {
-        // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and
-        // reads dst only when asked to.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.ptr.get(),
-                c.cs as isize,
-                c.rs as isize,
-                beta != 0.0,
-                a.ptr.get(),
-                a.cs as isize,
-                a.rs as isize,
-                b.ptr.get(),
-                b.cs as isize,
-                b.rs as isize,
-                beta,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            )
-        };
-        return;
+    // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and reads
+    // dst only when asked to.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.ptr.get(),
+            c.cs as isize,
+            c.rs as isize,
+            beta != 0.0,
+            a.ptr.get(),
+            a.cs as isize,
+            a.rs as isize,
+            b.ptr.get(),
+            b.cs as isize,
+            b.rs as isize,
+            beta,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
     }
 }
 
@@ -761,14 +760,14 @@ impl LinalgOps for CpuBackend {
 }
 
 /// The products a kernel's unit test runs: `(m, k, n, a, b, beta, c)`.
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) type TestProduct<'a> = &'a dyn Fn(usize, usize, usize, Operand, Operand, f32, Operand);
 
 /// `C (+)= A·B` through each of `variants` against a float64 product, on `shapes`, each
 /// operand row-major or transposed, `beta` 0 and 1: the first variant within
 /// `tol::matmul(k)` (the suite's tolerance: `k`-term f32 sums of values in [-1, 1]), the
 /// others bit-identical to it.
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn check_against_f64(
     what: &str,
     shapes: &[(usize, usize, usize)],

@@ -49,18 +49,16 @@ pub(crate) fn softmax(
         .enumerate()
         .for_each(|(t, y)| {
             let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
-            let avx512 = cfg!(target_arch = "x86_64") && simd::has_avx512() && scale >= 0.0;
-            let avx2 = cfg!(target_arch = "x86_64") && simd::has_avx2_fma() && scale >= 0.0;
             let vis = |i: usize| visible(t * rows + i, q_len, k_len, causal);
             #[cfg(target_arch = "x86_64")]
-            if avx512 {
+            if simd::has_avx512() && scale >= 0.0 {
                 // SAFETY: the CPU has AVX-512; scale >= 0; `src` is this task's rows;
                 // 1 <= visible <= k_len (a causal row sees its own key).
                 unsafe { avx512::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
                 return;
             }
             #[cfg(target_arch = "x86_64")]
-            if avx2 {
+            if simd::has_avx2_fma() && scale >= 0.0 {
                 // SAFETY: as above, with AVX2 and FMA.
                 unsafe { avx2::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
                 return;

@@ -59,6 +59,7 @@ const ROW_BLOCK: usize = 64;
 /// first read it from L2. That pays on the tiny model's products (n = 128 to 512,
 /// weights in L3); ANDREA-120M's (n >= 768, from DRAM) gain nothing, so they keep the
 /// four-rows-per-pass loop.
+#[cfg(target_arch = "x86_64")]
 const ROW_REGISTERS_MAX_N: usize = 512;
 /// Columns of `C` (rows of `W`) per task in the column form.
 pub(crate) const BAND_N: usize = 32;
