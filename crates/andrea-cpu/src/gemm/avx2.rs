@@ -143,8 +143,7 @@ impl Epilogue {
 /// strides, on this thread.
 ///
 /// # Safety
-/// As [`crate::gemm::sgemm_strided`]; and the CPU has AVX2 and FMA (and AVX-512 F for
-/// [`Micro::Avx512`]).
+/// As [`crate::gemm::sgemm_strided`]; and the CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm(
@@ -230,7 +229,7 @@ pub(crate) unsafe fn sgemm_epilogue(
 
 /// `v` grown to hold `len` floats from its first 64-byte boundary, and those `len`
 /// floats: the packed panels start on a cache line, so that no aligned-width load of
-/// `B` (16 floats at a time with [`Micro::Avx512`], 8 with [`Micro::Avx2`]) straddles
+/// `B` (8 floats at a time) straddles
 /// two lines. Grown, never shrunk: the packing writes every value the kernel reads
 /// (padding included), and a `resize` down and back up would zero megabytes on each
 /// large product that follows a small one (the attention's, in a training step).

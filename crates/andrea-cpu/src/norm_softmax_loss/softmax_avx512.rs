@@ -1,6 +1,6 @@
 //! AVX-512 kernels written with intrinsics, for the loops the compiler's auto-vectorised
-//! copies leave slow: softmax rows (short, with ragged causal lengths), the softmax +
-//! cross-entropy rows of the output layer, and GELU and its backward.
+//! copies leave slow: softmax rows (short, with ragged causal lengths) and the softmax +
+//! cross-entropy rows of the output layer (GELU's are in `elementwise::gelu`).
 //!
 //! What the intrinsics buy over the `multiversion!` copies:
 //!

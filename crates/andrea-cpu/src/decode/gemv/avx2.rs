@@ -13,7 +13,7 @@
 //! multiply-adds in the same `k` order; each level of the tree adds the same pairs of
 //! lanes (`acc[l] + acc[l + h]` for `h = 8, 4, 2, 1`, addition being commutative); the
 //! tail (the last `k mod 16` products) is the same serial fused sum, added last. A unit
-//! test compares the bits with [`gemv::dot`](crate::gemv).
+//! test compares the bits with [`gemv::dot`](super::dot).
 //!
 //! Requires AVX2 and FMA (the caller checks
 //! [`simd::has_avx2_fma`](crate::simd::has_avx2_fma)).

@@ -3,7 +3,7 @@
 //! at a time. This is the tied output projection of a decoded token (`x · wteᵀ`, 128 ×
 //! 8449 in the tiny model), the largest product of a decode step.
 //!
-//! The generic form ([`gemv::dot`](crate::gemv)) takes one row of `W` at a time: 16
+//! The generic form ([`gemv::dot`](super::dot)) takes one row of `W` at a time: 16
 //! running sums (one 512-bit vector) over `k`, then a tree of adds down to one lane,
 //! `acc[l] += acc[l + h]` for `h = 8, 4, 2, 1`, then `+ tail` (the `k mod 16` last
 //! products, summed on their own). At `k = 128` that is 8 FMAs on one dependency chain
