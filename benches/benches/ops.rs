@@ -20,10 +20,8 @@
 //! columns are skipped with a printed message; on a
 //! GPU machine, `-- cuda-` runs only them (the bench binary in `cargo xtask gpu-bundle`).
 //!
-//! Attention on the CPU has a column per kernel that is not the default,
-//! `cpu-<n>t-<products>` (`ANDREA_ATTENTION_PRODUCTS`: `small`, `sgemm`, `fused`), and a
-//! group `attention_tiny` at the tiny model's shape (B 8, T 256, 4 heads of 32) with all
-//! three.
+//! Attention on the CPU also has a group `attention_tiny` at the tiny model's shape (B 8,
+//! T 256, 4 heads of 32).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -791,24 +789,9 @@ fn benches(c: &mut Criterion) {
     bench_peak(c);
     let cpu = CpuBackend::new();
     bench_backend(c, &cpu, &format!("cpu-{}t", cpu.threads()));
-    // Attention on each of its kernels (`ANDREA_ATTENTION_PRODUCTS`), at ANDREA-120M's
-    // heads (64) and the tiny model's (B 8 x T 256, 4 heads of 32).
-    use andrea_cpu::AttentionProducts;
-    for products in [
-        AttentionProducts::Small,
-        AttentionProducts::Sgemm,
-        AttentionProducts::Fused,
-        AttentionProducts::FusedAvx2,
-    ] {
-        let be = CpuBackend::new().with_attention_products(products);
-        let label = format!("cpu-{}t-{}", be.threads(), products.name());
-        if products != cpu.attention_products() {
-            bench_attention(c, &be, &label, "attention", [B, T, H, C / H]);
-        }
-        bench_attention(c, &be, &label, "attention_tiny", [8, T, 4, 32]);
-    }
-    let mm = CpuBackend::new().with_gemm_kernel(andrea_cpu::GemmKernel::MatrixMultiply);
-    bench_gemms(c, &mm, &format!("cpu-{}t-matrixmultiply", mm.threads()));
+    // Attention at the tiny model's heads too (B 8 x T 256, 4 heads of 32).
+    let label = format!("cpu-{}t", cpu.threads());
+    bench_attention(c, &cpu, &label, "attention_tiny", [8, T, 4, 32]);
     bench_gemm_crate(c);
     #[cfg(feature = "cuda")]
     bench_cuda(c);

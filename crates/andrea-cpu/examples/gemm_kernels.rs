@@ -1,34 +1,27 @@
-//! The CPU backend's GEMM kernels side by side on the training step's 13 products
-//! (ANDREA-120M, batch 4 x 256; `--model tiny`: configs/tiny.toml's, batch 8 x 256):
-//! andrea's AVX-512 kernel (shared packing and the older
-//! per-block split), its AVX2 + FMA kernel, the `gemm` crate and matrixmultiply, in the
-//! backend's own threading, alternating kernel by kernel in each round so that a noisy
-//! machine disturbs them alike. One JSON line per (shape, kernel): the median GFLOP/s
-//! over `--rounds` rounds.
+//! The CPU backend's GEMM kernel on the training step's 13 products (ANDREA-120M, batch
+//! 4 x 256; `--model tiny`: configs/tiny.toml's, batch 8 x 256), plain and with the
+//! fused epilogues, in the backend's own threading. One JSON line per shape: the median
+//! GFLOP/s over `--rounds` rounds. The kernel is the one the SIMD level runs
+//! (`ANDREA_SIMD` caps it; the backend's name, printed in each line, says which).
 //!
 //! ```text
 //! cargo run --release -p andrea-cpu --example gemm_kernels -- --threads 2 --rounds 5
 //! ```
 //!
-//! `--kernels avx512,avx512-blocks,avx2,gemm,matrixmultiply` picks the kernels, `--only fwd_fc,bwd_dw_qkv`
-//! the shapes. `--clock cpu` times by the CPU time of the process's threads (Linux:
-//! `CLOCK_PROCESS_CPUTIME_ID`) instead of the wall clock: on a machine shared with
-//! other work, that counts only the time this process ran, so it compares kernels (and
-//! estimates % of peak) where wall times are swamped by the load; rayon's idle spinning
-//! counts as time, so the figures stay conservative. `--cold on` evicts the caches (both
-//! threads write 64 MiB; `--cold N`: N MiB, for a larger last-level cache) before each
-//! timed call, so the operands come from memory as in a training step; on ANDREA-120M's
-//! products on 2 Zen 3 cores the medians moved by 1% or less on 11 of 15 shapes, -6% to
-//! +3% on the rest (benches/results/20261203T0700Z-zen3-gemm-cold/), on the Emerald
-//! Rapids host's output-layer products by 0-10% with 512 MiB, inside its swings
-//! (benches/results/20261206T1519Z-emr-l3-residency/). `ANDREA_SIMD` caps the backend's
-//! own kernels (not the two crates': they pick their micro-kernel from the CPU).
+//! `--only fwd_fc,bwd_dw_qkv` picks the shapes. `--clock cpu` times by the CPU time of
+//! the process's threads (Linux: `CLOCK_PROCESS_CPUTIME_ID`) instead of the wall clock:
+//! on a machine shared with other work, that counts only the time this process ran;
+//! rayon's idle spinning counts as time, so the figures stay conservative. `--cold on`
+//! evicts the caches (both threads write 64 MiB; `--cold N`: N MiB, for a larger
+//! last-level cache) before each timed call, so the operands come from memory as in a
+//! training step. Comparing against another kernel is `benches/pytorch/cpu_gemm.py`'s
+//! job (same JSON lines).
 
 use std::time::Instant;
 
 use andrea_core::config::step_gemms;
 use andrea_core::{LinalgOps, Matrix, MemoryOps, View};
-use andrea_cpu::{CpuBackend, GemmKernel};
+use andrea_cpu::CpuBackend;
 
 fn mat(
     buf: &andrea_cpu::CpuBuffer,
@@ -46,7 +39,6 @@ fn mat(
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut threads = 2;
     let mut rounds = 5;
-    let mut kernels = GemmKernel::ALL.to_vec();
     let mut only: Option<Vec<String>> = None;
     let mut cpu_clock = false;
     let mut cold_mib = 0;
@@ -82,12 +74,6 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 }
             }
             "--only" => only = Some(v.split(',').map(String::from).collect()),
-            "--kernels" => {
-                kernels = v
-                    .split(',')
-                    .map(|k| GemmKernel::parse(k).ok_or(format!("unknown kernel {k:?}")))
-                    .collect::<Result<_, _>>()?
-            }
             _ => return Err(format!("unknown flag {flag}").into()),
         }
     }
@@ -95,7 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .num_threads(threads)
         .build_global()?;
     // On a worker of the pool, as the `andrea` binary runs (no hand-over per call).
-    rayon::scope(|_| run(dims, rounds, &kernels, only.as_deref(), cpu_clock, cold_mib))
+    rayon::scope(|_| run(dims, rounds, only.as_deref(), cpu_clock, cold_mib))
 }
 
 /// ANDREA-120M at batch 4 x 256: (tokens, d_model, MLP width, vocabulary).
@@ -106,7 +92,6 @@ const TINY: (usize, usize, usize, usize) = (2048, 128, 512, 8449);
 fn run(
     (tokens, d_model, mlp, vocab): (usize, usize, usize, usize),
     rounds: usize,
-    kernels: &[GemmKernel],
     only: Option<&[String]>,
     cpu_clock: bool,
     cold_mib: usize,
@@ -131,10 +116,7 @@ fn run(
         }
     };
     let base = CpuBackend::new();
-    let backends: Vec<CpuBackend> = kernels
-        .iter()
-        .map(|&k| CpuBackend::new().with_gemm_kernel(k))
-        .collect();
+    let backends = [CpuBackend::new()];
     // The step's products, then the forward's products with their bias (`fwd_qkv`,
     // `fwd_fc_proj`) and the two fused MLP products on their shapes (`fwd_fc`'s with bias
     // and GELU, `bwd_dx_fc_proj`'s times GELU') and the weight gradients as the step
@@ -234,10 +216,8 @@ fn run(
             t.sort_by(f64::total_cmp);
             let med = t[t.len() / 2];
             println!(
-                "{{\"bench\": \"gemm_kernels\", \"shape\": \"{}_{m}x{k}x{n}\", \"kernel\": \"{}\", \
-                 \"backend\": \"{}\", \"gflops\": {:.1}, \"median_s\": {med:.5}, \"best_gflops\": {:.1}, \"clock\": \"{}\", \"cold\": {cold}}}",
+                "{{\"bench\": \"gemm_kernels\", \"shape\": \"{}_{m}x{k}x{n}\", \"kernel\": \"andrea\", \"backend\": \"{}\", \"gflops\": {:.1}, \"median_s\": {med:.5}, \"best_gflops\": {:.1}, \"clock\": \"{}\", \"cold\": {cold}}}",
                 p.name,
-                be.gemm_kernel().effective().name(),
                 be.name(),
                 2.0 * (m * k * n) as f64 / med / 1e9,
                 2.0 * (m * k * n) as f64 / t[0] / 1e9,

@@ -17,15 +17,14 @@
 //!   passes after one untimed pass, on threads started once, each pass begun on all of
 //!   them at a spinning barrier. A size past the last-level cache is the DRAM read
 //!   bandwidth; the decode's weights are read once per token in the same pattern. A size
-//!   that cache holds (8 MiB, about the tiny model's weights) is its read rate: on this
-//!   project's 2-core Zen 5 host 157-224 GB/s (2026-12-03), where fresh threads per pass
-//!   and a sleeping barrier (this probe until then) read 118-174, the threads' start-up
-//!   and wake-up counted as reading time in a pass of 40 µs; the DRAM figure is the same
-//!   either way (five alternating pairs, 2048 MiB: within 0-7%). The
+//!   that cache holds (8 MiB, about the tiny model's weights) is its read rate; threads
+//!   started once and released together keep their start-up and wake-up out of a pass
+//!   that lasts tens of microseconds. The
 //!   buffer is advised transparent huge pages, as the CPU backend's large buffers are
-//!   (a stream over 4 KiB pages reads about a fifth slower on this project's machine).
+//!   (a stream over 4 KiB pages reads slower).
 //! * `read_gbps_4k`: the same stream over a buffer left on 4 KiB pages, for comparison.
 
+#[cfg(target_arch = "x86_64")]
 use std::time::Instant;
 
 struct Args {
@@ -61,6 +60,7 @@ fn parse() -> Result<Args, String> {
 }
 
 /// Runs `f(thread)` on `threads` threads at once, `reps` times; the shortest wall time.
+#[cfg(target_arch = "x86_64")]
 fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 {
     let mut best = f64::INFINITY;
     for _ in 0..reps {
@@ -98,11 +98,13 @@ fn best_of(threads: usize, reps: usize, f: impl Fn(usize) -> f32 + Sync) -> f64 
 /// A barrier whose threads spin rather than sleep: a thread woken from a futex can start
 /// microseconds after the others, which in a pass of 40 µs (8 MiB from the last-level
 /// cache) would count as reading time.
+#[cfg(target_arch = "x86_64")]
 struct SpinBarrier {
     threads: usize,
     arrived: std::sync::atomic::AtomicUsize,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl SpinBarrier {
     fn new(threads: usize) -> Self {
         SpinBarrier {
@@ -126,6 +128,7 @@ impl SpinBarrier {
 /// span from the first thread's start to the last one's end. Each thread reads the same
 /// share in every pass, as each of the backend's threads mostly takes the same part of
 /// a product from token to token, so a buffer that fits the caches is read from them.
+#[cfg(target_arch = "x86_64")]
 fn best_pass(threads: usize, reps: usize, pass: impl Fn(usize) -> f32 + Sync) -> f64 {
     let barrier = SpinBarrier::new(threads);
     let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
@@ -236,6 +239,7 @@ mod x86 {
 /// Advises transparent huge pages for `buf`'s whole 2 MiB pages, as the CPU backend does
 /// for its large buffers (andrea-cpu's `buffer::huge_pages`), so the read stream runs on
 /// the same kind of memory as the decode it is the denominator of.
+#[cfg(target_arch = "x86_64")]
 fn advise_huge_pages(buf: &mut [f32]) {
     #[cfg(target_os = "linux")]
     {
@@ -324,7 +328,7 @@ fn main() {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (args, best_of);
+        let _ = args;
         eprintln!("peaks: x86-64 only");
         std::process::exit(2);
     }

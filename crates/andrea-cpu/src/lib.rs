@@ -1,95 +1,10 @@
 //! # andrea-cpu
 //!
-//! [`CpuBackend`]: andrea's [`andrea_core::Backend`] on the host, with ndarray-style row
-//! kernels, rayon for threads, and one strided GEMM function behind every matrix product.
-//!
-//! * **GEMM**: single-threaded kernels on blocks of C that rayon spreads over the
-//!   threads (row blocks; column blocks when there are few rows), except andrea's AVX2
-//!   kernel, which runs each product as one queue of tasks the threads take as they free
-//!   up, every operand packed once (`gemm_avx2::sgemm_threads`; the block split stays
-//!   selectable as `ANDREA_GEMM=avx2-blocks`). At the AVX-512 level
-//!   the default is the `gemm` crate's kernel, which chooses its micro-kernel from the
-//!   CPU, not from `ANDREA_SIMD`; at the AVX2 level (the cap `ANDREA_SIMD=avx2`, or an
-//!   AVX2-only CPU), andrea's AVX2 + FMA kernel ([`GemmKernel::Avx2`]). andrea's own
-//!   AVX-512 kernel ([`GemmKernel::Avx512`], `gemm_avx512` module: BLIS-style packing, a
-//!   512-bit register-blocked micro-kernel, masked edges) packs each block of `B` once
-//!   and shares the rows of `C` out among the threads; it is selectable, not the default
-//!   (it measured behind the `gemm` crate). [`GemmKernel::Avx512Queue`] runs the AVX2
-//!   kernel's packing, task queue and in-register epilogues with a 12 x 32 micro-kernel
-//!   on 512-bit registers; also selectable, not the default (level with the `gemm` crate
-//!   on ANDREA-120M, behind on the tiny model). `ANDREA_GEMM=avx512-queue|avx512|
-//!   avx512-blocks|avx2|avx2-blocks|gemm|matrixmultiply` or
-//!   [`CpuBackend::with_gemm_kernel`] picks a kernel
-//!   ([`GemmKernel::from_env`]); the figures behind the choice are in
-//!   `benches/README.md`. Transposes are strides.
-//! * **Fused GEMM epilogues**: andrea's AVX2 kernel adds the bias, writes `GELU` and
-//!   multiplies by `GELU'` in its micro-kernel, on each tile of C in registers before
-//!   its one store (`gemm_avx2::Epilogue`; the same bits as the separate passes): on
-//!   ANDREA-120M's products it took the forward's biased products from 149-160 to
-//!   167-179 GFLOP/s and `linear_gelu` from 140-150 to 166-167 on two Zen 3 cores
-//!   (plain products 176-180), and `linear_gelu` in the training step from 144-151 to
-//!   158-159 (benches/results/20261202T2150Z-zen3-epilogue). With the other
-//!   kernels a product with a bias or GELU (`linear_gelu`) is cut into
-//!   fixed 256 x 128 tiles of C, each given its bias and GELU right after its product,
-//!   while it is in L2; `matmul_gelu_backward` at small `k` (at most 256) runs on
-//!   andrea's AVX-512 kernel, whose row blocks take `GELU'` in cache
-//!   ([`GemmKernel::for_gelu_grad`]). Both fused products of the tiny model's MLP ran
-//!   25-45% faster for it (benches/results/20261202T0630Z-train-tiny).
-//! * **Few rows** (generation: one token per sequence, up to 8 sequences): a
-//!   bandwidth-bound path that streams each weight matrix once in long contiguous runs
-//!   on every thread, with no packing (`gemv` module). The tied output layer's
-//!   dot-product form runs sixteen rows of the embedding at a time with AVX-512
-//!   intrinsics (`gemv_avx512`: sixteen independent FMA chains and one shared
-//!   transposing reduction instead of one chain and a horizontal sum per row; the same
-//!   bits), and the weights' row form has an AVX-512 copy. A decoded token's attention
-//!   (one query per sequence) skips the per-head GEMM calls: dot products, the softmax
-//!   row and a weighted sum of the values, on the calling thread when the whole call is
-//!   below 2^12 multiply-adds (`attention_decode`). Both share their work out through a
-//!   spinning team rather than rayon's fork/join (`team`: ~0.1 µs a handoff against
-//!   ~1.4; `ANDREA_TEAM=off` to compare).
-//! * **Huge pages**: every buffer of 8 MiB or more is advised transparent huge pages
-//!   (`madvise(MADV_HUGEPAGE)`, Linux) before its first write, so streaming the weights,
-//!   gradients and optimizer moments takes no TLB miss and no prefetcher restart every
-//!   4 KiB. Measured on the build machine (THP in `madvise` mode): decoding ANDREA-120M
-//!   +26%, its training step +4%. `ANDREA_HUGEPAGES=0` turns the advice off.
-//! * **Threads**: every op starts its parallel work on the calling thread; run a whole
-//!   step or generation loop inside [`CpuBackend::install`] so that start costs nothing
-//!   (the `andrea` binary does).
-//! * **Fused ops**: attention runs one task per (batch, head) and keeps only the
-//!   log-sum-exp per row for the backward pass; with AVX2 + FMA and heads a multiple
-//!   of 16 it is one intrinsics kernel (`attention_fused`: operands packed once per head,
-//!   six queries at a time over the keys they see, tiles of 16 columns, or 32 on
-//!   AVX-512; 1.3-1.5x the blocked path on the Zen 3,
-//!   benches/results/20261203T0418Z-zen3-fused-attention, 1.2-1.5x on the AVX-512 Zen 5,
-//!   benches/results/20261203T1650Z-zen5-attention-zmm), elsewhere blocks of 64
-//!   queries with a thread-local scratch and their products on `sgemm`
-//!   ([`AttentionProducts`], `ANDREA_ATTENTION_PRODUCTS`);
-//!   LayerNorm is one pass per row after its statistics; softmax + cross-entropy
-//!   computes loss and gradient with one write per element, optionally overwriting the
-//!   logits.
-//! * **SIMD**: the crate builds for baseline x86-64; hot loops are compiled a second time
-//!   for AVX2 + FMA, some (measured faster) a third time for AVX-512, and the copy the CPU
-//!   supports is chosen at run time (the `simd` module docs). Softmax, softmax +
-//!   cross-entropy and GELU have AVX-512 kernels written with intrinsics (`avx512`
-//!   module: masked tails, `vscalefps`, tree sums), and softmax and softmax +
-//!   cross-entropy AVX2 + FMA ones too (`avx2` module). The copies give the same bits. The
-//!   environment variable `ANDREA_SIMD=avx2` (or `baseline`, `avx512`) caps the level
-//!   the kernels use, read once per process, to test or measure the narrower copies on a
-//!   wider CPU; [`andrea_core::MemoryOps::name`] reports the level in use.
-//! * **Layout**: each op family of `andrea_core::ops` is implemented in the module that
-//!   holds its kernels: `buffer` (memory), `gemm` (linalg: matmul, bias gradient,
-//!   `linear_gelu`), `elementwise`, `layernorm`, `softmax` (softmax and the loss),
-//!   `embedding`, `optim` and `attention` (with `attention_fused` for the fused AVX2 /
-//!   AVX-512 kernel and `attention_decode` for one query per sequence), and `decode`
-//!   for generation's decoder stack (`decode_blocks`: one team job for a token of a small
-//!   model, its argument checks remembered in `check_memo`) and its two fused halves of a
-//!   block (`decode_attention`, `mlp_forward`: one job each where called alone;
-//!   `ANDREA_DECODE_FUSED=halves|off` to compare).
-//!   This file is the backend's set-up.
-//! * **Determinism**: results are bit-identical from run to run *and for any thread
-//!   count*: work is cut into pieces whose boundaries depend only on the sizes, every
-//!   reduction adds in an order fixed by the sizes, and GEMM blocks never split the
-//!   inner dimension. Tests check this with 1 and 2 threads.
+//! [`CpuBackend`]: andrea's [`andrea_core::Backend`] on the host. Rayon spreads the work
+//! over threads, the `gemm` crate and andrea's own kernels compute the matrix products,
+//! and the row ops (LayerNorm, softmax, the loss, GELU, AdamW) are loops compiled once per
+//! instruction set and chosen at run time. This page explains how it works; the
+//! measurements behind each choice are in `benches/README.md`.
 //!
 //! ```
 //! use andrea_core::prelude::*;
@@ -104,54 +19,171 @@
 //! assert!((y[3] - 1.9546).abs() < 1e-4);
 //! # Ok::<(), andrea_core::Error>(())
 //! ```
+//!
+//! ## One kernel per job per instruction set
+//!
+//! The crate builds for baseline x86-64 (or aarch64), so its binaries run anywhere. At
+//! start it reads what the CPU supports, its *SIMD level* (`baseline`, `avx2` = AVX2 +
+//! FMA, `avx512` = AVX-512 F, VL, DQ, BW), and every job runs the one kernel written for
+//! that level. The environment variable `ANDREA_SIMD=baseline|avx2|avx512` caps the
+//! level (read once per process), to test or measure the narrower kernels on a wider CPU;
+//! `.ci/run` runs the CPU tests under each cap. [`andrea_core::MemoryOps::name`] reports
+//! the level and the kernels in use, e.g. `cpu (2 threads, avx2, gemm avx2, attention
+//! fused-avx2)`.
+//!
+//! | job | `baseline` | `avx2` | `avx512` | aarch64 |
+//! |---|---|---|---|---|
+//! | matrix products | `gemm` crate | andrea's AVX2 GEMM (`gemm::avx2`) | `gemm` crate | `gemm` crate (NEON) |
+//! | `matmul_gelu_backward`, `k` <= 256 | `gemm` crate | andrea's AVX2 GEMM | andrea's AVX-512 GEMM (`gemm::avx512`) | `gemm` crate |
+//! | training attention, heads a multiple of 16 | blocked path | fused, 6 x 16 tile | fused, 6 x 32 tile (heads a multiple of 32) | blocked path |
+//! | few-row products (generation) | row / column forms | + 4-row AVX2 dot products | + 16-row AVX-512 dot products | row / column forms |
+//! | softmax, softmax + cross-entropy | generic rows | AVX2 intrinsics | AVX-512 intrinsics | generic rows |
+//! | GELU, GELU' | generic blocks | generic blocks (FMA) | AVX-512 intrinsics | generic blocks |
+//! | LayerNorm, AdamW, sums, embedding | generic | generic (FMA) | generic (AVX-512 where it pays) | generic |
+//!
+//! "Generic" is one body that `simd::multiversion!` compiles once per level and the
+//! compiler vectorises; the intrinsics kernels are written once over the vector width
+//! where the two widths compute the same bits (`simd::lanes::F32s`, implemented for
+//! `__m256` and `__m512`; a NEON level adds an implementation for `float32x4_t`). The
+//! `gemm` crate picks its micro-kernel from the CPU, not from `ANDREA_SIMD`: that is why
+//! the AVX2 level has a GEMM of its own, so that an AVX2 measurement times AVX2 products.
+//!
+//! ## The modules
+//!
+//! The ground floor, which every op may use and which uses none of them: `buffer` (host
+//! memory as backend memory), `views` (checked views as plain pointers that tasks on any
+//! thread can address), `simd` (the levels, `multiversion!`, the shared math: `2^z`,
+//! GELU, sums in a fixed order; `lanes`: one vector over the widths), `par` (task sizes)
+//! and `team` (the spinning team). Above it, one module per job: `gemm`, `attention`,
+//! `decode` (generation: the few-row products, one query's attention, a token's whole
+//! decoder stack), `norm_softmax_loss`, `elementwise`, `embedding`, `optim`, `reduce`
+//! (bias gradient, sum of squares), `memory` (allocation, upload, download) and
+//! `interop` (ndarray in and out). This file is the backend's set-up.
+//!
+//! ## Matrix products
+//!
+//! Every product goes through one strided GEMM function, so a transpose is a pair of
+//! strides and costs nothing. Each element of `C` is computed by the same sequence of
+//! floating-point operations whatever block or thread it falls in.
+//!
+//! * **andrea's AVX2 GEMM** (`gemm::avx2`): BLIS-style packing (`B` in `256 x 3072`
+//!   slices, `A` in blocks of 96 rows) and a 6 x 16 register-blocked micro-kernel sized
+//!   for a 32 KB L1. On several threads each product is one queue of tasks in dependency
+//!   order: each slice of `B` is packed once for all threads into one of two shared
+//!   buffers, then multiplied in tasks of 96 rows of `C` that the threads take as they
+//!   free up, the next slice's packing starting while this one's last tasks run. No
+//!   operand is packed twice, and no thread waits on a fixed share of another's work.
+//!   The bias, `GELU` and `GELU'` of the fused ops are applied to each register tile of
+//!   `C` before its one store, with the bits of separate passes.
+//! * **The `gemm` crate** runs one single-threaded call per block of `C`, one block per
+//!   thread: column blocks when `A` is row-major, row blocks when it is transposed (the
+//!   `dW = xᵀ·dy` products). A product with a bias or a GELU is cut instead into fixed
+//!   256 x 128 tiles of `C`, each given its bias and GELU while it is in cache.
+//! * **andrea's AVX-512 GEMM** (`gemm::avx512`, a 14 x 32 micro-kernel, `B` packed once
+//!   per block for all threads) runs `matmul_gelu_backward` at small `k` on the AVX-512
+//!   level: there the product is short beside the reads of `pre`, and its row blocks
+//!   multiply by `GELU'(pre)` while they are in cache.
+//! * **Few rows** (generation: one token per sequence, up to 8 sequences): a
+//!   bandwidth-bound path streams each weight matrix once in long contiguous runs on
+//!   every thread, without packing (`decode::gemv`). The tied output layer's dot-product
+//!   form runs sixteen rows of the embedding at a time with AVX-512 (four with AVX2):
+//!   independent FMA chains and one shared transposing reduction that keeps each dot
+//!   product's bits.
+//!
+//! ## Attention
+//!
+//! One task per batch entry and head; only a log-sum-exp per query row is kept for the
+//! backward pass, not the `[B, H, T, T]` probabilities. Where the level has AVX2 + FMA and
+//! the head size is a multiple of 16, the fused kernel (`attention::fused`) packs `kᵀ`,
+//! `vᵀ`, `v` and `k` once per head, takes six queries at a time over only the keys they
+//! see (`S = q·kᵀ`, the softmax in place, `out = P·v`), and in the backward pass keeps
+//! the probabilities and `dS` of 64 queries while `dv` and `dk` sum over them, all on one
+//! register tile: 6 x 16, or 6 x 32 on AVX-512 with the same chains and the same bits.
+//! Its forward gives the blocked path's bits. Elsewhere the blocked path runs: blocks of
+//! 64 queries, their products on the GEMM. A decoded token's attention (one query per
+//! sequence) is dot products, a softmax row and a weighted sum of the values per head,
+//! with no GEMM call (`decode::attention`).
+//!
+//! ## Generation
+//!
+//! Decoding's small parallel ops go through a spinning team (`team`) instead of rayon's
+//! fork/join: the pool's other workers, once called, spin on one shared word between ops
+//! for up to 300 µs, so a part reaches them in the time a cache line takes to cross
+//! cores. For a model whose block halves hold at most 2^18 weights each, one token's
+//! blocks are one team job (`decode`, `DecodeOps::decode_blocks`): each stage's tasks
+//! (the QKV product's row chunks, the heads' attention, the residual add with its
+//! LayerNorm, the MLP's bands) are claimed by whichever thread comes first, and a thread
+//! waits only where the next stage needs all of the last. What the stack's argument
+//! checks passed is remembered (`decode::check_memo`): a generation's views are checked
+//! in full once every 64 tokens, and a call passes or fails exactly as a full check
+//! would.
+//!
+//! ## Row ops
+//!
+//! Every exponential is `2^z` by a degree-6 polynomial (relative error below 2.5e-7),
+//! with `log2 e` folded into the caller's constants. Softmax and softmax + cross-entropy
+//! take a task's rows at once and overlap them: the next row's maximum runs before this
+//! row's exponentials. LayerNorm is one pass per row after its statistics, and sums the
+//! next row's squared deviations in the loop that writes this row's output. Softmax +
+//! cross-entropy computes the loss and the gradient with one write per element,
+//! optionally overwriting the logits.
+//!
+//! ## Memory and threads
+//!
+//! * **Huge pages**: every buffer of 8 MiB or more is advised transparent huge pages
+//!   (`madvise(MADV_HUGEPAGE)`, Linux) before its first write, so streaming the weights,
+//!   gradients and optimizer moments takes no TLB miss and no prefetcher restart every
+//!   4 KiB. `ANDREA_HUGEPAGES=0` turns the advice off.
+//! * **Threads**: [`CpuBackend::new`] uses rayon's global pool, [`CpuBackend::with_threads`]
+//!   its own. Every op starts its parallel work on the calling thread; run a whole step
+//!   or generation loop inside [`CpuBackend::install`] so that starting costs nothing
+//!   (the `andrea` binary does).
+//!
+//! ## Determinism
+//!
+//! Results are bit-identical from run to run *and for any thread count*: work is cut
+//! into pieces whose boundaries depend only on the sizes (and, in the embedding backward,
+//! on the token ids), every reduction adds in an order fixed by the sizes, and GEMM
+//! blocks and tasks never split the inner dimension. `tests/determinism.rs` checks 1, 2
+//! and 3 threads. The levels agree with each other up to the last bits of the
+//! transcendental functions (FMA where the level has it) and of the products (each GEMM
+//! sums in its own order); within a level, every copy of a kernel gives the same bits,
+//! which the unit tests check against the generic forms.
 
-mod attention;
-mod attention_decode;
-#[cfg(target_arch = "x86_64")]
-mod attention_fused;
-mod attention_products;
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
+// The ground floor: what every op may use, and which uses none of them.
 mod buffer;
-mod check_memo;
+mod par;
+mod simd;
+mod team;
+mod views;
+
+// The ops, by what they compute.
+mod attention;
 mod decode;
 mod elementwise;
 mod embedding;
 mod gemm;
-#[cfg(target_arch = "x86_64")]
-mod gemm_avx2;
-#[cfg(target_arch = "x86_64")]
-mod gemm_avx512;
-mod gemv;
-#[cfg(target_arch = "x86_64")]
-mod gemv_avx2;
-mod gemv_avx512;
 mod interop;
-mod layernorm;
+mod memory;
+mod norm_softmax_loss;
 mod optim;
-mod par;
 mod reduce;
-mod simd;
-mod softmax;
-mod team;
 
 use andrea_core::{Error, Result};
 
-pub use attention_products::AttentionProducts;
 pub use buffer::{CpuBuffer, CpuIds};
-pub use gemm::GemmKernel;
 
 /// The CPU backend. Cheap to create; [`CpuBackend::with_threads`] gives it its own
 /// thread pool, [`CpuBackend::new`] uses rayon's global pool (`RAYON_NUM_THREADS` or
 /// one thread per core).
 pub struct CpuBackend {
     pool: Option<rayon::ThreadPool>,
-    kernel: GemmKernel,
-    attention_products: AttentionProducts,
+    /// The GEMM kernel of the kernels' level ([`gemm::GemmKernel::for_level`]).
+    kernel: gemm::GemmKernel,
+    /// [`attention::path::AttentionPath::DEFAULT`] (tests compare the others with it).
+    attention: attention::path::AttentionPath,
     /// What the decoder stack's checks passed (`check_memo`).
-    decode_checks: std::sync::Mutex<check_memo::CheckMemo>,
+    decode_checks: std::sync::Mutex<decode::check_memo::CheckMemo>,
 }
 
 impl Default for CpuBackend {
@@ -165,8 +197,8 @@ impl CpuBackend {
     pub fn new() -> Self {
         CpuBackend {
             pool: None,
-            kernel: GemmKernel::from_env(),
-            attention_products: AttentionProducts::from_env(),
+            kernel: gemm::GemmKernel::for_level(),
+            attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
         }
     }
@@ -189,39 +221,30 @@ impl CpuBackend {
             })?;
         Ok(CpuBackend {
             pool: Some(pool),
-            kernel: GemmKernel::from_env(),
-            attention_products: AttentionProducts::from_env(),
+            kernel: gemm::GemmKernel::for_level(),
+            attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
         })
     }
 
-    /// The same backend with another GEMM kernel (the default is the one measured
-    /// fastest; both are exact-to-f32-rounding implementations of the same product).
-    pub fn with_gemm_kernel(mut self, kernel: GemmKernel) -> Self {
+    /// The same backend with another GEMM kernel (unit tests: same-bits comparisons).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub(crate) fn with_gemm_kernel(mut self, kernel: gemm::GemmKernel) -> Self {
         self.kernel = kernel;
         self
     }
 
-    /// The GEMM kernel in use.
-    pub fn gemm_kernel(&self) -> GemmKernel {
-        self.kernel
-    }
-
-    /// The same backend with another kernel for attention's per-head products (the
-    /// default is [`AttentionProducts::from_env`]; both compute the same products).
-    pub fn with_attention_products(mut self, products: AttentionProducts) -> Self {
-        self.attention_products = products;
+    /// The same backend with another attention path (unit tests: comparisons with the
+    /// default).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub(crate) fn with_attention(mut self, path: attention::path::AttentionPath) -> Self {
+        self.attention = path;
         self
     }
 
-    /// The kernel of attention's per-head products in use.
-    pub fn attention_products(&self) -> AttentionProducts {
-        self.attention_products
-    }
-
     /// What the attention kernels need to know of the products' kernels.
-    fn products(&self) -> (GemmKernel, AttentionProducts) {
-        (self.kernel, self.attention_products)
+    fn products(&self) -> (gemm::GemmKernel, attention::path::AttentionPath) {
+        (self.kernel, self.attention)
     }
 
     /// Number of threads ops run on.

@@ -114,8 +114,8 @@ pub(crate) fn sum_squares(x: &[f32]) -> f64 {
 ///
 /// The compiler vectorises [`sum_squares_chunk`]'s 32 f64 lanes 2 at a time (128-bit
 /// `vcvtps2pd` / `vmulpd` / `vaddpd`, seen in the disassembly of both its AVX2 and
-/// AVX-512 copies), a quarter of AVX-512's width: it ran at 31% of a copy of its own
-/// footprint (benches/results/20261202T0753Z-amd-ops). The intrinsic copies below keep
+/// AVX-512 copies), a quarter of AVX-512's width, far below the speed of reading its
+/// input. The intrinsic copies below keep
 /// the same lanes (element `i` of each block of 32 into lane `i`), the same separate
 /// multiply and add (no FMA: the bits of the generic copy), the same zero-padded last
 /// block and the same fold, so every copy gives the same bits (a unit test checks).
@@ -136,6 +136,7 @@ fn sum_squares_lanes(c: &[f32]) -> f64 {
 
 /// `step(block)` for each block of 32 of `c`, the last one zero-padded (as
 /// [`sum_squares_chunk`] takes them, a whole zero block when 32 divides `c.len()`).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn each_block_of_32(c: &[f32], mut step: impl FnMut(&[f32; SUMSQ_LANES])) {
     let mut chunks = c.chunks_exact(SUMSQ_LANES);

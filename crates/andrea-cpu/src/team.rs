@@ -2,11 +2,9 @@
 //!
 //! A decoded token of a small model is a chain of products of a few hundred kilobytes
 //! each, a few microseconds of work apiece. Handing half of one to a second thread
-//! through `rayon::join` costs about 1.4 µs on this project's 2-core Zen 5 host (a join
-//! of two 0.5 µs tasks takes 1.9 µs while the other worker is awake, 3-12 µs once it
-//! has gone to sleep after 15-30 µs without work; benches/results/
-//! 20261203T1940Z-zen5-read-probe-cache/rayon_join_latency.rs): as much as the half it
-//! saves. Here the other workers of the pool, once started, spin on one shared word
+//! through `rayon::join` costs about a microsecond while the other worker is awake, and
+//! several once it has gone to sleep after tens of microseconds without work: as much as
+//! the half it saves. Here the other workers of the pool, once started, spin on one shared word
 //! between ops (as OpenMP's threads do between parallel regions), so a part reaches them
 //! in the time a cache line takes to cross cores.
 //!
@@ -30,8 +28,7 @@
 //! no other rayon work: rayon calls made meanwhile run with fewer threads (at most
 //! [`IDLE`] after the last team job). One caller at a time uses the team; a second,
 //! concurrent one (another thread decoding) falls back to rayon, as do calls from outside
-//! a rayon pool, pools of one thread, jobs of more than [`MAX_PARTS`] parts and
-//! `ANDREA_TEAM=off` (kept to compare).
+//! a rayon pool, pools of one thread and jobs of more than [`MAX_PARTS`] parts.
 //!
 //! Which thread runs which part changes nothing in the results: every part is computed
 //! the same way wherever it runs.
@@ -69,21 +66,6 @@ fn unpack(w: u64) -> (u64, usize, usize) {
         ((w >> 16) & 0xFFFF) as usize,
         (w & 0xFFFF) as usize,
     )
-}
-
-/// Whether the team is enabled (`ANDREA_TEAM`, read once: `off` gives every call to
-/// rayon, to compare).
-fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("ANDREA_TEAM") {
-        Ok(v) if v.trim().eq_ignore_ascii_case("off") => false,
-        Ok(v) if v.trim().eq_ignore_ascii_case("on") || v.trim().is_empty() => true,
-        Ok(v) => {
-            eprintln!("andrea-cpu: ignoring ANDREA_TEAM={v:?} (expected on or off); using on");
-            true
-        }
-        Err(_) => true,
-    })
 }
 
 /// Claims the next part of the job announced by `w`'s generation, if one is left:
@@ -177,8 +159,7 @@ pub(crate) fn for_each(parts: usize, f: &(dyn Fn(usize) + Sync)) {
     let usable = parts > 1
         && parts <= MAX_PARTS
         && rayon::current_thread_index().is_some()
-        && (2..=(1 << 12)).contains(&rayon::current_num_threads())
-        && enabled();
+        && (2..=(1 << 12)).contains(&rayon::current_num_threads());
     if !usable
         || BUSY
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -194,9 +175,7 @@ pub(crate) fn for_each(parts: usize, f: &(dyn Fn(usize) + Sync)) {
     let tasks = parts.min(TASKS_PER_THREAD * threads);
     // With many parts (the output layer's bands), task t starts at
     // parts·(1 - (1 - t/tasks)²): runs that shrink toward the end, so the thread that
-    // finishes first takes the small last ones and neither waits long. Tiny decode step
-    // 1.030x and 1.019x in two ABBA sittings, 16 of 22 rounds ahead
-    // (benches/results/20261203T2232Z-zen5-team-shrinking-runs/).
+    // finishes first takes the small last ones and neither waits long.
     let shrink = parts >= 4 * tasks;
     let start = |t: usize| {
         if shrink {

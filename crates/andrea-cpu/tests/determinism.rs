@@ -220,27 +220,3 @@ fn results_do_not_depend_on_the_thread_count_or_the_run() {
     assert_eq!(one, two, "1 and 2 threads differ");
     assert_eq!(one, three, "1 and 3 threads differ");
 }
-
-/// The kernels the default does not run on this machine (the default runs above), each
-/// on 1 and 2 threads: bit-identical.
-#[test]
-fn every_gemm_kernel_is_deterministic_across_thread_counts_too() {
-    let default = CpuBackend::new().gemm_kernel();
-    for kernel in andrea_cpu::GemmKernel::ALL {
-        if kernel.effective() == default.effective() {
-            continue;
-        }
-        let run = |threads| {
-            everything(
-                &CpuBackend::with_threads(threads)
-                    .unwrap()
-                    .with_gemm_kernel(kernel),
-            )
-        };
-        assert!(
-            run(1) == run(2),
-            "{}: 1 and 2 threads differ",
-            kernel.name()
-        );
-    }
-}

@@ -3,50 +3,22 @@
 
 use rayon::prelude::*;
 
-use std::f32::consts::{LN_2, LOG2_E};
+use std::f32::consts::LOG2_E;
 
 use andrea_core::IGNORE_INDEX;
 
-use crate::par::rows_per_task;
-use crate::simd::{self, multiversion, MulAdd};
+use crate::norm_softmax_loss::rows::{
+    cross_entropy_in_place_with, loss_of, softmax_row_in_place, visible,
+};
 #[cfg(target_arch = "x86_64")]
-use crate::{avx2, avx512};
+use crate::norm_softmax_loss::{softmax_avx2 as avx2, softmax_avx512 as avx512};
+use crate::par::rows_per_task;
+use crate::simd::{self, multiversion};
 
 use andrea_core::{check, Ids, LossOps, Result, SoftmaxOps, Tensor};
 
 use crate::buffer::{read, write};
 use crate::CpuBackend;
-
-/// Number of visible columns of row `row` (query `row % q_len`) under the mask.
-#[inline]
-pub(crate) fn visible(row: usize, q_len: usize, k_len: usize, causal: Option<usize>) -> usize {
-    match causal {
-        Some(o) => (o + row % q_len + 1).min(k_len),
-        None => k_len,
-    }
-}
-
-/// `y[..n] = softmax(scale·y[..n])`, `y[n..] = 0`. Returns the row's log-sum-exp of the
-/// scaled scores *in base 2*, `log2 Σ 2^(x·scale2)` with `scale2 = scale·log2 e` (the
-/// attention backward recomputes the probabilities as `2^(x·scale2 - lse)`).
-#[inline(always)]
-pub(crate) fn softmax_row_in_place<M: MulAdd>(y: &mut [f32], n: usize, scale: f32) -> f32 {
-    let (head, tail) = y.split_at_mut(n);
-    let scale2 = scale * LOG2_E;
-    // max(scale2·x) is scale2·max(x) for scale >= 0, scale2·min(x) otherwise.
-    let m2 = if scale >= 0.0 {
-        simd::max(head) * scale2
-    } else {
-        -simd::max(&head.iter().map(|v| -v).collect::<Vec<_>>()) * scale2
-    };
-    let s = simd::pow2_shifted::<M>(head, scale2, m2);
-    let inv = 1.0 / s;
-    for v in head.iter_mut() {
-        *v *= inv;
-    }
-    tail.fill(0.0);
-    m2 + s.log2()
-}
 
 multiversion! {
     /// Softmax of one row, first copied from `src` if given (only its `n` visible
@@ -57,21 +29,6 @@ multiversion! {
         }
         softmax_row_in_place::<M>(row, n, scale);
     }
-}
-
-thread_local! {
-    /// Per-thread row buffer of the loss's kernels, grown on first use, then reused.
-    static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` on this thread's row buffer of at least `n` elements.
-pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    ROW.with_borrow_mut(|b| {
-        if b.len() < n {
-            b.resize(n, 0.0);
-        }
-        f(&mut b[..n])
-    })
 }
 
 /// Rows ahead whose source the generic softmax prefetches (the intrinsics kernels have
@@ -92,18 +49,16 @@ pub(crate) fn softmax(
         .enumerate()
         .for_each(|(t, y)| {
             let src = src.map(|s| &s[t * rows * k_len..t * rows * k_len + y.len()]);
-            let avx512 = cfg!(target_arch = "x86_64") && simd::has_avx512() && scale >= 0.0;
-            let avx2 = cfg!(target_arch = "x86_64") && simd::has_avx2_fma() && scale >= 0.0;
             let vis = |i: usize| visible(t * rows + i, q_len, k_len, causal);
             #[cfg(target_arch = "x86_64")]
-            if avx512 {
+            if simd::has_avx512() && scale >= 0.0 {
                 // SAFETY: the CPU has AVX-512; scale >= 0; `src` is this task's rows;
                 // 1 <= visible <= k_len (a causal row sees its own key).
                 unsafe { avx512::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
                 return;
             }
             #[cfg(target_arch = "x86_64")]
-            if avx2 {
+            if simd::has_avx2_fma() && scale >= 0.0 {
                 // SAFETY: as above, with AVX2 and FMA.
                 unsafe { avx2::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
                 return;
@@ -172,13 +127,6 @@ multiversion! {
         let s = simd::sum_pow2::<M>(real, LOG2_E, m2);
         loss_of(m2, s, logits[target as usize])
     }
-}
-
-/// The loss `ln Σ e^x - x_t` of a row from its `m2 = max·log2 e` and
-/// `s = Σ 2^(x·log2 e - m2)`: `ln 2·(m2 + log2 s) - x_t`.
-#[inline(always)]
-pub(crate) fn loss_of(m2: f32, s: f32, x_t: f32) -> f32 {
-    LN_2 * (m2 + s.log2()) - x_t
 }
 
 /// Fused softmax + cross-entropy over rows of `vp` logits (first `vocab` real).
@@ -268,30 +216,6 @@ multiversion! {
     fn cross_entropy_in_place(g: &mut [f32], target: u32, vocab: usize, grad_scale: f32) -> f32 {
         cross_entropy_in_place_with::<M>(g, target, vocab, grad_scale)
     }
-}
-
-/// The loss of one row whose logits are in `g` (target not ignored), then `g` becomes
-/// the gradient.
-#[inline(always)]
-pub(crate) fn cross_entropy_in_place_with<M: MulAdd>(
-    g: &mut [f32],
-    target: u32,
-    vocab: usize,
-    grad_scale: f32,
-) -> f32 {
-    // One exp pass: e^(x - max) into the row, then scale by grad_scale / Σ.
-    let x_t = g[target as usize];
-    let (real, pad) = g.split_at_mut(vocab);
-    let m2 = simd::max(real) * LOG2_E;
-    let sum = simd::pow2_shifted::<M>(real, LOG2_E, m2);
-    let loss = loss_of(m2, sum, x_t);
-    let k = grad_scale / sum;
-    for o in real.iter_mut() {
-        *o *= k;
-    }
-    real[target as usize] -= grad_scale;
-    pad.fill(0.0);
-    loss
 }
 
 impl SoftmaxOps for CpuBackend {

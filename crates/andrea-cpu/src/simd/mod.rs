@@ -6,9 +6,19 @@
 //! can cap). The AVX2 copy uses fused multiply-adds in the transcendental functions
 //! (half the dependent operations), so a machine without AVX2 may differ from one with
 //! it in the last bits of GELU, softmax and the loss; on one machine, results never
-//! depend on the run or the thread count. Softmax, the loss and GELU have AVX-512
-//! kernels written with intrinsics (the `avx512` module), which follow the functions
-//! here operation for operation and give the AVX2 copy's bits.
+//! depend on the run or the thread count. The intrinsics kernels (softmax and the loss in
+//! `norm_softmax_loss`, GELU in `elementwise::gelu`, written where they can be once over
+//! the width with [`lanes::F32s`]) follow the functions here operation for operation and
+//! give the AVX2 copy's bits.
+//!
+//! A level is a set of instructions every copy of a kernel may use: [`Level`] names
+//! them, [`level`] reads the CPU (and the cap) once, and a kernel's dispatch asks
+//! [`has_avx2_fma`] or [`has_avx512`]. On other architectures the level is `Baseline`
+//! and the generic copies run; a NEON level would be one more [`Level`], one more arm of
+//! [`multiversion!`] and an implementation of [`lanes::F32s`] for `float32x4_t`.
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod lanes;
 
 /// Defines `fn $name(args) -> ret` whose body is compiled twice, once for the baseline
 /// target and once with `avx2,fma`, and dispatches at run time. Helpers called from the
@@ -153,7 +163,9 @@ pub(crate) trait MulAdd {
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
 }
 
-/// `a·b + c` in one rounding (only called from code compiled with `fma`).
+/// `a·b + c` in one rounding (only called from code compiled with `fma`: the AVX2 and
+/// AVX-512 copies; a NEON level will use it too).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct Fused;
 /// `a·b + c` as a product and a sum.
 pub(crate) struct Unfused;
@@ -255,7 +267,7 @@ pub(crate) fn pow2_block<M: MulAdd, const N: usize>(x: &mut [f32; N]) {
 }
 
 /// `y = GELU(x)` over a slice, in blocks (see [`pow2_block`]); same results as [`gelu`].
-/// (The AVX-512 copy of the `gelu` op uses the `avx512` module's kernel, same bits.)
+/// (The AVX-512 copy of the `gelu` op uses `elementwise::gelu`'s kernel, same bits.)
 #[inline(always)]
 pub(crate) fn gelu_slice<M: MulAdd, const N: usize>(x: &[f32], y: &mut [f32]) {
     let mut yc = y.chunks_exact_mut(N);
@@ -510,7 +522,8 @@ pub(crate) fn sum_pow2<M: MulAdd>(x: &[f32], scale2: f32, m2: f32) -> f32 {
 
 /// The sum of [`BLOCK`] lanes as a tree: halves added lane by lane (`acc[i] + acc[i+16]`,
 /// then `+8`, `+4`, `+2`, `+1`), the order a vector unit folds them in, so the AVX-512
-/// kernels (`avx512` module) give the same bits with five adds instead of 31 in a chain.
+/// kernels (`norm_softmax_loss::softmax_avx512`) give the same bits with five adds instead
+/// of 31 in a chain.
 #[inline(always)]
 pub(crate) fn sum_lanes(acc: &[f32; BLOCK]) -> f32 {
     fold(*acc)

@@ -28,9 +28,8 @@ multiversion! {
     /// from the mean, then the normalised output), each waiting on the one before. The
     /// output pass is bound by its stores and leaves the adders idle, so the next row's
     /// squared deviations run in the same loop, block by block
-    /// ([`simd::sum_sq_dev_beside`]); alone, the three passes of a row of 768 took about
-    /// 35 + 50 + 110 ns on the AVX2-only Zen 3 host, the store pass about as long as a
-    /// plain copy of the row. Each row's statistics are the same operations in the same
+    /// ([`simd::sum_sq_dev_beside`]); the store pass alone takes about as long as a plain
+    /// copy of the row. Each row's statistics are the same operations in the same
     /// order as one row alone, so the same bits.
     fn forward_rows(
         x: &[f32],

@@ -1,166 +1,94 @@
-//! Matrix multiplication: one strided single-threaded GEMM kernel on blocks of C that
-//! rayon spreads over the threads, or, for andrea's AVX-512 kernel, one product shared
-//! out inside the kernel (`gemm_avx512::sgemm_threads`: `B` packed once for all threads).
+//! Matrix multiplication: `matmul`, `matmul_add`, `linear_gelu`, `matmul_gelu_backward`
+//! and `bias_backward` (`andrea_core::LinalgOps`), on the GEMM kernel of the SIMD level
+//! ([`GemmKernel`]).
 //!
-//! Every product of the model goes through [`sgemm_strided`] (or that shared form), so
-//! transposes cost nothing (they are strides) and the kernel behind it can be swapped
-//! by measurement ([`GemmKernel`]; benches/README.md, "GEMM", has the numbers).
+//! Every product of the model goes through [`sgemm_strided`] (one thread, one block of
+//! `C`) or a kernel's own threaded form, so transposes cost nothing (they are strides).
+//! Products with at most a few rows (generation) take the bandwidth-bound path of
+//! `decode::gemv` instead.
 //!
-//! Parallel split: C is cut into row blocks (or, when there are too few rows, as in
-//! generation, column blocks), one kernel call per block; the AVX-512 kernel cuts rows
-//! of whole micro-tiles. andrea's AVX2 kernel takes a bias and the GELU epilogues into
-//! its micro-kernel (`gemm_avx2::Epilogue`) and keeps that split. With the other
-//! kernels a product with a bias or a GELU epilogue (`linear_gelu`) is cut
-//! instead into fixed tiles of `FUSED_TILE` (256 x 128), each computed with `beta` 0
-//! (or 1 to accumulate), then given its bias (`c_ij = Σ_k a_ik·b_kj + bias_j`, one
-//! vectorised pass) and its GELU while it is in L2: on the tiny model's MLP product
-//! (2048 x 128 x 512) that took `linear_gelu` from under half a plain product's rate to
-//! two thirds or more. `matmul_gelu_backward` at small `k` runs on andrea's AVX-512
-//! kernel instead ([`GemmKernel::for_gelu_grad`]). Each element of C is computed by the same sequence of
-//! floating-point operations whatever the block or thread it falls in, so the result is
-//! bit-identical for any thread count.
+//! How a product is shared out: andrea's AVX2 kernel (`avx2`) runs each product as one
+//! queue of tasks on all threads, with the bias and GELU epilogues in its micro-kernel;
+//! andrea's AVX-512 kernel (`avx512`) packs `B` once for all threads and shares out the
+//! rows of `C`; the `gemm` crate gets one single-threaded call per block of `C` (row
+//! blocks, or column blocks when `A` is row-major or there are few rows), and a product
+//! with a bias or a GELU epilogue is cut into fixed tiles of [`FUSED_TILE`], each given
+//! its bias and GELU while it is in cache. Each element of `C` is computed by the same
+//! sequence of floating-point operations whatever block, tile or thread it falls in, so
+//! the result is bit-identical for any thread count.
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
 
 use andrea_core::check::MatmulDims;
 use andrea_core::Matrix;
 use rayon::prelude::*;
 
 use crate::buffer::{CpuBuffer, SendPtr};
+use crate::views::{Operand, Row};
 
 use andrea_core::{check, fused, LinalgOps, LinearOf, Mat, Result, Tensor};
 
 use crate::buffer::read;
 use crate::buffer::write;
-use crate::decode::Row;
 use crate::CpuBackend;
 
-/// Rows (or columns) per block are rounded to this, a multiple of every micro-kernel
-/// height matrixmultiply uses, so blocks do not end in ragged micro-tiles.
+/// Rows (or columns) per block are rounded to this, so blocks do not end in ragged
+/// micro-tiles.
 const BLOCK_ALIGN: usize = 16;
 
 /// Rows and columns of the tiles of C a product with a bias or GELU epilogue is cut
 /// into: the same tiles whatever the thread count (so each element sees the same
-/// operations), each small enough that its product, bias and GELU run in L2 (1 MB per
-/// core on the Zen 5 host of issue 17): C's tile 128 KB, `out`'s 128 KB, `A`'s rows 128
-/// KB at `k` 128. 64 x 512, 128 x 128, 128 x 256, 256 x 256 and 512 x 128 measured
-/// within the noise of 256 x 128 (benches/results/20261202T0630Z-train-tiny).
+/// operations), each small enough that its product, bias and GELU run in a 1 MB L2:
+/// C's tile 128 KB, `out`'s 128 KB, `A`'s rows 128 KB at `k` 128.
 const FUSED_TILE: (usize, usize) = (256, 128);
 
-/// A strided operand: pointer to element (0, 0) and (row, column) strides.
-#[derive(Clone, Copy)]
-pub(crate) struct Operand {
-    pub ptr: SendPtr,
-    pub rs: usize,
-    pub cs: usize,
-}
-
-/// The f32 GEMM kernel behind the crate's one strided GEMM function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GemmKernel {
-    /// The `gemm` crate, the default at the AVX-512 level. It picks its own micro-kernel
-    /// from the CPU (AVX-512 where present), whatever `ANDREA_SIMD` says.
-    #[default]
+/// The f32 GEMM kernel behind the crate's one strided GEMM function, one per SIMD level
+/// ([`GemmKernel::for_level`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GemmKernel {
+    /// The `gemm` crate: the kernel at the baseline and AVX-512 levels and on other
+    /// architectures. It picks its own micro-kernel from the CPU (AVX-512 where present,
+    /// NEON on aarch64), whatever `ANDREA_SIMD` says.
     GemmCrate,
-    /// `matrixmultiply::sgemm` (also picks its micro-kernel from the CPU).
-    MatrixMultiply,
-    /// andrea's own AVX2 + FMA kernel (`gemm_avx2` module): what the cap
-    /// `ANDREA_SIMD=avx2` runs, so that an AVX2 measurement has AVX2 GEMMs too. Where
-    /// the kernels' level is below AVX2 it falls back to the `gemm` crate.
+    /// andrea's own AVX2 + FMA kernel (`avx2` module): the kernel at the AVX2 level,
+    /// so that a measurement under `ANDREA_SIMD=avx2` times AVX2 GEMMs too, with the bias
+    /// and GELU epilogues in its micro-kernel.
     Avx2,
-    /// The same AVX2 kernel in the older split: one single-threaded call per block of
-    /// `C`, each packing its own copy of the operand the blocks share, each thread's
-    /// share fixed in advance (`ANDREA_GEMM=avx2-blocks`, kept to compare; see
-    /// `gemm_avx2::sgemm_threads` for what replaced it).
-    Avx2Blocks,
-    /// andrea's own AVX-512 kernel (`gemm_avx512` module), with `B` packed once per
-    /// block for all threads (`ANDREA_GEMM=avx512`; not the default: it measured behind
-    /// the `gemm` crate). Where the kernels' level is below AVX-512 it falls back to
-    /// [`GemmKernel::Avx2`] (and below AVX2 to the `gemm` crate).
+    /// andrea's own AVX-512 kernel (`avx512` module): only `matmul_gelu_backward`
+    /// at small `k` on the AVX-512 level ([`GemmKernel::for_gelu_grad`]).
     Avx512,
-    /// The same AVX-512 kernel in the older split: one single-threaded call per block of
-    /// `C`, each packing its own copy of the shared operand (kept to compare).
-    Avx512Blocks,
-    /// [`GemmKernel::Avx2`]'s packing, task queue and in-register epilogues with a
-    /// 512-bit micro-kernel (a 12 x 32 tile over two of its `A` panels and two of its
-    /// `B` panels; `gemm_avx2::Micro::Avx512`) and its own, deeper blocking
-    /// (`ANDREA_GEMM=avx512-queue`; measured level with the `gemm` crate on ANDREA-120M
-    /// and behind it on the tiny model, so not the default). Where the kernels' level is
-    /// below AVX-512 it falls back to [`GemmKernel::Avx2`].
-    Avx512Queue,
 }
 
 impl GemmKernel {
-    /// Every kernel, in the order `ANDREA_GEMM`'s message lists them.
-    pub const ALL: [GemmKernel; 7] = [
-        GemmKernel::Avx512Queue,
-        GemmKernel::Avx512,
-        GemmKernel::Avx512Blocks,
-        GemmKernel::Avx2,
-        GemmKernel::Avx2Blocks,
-        GemmKernel::GemmCrate,
-        GemmKernel::MatrixMultiply,
-    ];
-
-    /// The kernel a new backend uses: `ANDREA_GEMM` (`avx512`, `avx512-blocks`, `avx2`,
-    /// `avx2-blocks`, `gemm` or `matrixmultiply`) if set, else by the kernels' level (`ANDREA_SIMD`,
-    /// the CPU): the `gemm` crate at AVX-512 (measured ahead of [`GemmKernel::Avx512`]),
-    /// [`GemmKernel::Avx2`] at AVX2, the `gemm` crate below.
-    pub fn from_env() -> Self {
-        static KERNEL: std::sync::OnceLock<GemmKernel> = std::sync::OnceLock::new();
-        *KERNEL.get_or_init(|| {
-            let by_level = match crate::simd::level() {
-                // andrea's AVX-512 kernel stayed behind the `gemm` crate on the step's
-                // shapes (benches/README.md, "GEMM"), so it is not the default yet.
-                crate::simd::Level::Avx512 => GemmKernel::GemmCrate,
-                crate::simd::Level::Avx2 => GemmKernel::Avx2,
-                crate::simd::Level::Baseline => GemmKernel::GemmCrate,
-            };
-            let Ok(want) = std::env::var("ANDREA_GEMM") else {
-                return by_level;
-            };
-            match GemmKernel::parse(&want) {
-                Some(k) => k,
-                None => {
-                    eprintln!(
-                        "andrea-cpu: ignoring ANDREA_GEMM={want:?} (expected avx512-queue, \
-                         avx512, avx512-blocks, avx2, avx2-blocks, gemm or matrixmultiply); \
-                         using {}",
-                        by_level.name()
-                    );
-                    by_level
-                }
-            }
-        })
-    }
-
-    /// The kernel `name` spells (as `ANDREA_GEMM` takes it; case and spaces ignored).
-    pub fn parse(name: &str) -> Option<Self> {
-        let name = name.trim().to_ascii_lowercase();
-        GemmKernel::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// The kernel's name as `ANDREA_GEMM` spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            GemmKernel::GemmCrate => "gemm",
-            GemmKernel::MatrixMultiply => "matrixmultiply",
-            GemmKernel::Avx2 => "avx2",
-            GemmKernel::Avx2Blocks => "avx2-blocks",
-            GemmKernel::Avx512 => "avx512",
-            GemmKernel::Avx512Blocks => "avx512-blocks",
-            GemmKernel::Avx512Queue => "avx512-queue",
+    /// The kernel of every product at the kernels' level ([`crate::simd::level`]): the
+    /// `gemm` crate at AVX-512 and below AVX2, andrea's AVX2 kernel at AVX2.
+    pub(crate) fn for_level() -> Self {
+        match crate::simd::level() {
+            crate::simd::Level::Avx2 => GemmKernel::Avx2,
+            crate::simd::Level::Avx512 | crate::simd::Level::Baseline => GemmKernel::GemmCrate,
         }
     }
 
-    /// The kernel of `matmul_gelu_backward` with inner size `k`: the `gemm` crate's
-    /// products hand it to andrea's AVX-512 kernel where the kernels' level has AVX-512
-    /// and `k <= 256`. At small `k` the product is short (`2k` flops per element of C)
-    /// beside the epilogue's reads of `pre`, and the AVX-512 kernel's shared split
-    /// multiplies each `MC`-row block by `GELU'(pre)` while it is in cache, where the
-    /// `gemm` crate's column blocks (2 MB each on 2 threads) are read back from memory.
-    /// Measured (benches/results/20261202T0630Z-train-tiny): at `k` 128 (the tiny
-    /// model, 2048 x 128 x 512) 1.4-1.7x the `gemm` crate's rate; at `k` 768
-    /// (ANDREA-120M, 1024 x 768 x 3072) about 7% behind it, where the product dominates.
-    pub fn for_gelu_grad(self, k: usize) -> Self {
+    /// The kernel's name, as the backend's name reports it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            GemmKernel::GemmCrate => "gemm",
+            GemmKernel::Avx2 => "avx2",
+            GemmKernel::Avx512 => "avx512",
+        }
+    }
+
+    /// The kernel of `matmul_gelu_backward` with inner size `k`: andrea's AVX-512 kernel
+    /// where the `gemm` crate's products would run, the kernels' level has AVX-512 and
+    /// `k <= 256`. At small `k` the product is short (`2k` flops per element of C) beside
+    /// the epilogue's reads of `pre`, and the AVX-512 kernel's shared split multiplies
+    /// each `MC`-row block by `GELU'(pre)` while it is in cache, where the `gemm` crate's
+    /// column blocks are read back from memory; at large `k` the product dominates and
+    /// the `gemm` crate is the faster.
+    pub(crate) fn for_gelu_grad(self, k: usize) -> Self {
         match self {
             GemmKernel::GemmCrate if k <= 256 && crate::simd::has_avx512() => GemmKernel::Avx512,
             k => k,
@@ -169,27 +97,13 @@ impl GemmKernel {
 
     /// The kernel that runs: andrea's own kernels step down to what the kernels' level
     /// allows (AVX-512, then AVX2, then the `gemm` crate).
-    pub fn effective(self) -> Self {
+    pub(crate) fn effective(self) -> Self {
         use crate::simd::{has_avx2_fma, has_avx512};
         match self {
-            GemmKernel::Avx512 | GemmKernel::Avx512Blocks | GemmKernel::Avx512Queue
-                if !has_avx512() =>
-            {
-                GemmKernel::Avx2.effective()
-            }
-            GemmKernel::Avx2 | GemmKernel::Avx2Blocks if !has_avx2_fma() => GemmKernel::GemmCrate,
+            GemmKernel::Avx512 if !has_avx512() => GemmKernel::Avx2.effective(),
+            GemmKernel::Avx2 if !has_avx2_fma() => GemmKernel::GemmCrate,
             k => k,
         }
-    }
-}
-
-/// The micro-kernel of andrea's packed AVX2 / AVX-512 GEMM for `kernel` (effective).
-#[cfg(target_arch = "x86_64")]
-fn micro(kernel: GemmKernel) -> crate::gemm_avx2::Micro {
-    if kernel == GemmKernel::Avx512Queue {
-        crate::gemm_avx2::Micro::Avx512
-    } else {
-        crate::gemm_avx2::Micro::Avx2
     }
 }
 
@@ -209,67 +123,46 @@ pub(crate) unsafe fn sgemm_strided(
     beta: f32,
     c: Operand,
 ) {
-    let kernel = kernel.effective();
+    // Other architectures have only the `gemm` crate.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernel;
     #[cfg(target_arch = "x86_64")]
-    match kernel {
-        GemmKernel::Avx512 | GemmKernel::Avx512Blocks => {
+    match kernel.effective() {
+        GemmKernel::Avx512 => {
             // SAFETY: forwarded from the caller; the CPU has AVX-512 (`effective`).
-            unsafe { crate::gemm_avx512::sgemm(m, k, n, a, b, beta, c) };
+            unsafe { crate::gemm::avx512::sgemm(m, k, n, a, b, beta, c) };
             return;
         }
-        GemmKernel::Avx2 | GemmKernel::Avx2Blocks | GemmKernel::Avx512Queue => {
-            // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA, and AVX-512 F
-            // for the 512-bit micro-kernel (`effective`).
-            unsafe { crate::gemm_avx2::sgemm(micro(kernel), m, k, n, a, b, beta, c) };
+        GemmKernel::Avx2 => {
+            // SAFETY: forwarded from the caller; the CPU has AVX2 and FMA (`effective`).
+            unsafe { crate::gemm::avx2::sgemm(m, k, n, a, b, beta, c) };
             return;
         }
-        _ => {}
+        GemmKernel::GemmCrate => {}
     }
-    if kernel != GemmKernel::MatrixMultiply {
-        // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and
-        // reads dst only when asked to.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.ptr.get(),
-                c.cs as isize,
-                c.rs as isize,
-                beta != 0.0,
-                a.ptr.get(),
-                a.cs as isize,
-                a.rs as isize,
-                b.ptr.get(),
-                b.cs as isize,
-                b.rs as isize,
-                beta,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            )
-        };
-        return;
-    }
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and reads
+    // dst only when asked to.
     unsafe {
-        matrixmultiply::sgemm(
+        gemm::gemm(
             m,
-            k,
             n,
-            1.0,
-            a.ptr.0,
-            a.rs as isize,
-            a.cs as isize,
-            b.ptr.0,
-            b.rs as isize,
-            b.cs as isize,
-            beta,
-            c.ptr.0,
-            c.rs as isize,
+            k,
+            c.ptr.get(),
             c.cs as isize,
+            c.rs as isize,
+            beta != 0.0,
+            a.ptr.get(),
+            a.cs as isize,
+            a.rs as isize,
+            b.ptr.get(),
+            b.cs as isize,
+            b.rs as isize,
+            beta,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         )
     }
 }
@@ -295,36 +188,16 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 
 /// Cuts the product into blocks for `threads` threads: column blocks when `A` is
 /// row-major (`a_row_major`) and C is wide enough, row blocks otherwise (and column
-/// blocks again when there are too few rows). The split of the `gemm` crate's and
-/// matrixmultiply's products, of batched products (one block per batch), and of
-/// `ANDREA_GEMM=avx2-blocks`; andrea's AVX2 kernel otherwise shares each product out
-/// task by task (`gemm_avx2::sgemm_threads`).
+/// blocks again when there are too few rows). The split of the `gemm` crate's and the
+/// AVX-512 kernel's products and of batched products (one block per batch); andrea's
+/// AVX2 kernel shares each product out task by task instead (`avx2::sgemm_threads`).
 ///
 /// Each block's kernel call packs its own copy of the operand the blocks share: all of
-/// `B` for row blocks, all of `A` for column blocks. On the training step's shapes
-/// (measured: benches/README.md, "GEMM") column blocks are the faster when `A` is
-/// row-major (the activations of every forward and `dx` product), row blocks when `A` is
-/// transposed (the `dW = xᵀ·dy` products, whose `A` must be packed from a strided read).
-///
-/// With andrea's AVX2 kernel (`weigh_packing`), row blocks instead for a narrow product
-/// (`n <= 512`) whose `A` is the larger operand (`2m > n`): each thread's share of the
-/// columns is then too short to pay for packing all of `A` (a row-major `A` goes
-/// through a register transpose). The tiny model's products have `n` of 128-512 beside
-/// `m` 2048, and its output layer's `dx` (`A` the 69 MB of logit gradients, `n` 128) had
-/// both threads pack all of `A`: `pack_a_rows` fell from 7% to 4% of a tiny training
-/// step (`perf`), its products from 153-156 to 164-166 GFLOP/s in the step
-/// (benches/results/20261202T2240Z-zen3-train-tiny). ANDREA-120M's products (`n` 768 and
-/// up) measured level or behind with row blocks, so they keep column blocks.
-///
-/// With the same kernel, a transposed `A` whose `C` is wider than tall (`m < n`: the `dW`
-/// of the QKV and MLP-up weights, `C x 3C` and `C x 4C`) takes column blocks: each thread
-/// then packs all of the small `A` and half of `B` rather than half of `A` and all of `B`.
-/// On 2 Zen 3 cores (`gemm_kernels`, 3 alternated rounds, medians): the tiny model's
-/// `dW_qkv` (128 x 2048 x 384) and `dW_fc` (128 x 2048 x 512) 1.10x and 1.11x,
-/// ANDREA-120M's (768 x 1024 x 2304 and x 3072) 1.01x and 1.03x
-/// (benches/results/20261203T0733Z-zen3-dw-columns; the step A/Bs first recorded there
-/// compared two copies of one binary, see its README).
-fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool, weigh_packing: bool) -> Vec<Block> {
+/// `B` for row blocks, all of `A` for column blocks. Column blocks are the faster when
+/// `A` is row-major (the activations of every forward and `dx` product), row blocks when
+/// `A` is transposed (the `dW = xᵀ·dy` products, whose `A` must be packed from a strided
+/// read).
+fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool) -> Vec<Block> {
     let mut out = Vec::new();
     if d.batch >= threads || threads == 1 {
         for batch in 0..d.batch {
@@ -341,9 +214,7 @@ fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool, weigh_packing: bool
     let per_batch = threads.div_ceil(d.batch);
     let wide = d.n >= per_batch * 2 * BLOCK_ALIGN;
     for batch in 0..d.batch {
-        let narrow = weigh_packing && d.n <= 512 && 2 * d.m > d.n;
-        let wide_dw = weigh_packing && !a_row_major && d.m < d.n;
-        let columns = wide && ((a_row_major && !narrow) || wide_dw);
+        let columns = wide && a_row_major;
         if d.m >= per_batch * 2 * BLOCK_ALIGN && !columns {
             for (r0, r1) in split(d.m, per_batch) {
                 out.push(Block {
@@ -476,9 +347,9 @@ fn matmul(g: &Gemm<'_>) {
         gelu_grad_of,
     } = *g;
     if d.batch == 1
-        && crate::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride)
+        && crate::decode::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride)
     {
-        let v = crate::gemv::Gemv {
+        let v = crate::decode::gemv::Gemv {
             m: d.m,
             k: d.k,
             n: d.n,
@@ -546,16 +417,11 @@ fn matmul(g: &Gemm<'_>) {
     };
     let threads = rayon::current_num_threads();
     // andrea's AVX2 kernel applies the bias and the GELU epilogues to each tile of C in
-    // its registers (`gemm_avx2::Epilogue`), so its products keep the plain split below.
-    let in_kernel = cfg!(target_arch = "x86_64")
-        && matches!(
-            kernel.effective(),
-            GemmKernel::Avx2 | GemmKernel::Avx2Blocks | GemmKernel::Avx512Queue
-        );
+    // its registers (`avx2::Epilogue`), so its products keep the plain split below.
+    let in_kernel = cfg!(target_arch = "x86_64") && matches!(kernel.effective(), GemmKernel::Avx2);
     // A bias or GELU epilogue on the other kernels: fixed tiles of C, each finished
-    // while in cache. Not `matmul_gelu_backward`'s GELU': it measured no faster tiled
-    // (its cost is the read of `pre` from memory; benches/results/
-    // 20261202T0630Z-train-tiny).
+    // while in cache. Not `matmul_gelu_backward`'s GELU': its cost is the read of `pre`
+    // from memory, which tiles do not save.
     if !in_kernel
         && (bias.is_some() || gelu_out.is_some())
         && gelu_grad_of.is_none()
@@ -620,11 +486,11 @@ fn matmul(g: &Gemm<'_>) {
     if kernel.effective() == GemmKernel::Avx512
         && d.batch == 1
         && threads > 1
-        && crate::gemm_avx512::splits(d.m, threads)
+        && crate::gemm::avx512::splits(d.m, threads)
     {
         // One product on all threads, `B` packed once per block for all of them.
         let before = |r0: usize, r1: usize| fill_bias(0, r0, r1, 0, d.n);
-        let hooks = crate::gemm_avx512::Hooks {
+        let hooks = crate::gemm::avx512::Hooks {
             before: &before,
             after: &epilogue,
         };
@@ -632,7 +498,7 @@ fn matmul(g: &Gemm<'_>) {
         // SAFETY: the check proved every operand in bounds and `c` injective and
         // disjoint from `a`, `b` and `bias`; the hooks touch only their own block.
         unsafe {
-            crate::gemm_avx512::sgemm_threads(
+            crate::gemm::avx512::sgemm_threads(
                 d.m,
                 d.k,
                 d.n,
@@ -660,15 +526,10 @@ fn matmul(g: &Gemm<'_>) {
     }
     // andrea's AVX2 kernel on several threads: each product one queue of tasks, every
     // operand packed once, each thread taking the next task as it frees up
-    // (`gemm_avx2::sgemm_threads`). Products in batches of at least one per thread keep
+    // (`avx2::sgemm_threads`). Products in batches of at least one per thread keep
     // the per-batch blocks below.
     #[cfg(target_arch = "x86_64")]
-    if matches!(
-        kernel.effective(),
-        GemmKernel::Avx2 | GemmKernel::Avx512Queue
-    ) && threads > 1
-        && d.batch < threads
-    {
+    if kernel.effective() == GemmKernel::Avx2 && threads > 1 && d.batch < threads {
         let beta = if accumulate { 1.0 } else { 0.0 };
         for batch in 0..d.batch {
             let at = |l: &Layout| {
@@ -688,13 +549,12 @@ fn matmul(g: &Gemm<'_>) {
                     rs: l.row_stride,
                     cs: l.col_stride,
                 };
-                let epi = crate::gemm_avx2::Epilogue {
+                let epi = crate::gemm::avx2::Epilogue {
                     bias: bias.map(|b| b.as_ptr()),
                     gelu_out: gelu_out.map(|o| o.get().add(off)),
                     gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
                 };
-                crate::gemm_avx2::sgemm_threads(
-                    micro(kernel.effective()),
+                crate::gemm::avx2::sgemm_threads(
                     d.m,
                     d.k,
                     d.n,
@@ -709,7 +569,7 @@ fn matmul(g: &Gemm<'_>) {
         }
         return;
     }
-    let blocks = blocks(&d, threads, a.col_stride == 1, in_kernel);
+    let blocks = blocks(&d, threads, a.col_stride == 1);
     let run = |blk: &Block| {
         let ab = if a.batch == 1 {
             0
@@ -749,14 +609,13 @@ fn matmul(g: &Gemm<'_>) {
             // blocks cover disjoint parts of `c`, and of `out` and `pre` (`c`'s layout,
             // checked by the fused ops); the CPU has AVX2 and FMA (`effective`).
             unsafe {
-                let epi = crate::gemm_avx2::Epilogue {
+                let epi = crate::gemm::avx2::Epilogue {
                     bias: bias.map(|b| b.as_ptr().add(blk.c0)),
                     gelu_out: gelu_out.map(|o| o.get().add(off)),
                     gelu_grad_of: gelu_grad_of.map(|p| p.get().add(off) as *const f32),
                 };
                 let beta = if accumulate { 1.0 } else { 0.0 };
-                let micro = micro(kernel.effective());
-                crate::gemm_avx2::sgemm_epilogue(micro, m, d.k, n, a_blk, b_blk, beta, c_blk, epi);
+                crate::gemm::avx2::sgemm_epilogue(m, d.k, n, a_blk, b_blk, beta, c_blk, epi);
             }
             return;
         }
@@ -901,14 +760,14 @@ impl LinalgOps for CpuBackend {
 }
 
 /// The products a kernel's unit test runs: `(m, k, n, a, b, beta, c)`.
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) type TestProduct<'a> = &'a dyn Fn(usize, usize, usize, Operand, Operand, f32, Operand);
 
 /// `C (+)= A·B` through each of `variants` against a float64 product, on `shapes`, each
 /// operand row-major or transposed, `beta` 0 and 1: the first variant within
 /// `tol::matmul(k)` (the suite's tolerance: `k`-term f32 sums of values in [-1, 1]), the
 /// others bit-identical to it.
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn check_against_f64(
     what: &str,
     shapes: &[(usize, usize, usize)],
@@ -1169,43 +1028,12 @@ mod tests {
             k: 768,
             n: 2304,
         };
-        let by_cols = blocks(&d, 2, true, false);
+        let by_cols = blocks(&d, 2, true);
         assert!(by_cols.iter().all(|b| b.r0 == 0 && b.r1 == 1024));
         assert_eq!((by_cols.len(), by_cols[1].c1), (2, 2304));
-        let by_rows = blocks(&d, 2, false, false);
+        let by_rows = blocks(&d, 2, false);
         assert!(by_rows.iter().all(|b| b.c0 == 0 && b.c1 == 2304));
         assert_eq!((by_rows.len(), by_rows[1].r1), (2, 1024));
-    }
-
-    /// Weighing the packing (the AVX2 kernel): row blocks for a narrow product with the
-    /// larger `A` (the tiny model's `n` of 128), column blocks for ANDREA-120M's.
-    #[test]
-    fn weighed_packing_splits_narrow_products_by_rows() {
-        let d = |m, n| MatmulDims {
-            batch: 1,
-            m,
-            k: 128,
-            n,
-        };
-        let narrow = blocks(&d(2048, 128), 2, true, true);
-        assert!(narrow.iter().all(|b| b.c0 == 0 && b.c1 == 128));
-        assert_eq!((narrow.len(), narrow[1].r1), (2, 2048));
-        let wide = blocks(&d(1024, 3072), 2, true, true);
-        assert!(wide.iter().all(|b| b.r0 == 0 && b.r1 == 1024));
-        let model_120m = blocks(&d(1024, 768), 2, true, true);
-        assert!(model_120m.iter().all(|b| b.r0 == 0 && b.r1 == 1024));
-        assert_eq!(blocks(&d(2048, 128), 2, true, false)[1].r0, 0);
-        // A transposed `A` (a `dW` product): column blocks where `C` is wider than tall,
-        // with the AVX2 kernel only; row blocks where it is taller.
-        let dw_qkv = blocks(&d(768, 2304), 2, false, true);
-        assert!(dw_qkv.iter().all(|b| b.r0 == 0 && b.r1 == 768));
-        assert_eq!((dw_qkv.len(), dw_qkv[1].c1), (2, 2304));
-        assert!(blocks(&d(768, 2304), 2, false, false)
-            .iter()
-            .all(|b| b.c0 == 0 && b.c1 == 2304));
-        assert!(blocks(&d(3072, 768), 2, false, true)
-            .iter()
-            .all(|b| b.c0 == 0 && b.c1 == 768));
     }
 
     #[test]
@@ -1216,7 +1044,7 @@ mod tests {
             k: 768,
             n: 8449,
         };
-        let b = blocks(&d, 2, true, true);
+        let b = blocks(&d, 2, true);
         assert_eq!(b.len(), 2);
         assert!(b.iter().all(|b| b.r0 == 0 && b.r1 == 1));
         assert_eq!(b[1].c1, 8449);

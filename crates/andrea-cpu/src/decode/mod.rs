@@ -6,8 +6,8 @@
 //! Op by op, a tiny-model token (configs/tiny.toml) is 21 parallel jobs: per block the
 //! QKV product, the attention, the projection, the MLP's two products; then the output
 //! layer. Each is a few microseconds of work, and each hands parts to the other core and
-//! waits for the last one back: about 0.5 µs for an empty job of two parts and 1.2 µs for
-//! one of eight on the Emerald Rapids host (2026-12-06), plus whatever the slower part
+//! waits for the last one back (a fraction of a microsecond to a microsecond for an empty
+//! job), plus whatever the slower part
 //! keeps the faster waiting, and between two jobs the caller's serial steps (argument
 //! checks, a residual add with its LayerNorm) while the other core spins. Here the work
 //! is cut into [`Tasks`], each done once by whichever part claims it first, in stages
@@ -49,21 +49,23 @@
 //!
 //! Other shapes (more than one new position or sequence, a weight whose rows are not
 //! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's) take
-//! the default composition of fine ops. `ANDREA_DECODE_FUSED=halves` (the halves as a
-//! job each, the stack as its ops) and `off` (the fine ops), read once, are kept to
-//! compare.
+//! the default composition of fine ops.
+
+pub(crate) mod attention;
+pub(crate) mod check_memo;
+pub(crate) mod gemv;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use andrea_core::{fused, DecodeBlockOf, Matrix, Result, View};
+use andrea_core::{fused, DecodeBlockOf, Matrix, Result};
 
-use crate::attention::causal_softmax;
-use crate::attention::HeadsPtr;
-use crate::attention_decode::{scores_any, weighted_sum_any, Shape, Strides};
 use crate::buffer::{CpuBuffer, SendPtr};
-use crate::gemv::{row_product, CHUNK_K};
-use crate::layernorm::{residual_forward, ResidualSrc};
+use crate::decode::attention::{scores_any, weighted_sum_any, Shape};
+use crate::decode::gemv::{row_product, CHUNK_K};
+use crate::norm_softmax_loss::causal::causal_softmax;
+use crate::norm_softmax_loss::layernorm::{residual_forward, ResidualSrc};
+use crate::views::{HeadsPtr, Row, Strides};
 
 /// Hidden columns per part of the MLP: the tiny model's 512 in four parts, ANDREA-120M's
 /// 3,072 in 24.
@@ -126,46 +128,6 @@ fn grown(v: &mut Vec<f32>, len: usize) -> SendPtr {
     SendPtr(v.as_mut_ptr())
 }
 
-/// A checked row of backend memory (`len` floats) as a raw pointer. Slices of it are
-/// made inside a task and dropped at its end: which task may read or write it is the
-/// order of the tasks' stages (a view one step writes may be one an earlier step read,
-/// as the model's shared LayerNorm output is), never a borrow held across the job.
-#[derive(Clone, Copy)]
-pub(crate) struct Row {
-    ptr: SendPtr,
-    len: usize,
-}
-
-impl Row {
-    /// The elements of a checked view.
-    pub(crate) fn of(v: &View<'_, CpuBuffer>) -> Self {
-        Row {
-            // SAFETY: the view lies inside its buffer (checked by the op).
-            ptr: SendPtr(unsafe { v.buf.ptr().add(v.offset) }),
-            len: v.numel(),
-        }
-    }
-
-    fn same_as(self, other: Row) -> bool {
-        std::ptr::eq(self.ptr.get(), other.ptr.get()) && self.len == other.len
-    }
-
-    /// # Safety
-    /// Nothing may write these elements while the slice lives.
-    unsafe fn read<'s>(self) -> &'s [f32] {
-        // SAFETY: in bounds (checked view); no writer by the caller's contract.
-        unsafe { std::slice::from_raw_parts(self.ptr.get(), self.len) }
-    }
-
-    /// # Safety
-    /// Nothing else may read or write these elements while the slice lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn write<'s>(self) -> &'s mut [f32] {
-        // SAFETY: in bounds (checked view); exclusive by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.get(), self.len) }
-    }
-}
-
 /// Tasks each done once, by the first part to claim it: a part claims every unclaimed
 /// task itself (state 0 -> 1, then 2 when done) and waits only for tasks another part
 /// is running, which depend on nothing not already done. So the parts wait for each
@@ -206,9 +168,7 @@ impl Tasks<'_> {
 /// A part that waits has nothing else to do, and a token's stages otherwise start on
 /// weights the output layer's stream has pushed out to L3. One cache line per turn of
 /// the wait, so the wait still ends as soon as the last task is done. A hint: a part
-/// that then runs another task loses nothing but the fetch. A tiny-model token on the
-/// Emerald Rapids host: 1.005-1.012x in in-process alternation, 6 of 6 runs, at AVX-512
-/// and capped at AVX2 (benches/results/20261206T1250Z-emr-decode-stack/).
+/// that then runs another task loses nothing but the fetch.
 #[derive(Clone, Copy)]
 struct Ahead {
     ptr: *const f32,
@@ -311,61 +271,23 @@ impl FirstProduct<'_> {
     }
 }
 
-/// The most weights (floats) of a half this path takes. Measured on the Emerald Rapids
-/// host (2026-12-06, alternating runs of `andrea bench decode`): the tiny model (halves
-/// of 65k and 131k floats, in L3) 1.07-1.24x faster than op by op; ANDREA-120M (2.4M and
-/// 4.7M floats, from DRAM) 2.2x slower when each part read its own columns of the first
-/// weight, and with the chunked first product either level (63-77 tokens/s op by op,
-/// 66-75 fused) or at half speed (31-40) from one run to the next, cause not found: it
-/// keeps the fine ops. Sizes in between were not measured; the bound sits between the
-/// two, at 1 MB of weights.
+/// The most weights (floats) of a half this path takes: 1 MB. The tiny model's halves
+/// (65k and 131k floats, in L3) run faster as one job than op by op; ANDREA-120M's (2.4M
+/// and 4.7M floats, read from DRAM) gain nothing from it and keep the fine ops.
 pub(crate) const MAX_WEIGHTS: usize = 1 << 18;
 
 /// Whether a half with these weight matrices takes the fused path: one token, rows of the
-/// weights contiguous, at most [`MAX_WEIGHTS`] floats in all, and the path on.
+/// weights contiguous, at most [`MAX_WEIGHTS`] floats in all.
 pub(crate) fn takes(
     rows: usize,
     a: &Matrix<'_, CpuBuffer>,
     b: &Matrix<'_, CpuBuffer>,
 ) -> Option<(Weight, Weight)> {
     let small = a.rows * a.cols + b.rows * b.cols <= MAX_WEIGHTS;
-    if rows != 1 || !small || !enabled() {
+    if rows != 1 || !small {
         return None;
     }
     Weight::of(a).zip(Weight::of(b))
-}
-
-/// How much of a small model's token is fused (`ANDREA_DECODE_FUSED`, read once): `on`
-/// (the default) all the blocks as one job, `halves` each block's two halves as a job
-/// each, `off` the fine ops one by one; the last two kept to compare.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Fusion {
-    Blocks,
-    Halves,
-    Off,
-}
-
-pub(crate) fn fusion() -> Fusion {
-    static MODE: std::sync::OnceLock<Fusion> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("ANDREA_DECODE_FUSED") {
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "on" => Fusion::Blocks,
-            "halves" => Fusion::Halves,
-            "off" => Fusion::Off,
-            _ => {
-                eprintln!(
-                    "andrea-cpu: ignoring ANDREA_DECODE_FUSED={v:?} (expected on, halves or off); using on"
-                );
-                Fusion::Blocks
-            }
-        },
-        Err(_) => Fusion::Blocks,
-    })
-}
-
-/// Whether the fused halves are on (`ANDREA_DECODE_FUSED` not `off`).
-pub(crate) fn enabled() -> bool {
-    fusion() != Fusion::Off
 }
 
 /// A checked weight matrix `[rows, cols]` with contiguous rows.
@@ -839,8 +761,8 @@ pub(crate) unsafe fn run_blocks(blocks: &[BlockOne], eps: f32) {
 }
 
 /// One new token of one sequence through a small model's blocks as one team job
-/// (`run_blocks`); anything else (more rows, weights over `MAX_WEIGHTS` a half,
-/// `ANDREA_DECODE_FUSED=halves` or `off`) block by block as the default's four ops.
+/// (`run_blocks`); anything else (more rows, weights over `MAX_WEIGHTS` a half) block by
+/// block as the default's four ops.
 impl andrea_core::DecodeOps for crate::CpuBackend {
     fn decode_blocks(&self, blocks: &[DecodeBlockOf<'_, Self>], eps: f32) -> Result<()> {
         use andrea_core::AttentionOps;
@@ -856,10 +778,10 @@ impl andrea_core::DecodeOps for crate::CpuBackend {
         };
         // Every block is checked before any runs. If all of them take the one-job path,
         // their task structs go into this thread's list (reused: a token allocates
-        // nothing here; a tiny token 1.004-1.007x against allocating, 2026-12-06).
+        // nothing here).
         let mut ones = BLOCKS.take();
         ones.clear();
-        let mut one_job = fusion() == Fusion::Blocks;
+        let mut one_job = true;
         let checked = blocks.iter().enumerate().try_for_each(|(i, b)| {
             let d = memo.check(i, b, eps, |s| self.attention_workspace_len(s))?;
             let rows = d.batch * d.q_len;

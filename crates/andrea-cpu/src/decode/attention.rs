@@ -1,6 +1,6 @@
 //! Attention of one query per sequence over a KV cache: the decode step's attention.
 //!
-//! The fused kernel (`attention` module) runs each (sequence, head) as two matrix
+//! Training attention (`attention` module) runs each (sequence, head) as matrix
 //! products around a softmax, `S = q·kᵀ` and `out = P·v`, on the GEMM kernels. With one
 //! query, `S` is a single row and each product is a few thousand multiply-adds, less
 //! than what a GEMM call costs to set up (packing, blocking). Here, per sequence, for all
@@ -9,20 +9,18 @@
 //! * `s_h[j] = q_h · k_{j,h}` for the `n = pos_offset + 1` visible positions (16-lane
 //!   fused dot products, `gemv::dot`);
 //! * the causal softmax of `s_h / sqrt(D)` in place, keeping each row's base-2
-//!   log-sum-exp, by the fused kernel's own row function (`attention::causal_softmax`);
+//!   log-sum-exp, by training attention's row function
+//!   (`norm_softmax_loss::causal::causal_softmax`);
 //! * `out_h = Σ_j p_h[j] · v_{j,h}`, each element added in `j` order by fused
-//!   multiply-adds (with AVX-512, each head's output in registers while the positions
-//!   stream past: the op 22-24 -> 13 µs a tiny-model token,
-//!   benches/results/20261203T2025Z-zen5-decode-weighted-sum).
+//!   multiply-adds (with AVX2 or AVX-512, each head's output in registers while the
+//!   positions stream past).
 //!
 //! The scores run over positions outside and heads inside: where a position's heads lie
 //! side by side, the keys are read in runs of `H·D` floats rather than `D`-float pieces at
-//! the cache's stride, head after head (measured 7% less time in the op at batch 1,
-//! benches/results/20261202T0645Z-decode-tiny). This backend's own KV caches keep each
-//! head's positions in one run instead (`AttentionOps::kv_heads_apart`): a head's keys and
-//! values are then one stream each, and the L2 streamer no longer brings in the other
-//! heads' lines of every row (a tiny-model token 1.014-1.025x at AVX-512, 1.041-1.056x
-//! capped at AVX2, ANDREA-120M level: benches/results/20261206T1250Z-emr-decode-stack/).
+//! the cache's stride, head after head. This backend's own KV caches keep each head's
+//! positions in one run instead (`AttentionOps::kv_heads_apart`): a head's keys and
+//! values are then one stream each, and the L2 streamer does not bring in the other
+//! heads' lines of every row.
 //! The kernels take either layout ([`Strides`]).
 //!
 //! Every sum runs in an order fixed by the sizes, so the result does not depend on the
@@ -35,16 +33,15 @@
 //! [`MIN_PARALLEL_MACS`] the sequences run on the calling thread; above it they are
 //! shared out through the spinning team (`team` module), one task per sequence, or per
 //! group of a sequence's heads when there are fewer sequences than threads (batch 1 on
-//! 2 threads: two groups of two heads). Through rayon's fork/join (~1.4 µs a join) the
-//! threshold was 2^17 and batch 1 stayed on one thread; with the team and the head
-//! groups, 2^12: tiny decode at batch 1 11,700 -> 12,000 tokens/s (six alternating
-//! rounds, 2^14 in between; benches/results/20261203T1950Z-zen5-decode-team).
+//! 2 threads: two groups of two heads). The team's cheap handoff is what makes a
+//! threshold this low pay; through rayon's fork/join batch 1 would stay on one thread.
 
 use std::cell::Cell;
 
-use crate::attention::{causal_softmax, HeadsPtr};
 use crate::buffer::SendPtr;
+use crate::norm_softmax_loss::causal::causal_softmax;
 use crate::simd::{multiversion, MulAdd};
+use crate::views::{HeadsPtr, Strides};
 
 /// Multiply-adds of a whole call (`B·H·2·n·D`) below which the heads run on the calling
 /// thread (see the module docs).
@@ -129,22 +126,6 @@ pub(crate) struct Shape {
     pub d: usize,
 }
 
-/// Where position `j`'s head `h` starts in a slice of cached keys or values:
-/// `j·pos + h·head` (`head` is the head size where a position's heads lie side by side).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Strides {
-    pub pos: usize,
-    pub head: usize,
-}
-
-impl Strides {
-    /// Floats from the first element of position 0's head 0 to the end of position
-    /// `n - 1`'s head `heads - 1` (`n`, `heads` at least 1).
-    fn span(self, n: usize, heads: usize, d: usize) -> usize {
-        (n - 1) * self.pos + (heads - 1) * self.head + d
-    }
-}
-
 /// One query of `shape.heads` heads side by side (`q`, `out`: `heads·d` floats) over `n`
 /// cached positions (`k`, `v`: position `j`'s head `h` at `ks`, `vs` [`Strides`]): the
 /// scores, their causal softmax (the base-2 log-sum-exps into `lse`, one per head), the
@@ -171,10 +152,10 @@ pub(crate) fn attend(
 }
 
 /// [`scores`]; with AVX-512, sixteen positions at a time through
-/// `gemv_avx512::sixteen_dots` (sixteen independent FMA chains and one shared reduction
+/// `gemv::avx512::sixteen_dots` (sixteen independent FMA chains and one shared reduction
 /// where the generic `gemv::dot` runs one short chain and one reduction per dot: at head
 /// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512), four at a
-/// time through `gemv_avx2::four_dots` (the generic dot vectorises badly there). The same
+/// time through `gemv::avx2::four_dots` (the generic dot vectorises badly there). The same
 /// bits either way.
 pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
@@ -189,7 +170,7 @@ pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape
                 // SAFETY: row r < 16 of head h starts at (j + r)·ks.pos + h·ks.head and
                 // has d floats inside `k` (asserted); the CPU has AVX-512 F.
                 unsafe {
-                    crate::gemv_avx512::sixteen_dots(
+                    crate::decode::gemv::avx512::sixteen_dots(
                         &q[h * d..][..d],
                         |r| first.wrapping_add(r * ks.pos + h * ks.head),
                         &mut s[h * k_len + j..][..16],
@@ -215,7 +196,7 @@ pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape
     scores(q, k, ks, s, shape)
 }
 
-/// [`scores`] four positions at a time through `gemv_avx2::four_dots`, the last ones
+/// [`scores`] four positions at a time through `gemv::avx2::four_dots`, the last ones
 /// (fewer than four) on the generic path.
 ///
 /// # Safety
@@ -229,7 +210,10 @@ unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape
             let row = |r: usize| &k[(j + r) * ks.pos + h * ks.head..][..d];
             // SAFETY: the CPU has AVX2 and FMA (this function's contract).
             let dots = unsafe {
-                crate::gemv_avx2::four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)])
+                crate::decode::gemv::avx2::four_dots(
+                    &q[h * d..][..d],
+                    [row(0), row(1), row(2), row(3)],
+                )
             };
             s[h * k_len + j..][..4].copy_from_slice(&dots);
         }
@@ -251,7 +235,7 @@ multiversion! {
         for j in 0..n {
             for h in 0..heads {
                 let kjh = &k[j * ks.pos + h * ks.head..][..d];
-                s[h * k_len + j] = crate::gemv::dot::<M>(&q[h * d..][..d], kjh);
+                s[h * k_len + j] = crate::decode::gemv::dot::<M>(&q[h * d..][..d], kjh);
             }
         }
     }
@@ -262,9 +246,7 @@ multiversion! {
 /// ([`weighted_sum_avx512`]): the generic loop loads and stores the output row for every
 /// position and head, and at head size 32 spends more on the loop than on its two FMAs.
 /// With AVX2 (and not AVX-512) the same at head sizes of 8 to 96 ([`weighted_sum_avx2`]):
-/// a tiny-model token capped at AVX2 1.014-1.020x, ANDREA-120M's 1.008-1.011x, in
-/// in-process alternation (benches/results/20261206T1250Z-emr-decode-stack/
-/// ab_weighted_sum_avx2.txt). The same bits either way.
+/// the same bits either way.
 pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() && shape.d.is_multiple_of(16) {

@@ -3,7 +3,7 @@
 //! at a time. This is the tied output projection of a decoded token (`x · wteᵀ`, 128 ×
 //! 8449 in the tiny model), the largest product of a decode step.
 //!
-//! The generic form ([`gemv::dot`](crate::gemv)) takes one row of `W` at a time: 16
+//! The generic form ([`gemv::dot`](super::dot)) takes one row of `W` at a time: 16
 //! running sums (one 512-bit vector) over `k`, then a tree of adds down to one lane,
 //! `acc[l] += acc[l + h]` for `h = 8, 4, 2, 1`, then `+ tail` (the `k mod 16` last
 //! products, summed on their own). At `k = 128` that is 8 FMAs on one dependency chain
@@ -18,15 +18,13 @@
 //! **Same bits as the generic form.** Each row's lanes get the same fused
 //! multiply-adds in the same `k` order, each level of the tree adds the same pairs of
 //! lanes (`acc[l] + acc[l + h]`, addition being commutative), and the tail is the same
-//! serial sum added last. A unit test compares the bits with [`crate::gemv::dot`].
+//! serial sum added last. A unit test compares the bits with [`crate::decode::gemv::dot`].
 //!
 //! Requires AVX-512 F (the caller checks [`simd::has_avx512`](crate::simd::has_avx512)).
 
-#![cfg(target_arch = "x86_64")]
-
 use std::arch::x86_64::*;
 
-use crate::gemv::Band;
+use crate::decode::gemv::band::Band;
 
 /// Lanes of one vector, and rows of `W` per pass.
 const L: usize = 16;
@@ -74,12 +72,8 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// `acc[r] += x[c..c + 16] · row(r)[c..c + 16]` for `c` from 0 to `NV·16` in steps of
 /// 16, with `x` held in `NV` registers and each row read front to back before the next:
 /// a block of sixteen rows of `k = NV·16` floats, contiguous in `wteᵀ`'s band, is read
-/// in memory order with one load per FMA. Against [`rows_together`] on the tiny model's
-/// output layer (`k` = 128, weights in L3), 2 Zen 5 cores: 34-41 -> 29-36 µs a token
-/// (one thread: 57 -> 71-77 GB/s), three alternating rounds each
-/// (benches/results/20261203T1915Z-zen5-gemv-rows-in-turn/). A prefetch of the same
-/// row of the next block took the products alone 64 -> 61-62 µs a token but the decode
-/// step to 0.95x (ABBA rounds): not kept (benches/results/20261203T2000Z-zen5-gemv-prefetch/).
+/// in memory order with one load per FMA: faster than [`rows_together`] where the rows
+/// are short (`k` = 128, the tiny model's output layer, weights in L3).
 ///
 /// # Safety
 /// As [`sixteen_dots`], with `x.len() >= NV·16`.
@@ -200,7 +194,13 @@ pub(crate) unsafe fn sixteen_dots(x: &[f32], row: impl Fn(usize) -> *const f32, 
     // call to the C library's memcpy per block: ~2% of a tiny decode step's samples).
     assert!(out.len() <= L);
     // SAFETY: the mask covers `out.len()` lanes, all inside `out`.
-    unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), crate::avx512::first(out.len()), dots) };
+    unsafe {
+        _mm512_mask_storeu_ps(
+            out.as_mut_ptr(),
+            crate::simd::lanes::first16(out.len()),
+            dots,
+        )
+    };
 }
 
 /// The row form's chunk for one row of `A` (`m = 1`, a decoded token):
@@ -231,7 +231,7 @@ pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: u
             };
         }
         if j0 < n {
-            let k = crate::avx512::first(n - j0);
+            let k = crate::simd::lanes::first16(n - j0);
             let p = part.as_mut_ptr().add(j0);
             let mut acc = _mm512_maskz_loadu_ps(k, p);
             for (r, &ar) in a.iter().enumerate() {

@@ -1,53 +1,26 @@
-//! andrea's own f32 GEMM for AVX-512 ([`GemmKernel::Avx512`](crate::GemmKernel::Avx512)).
+//! andrea's own f32 GEMM for AVX-512: `matmul_gelu_backward`'s kernel at small `k` on
+//! the AVX-512 level ([`GemmKernel::for_gelu_grad`](super::GemmKernel::for_gelu_grad)).
 //!
-//! The layout is gemm_avx2.rs's (BLIS/Goto): `B` packed per `KC x NC` block into panels
-//! of `NR` columns, `A` per `MC x KC` block into panels of `MR` rows, both zero-padded to
-//! whole panels, and a register-blocked micro-kernel computing an `MR x NR` tile of `C`
-//! with 512-bit FMAs. The tile is chosen from [`Tile`] (`MR x NR`, `NR` one to four
-//! vectors of 16); `B`'s panels lie 64-byte aligned, so its loads are aligned, and each
-//! `A` value is one broadcast folded into its FMAs (`vfmadd231ps zmm, zmm, m32{1to16}`).
-//! Edge tiles store through lane masks (`_mm512_mask_storeu_ps`); padded rows and
-//! columns are computed and dropped.
+//! The layout is the AVX2 kernel's (BLIS/Goto): `B` packed per `KC x NC` block into
+//! panels of 32 columns, `A` per `MC x KC` block into panels of `MR` rows, both
+//! zero-padded to whole panels, and a register-blocked micro-kernel computing a 14 x 32
+//! tile of `C` with 512-bit FMAs (28 accumulators and 2 `B` vectors of the 32 `zmm`
+//! registers: per step of `k`, 2 aligned loads, 14 broadcasts folded into 28 FMAs, no
+//! spills). `KC = 384`, `MC = 140`, `NC = 3072`; `B`'s micro-panel stays in L1 while
+//! `A`'s stream from L2, and `C`'s tile is prefetched before its `k` loop. Edge tiles
+//! store through lane masks; padded rows and columns are computed and dropped.
 //!
-//! **Two threads, one packed `B`.** [`sgemm_threads`] packs each `KC x NC` block of `B`
-//! once, its panels shared out among the threads, and then splits the rows of `C` into
-//! `MC`-sized blocks taken by the threads (rayon, work-stealing), each packing its own
-//! block of `A`: no operand is packed twice. The backend's older split (gemm.rs `blocks`:
-//! one single-threaded [`sgemm`] per block of `C`, each packing its own copy of the
-//! operand the blocks share) stays selectable as `ANDREA_GEMM=avx512-blocks` to compare.
+//! **One packed `B` for all threads.** [`sgemm_threads`] packs each `KC x NC` block of
+//! `B` once, its panels shared out among the threads, then splits the rows of `C` into
+//! `MC`-sized blocks the threads take (rayon, work-stealing), each packing its own block
+//! of `A`: no operand is packed twice. The caller's hooks run on each block of rows
+//! while it is in cache (the bias before, `GELU'` after).
 //!
 //! **Results.** Each element of `C` is `Σ_k a·b` as one FMA chain per `KC` slice of `k`,
 //! in `k` order, the slices added to `C` in order (the first with `beta`): the same
 //! operations whatever tile, block or thread the element falls in, so the result does not
 //! depend on the thread count or on the split. It differs from the other kernels' in the
 //! last bits (another summation order), within the GEMM tolerance.
-//!
-//! **Blocking**: 14 x 32 (28 accumulators + 2 `B` vectors of the 32 registers; its
-//! inner loop checked in the disassembly: 2 aligned loads, 14 broadcasts, 28 FMAs per
-//! step of `k`, no spills), `KC = 384`, `MC = 140`, `NC = 3072`, `B`'s micro-panel
-//! innermost-resident (`A`'s micro-panels stream from L2), `C`'s tile prefetched. The
-//! tuning variable `ANDREA_GEMM_AVX512_BLOCKING="14x32,kc=384,mc=140,nc=3072,pf=1,
-//! aouter=0"` overrides any of them (read once per process; bad values are reported and
-//! ignored). Measured, as the median ratio to the `gemm` crate's kernel in the same
-//! process (`cargo run --release -p andrea-cpu --example gemm_kernels -- --kernels
-//! avx512,gemm`, alternating per round), on a machine loaded to 5-7 by other builds
-//! (2026-12-02, 02:14-02:24 UTC), so the differences below are within the noise:
-//!
-//! | blocking | 2 threads, 11 shapes | 1 thread, 4 shapes |
-//! |---|---|---|
-//! | 14x32, KC 384 (chosen) | 0.887 | 0.870, 0.833 |
-//! | 14x32, KC 256 | 0.874 | 0.893, 0.836 |
-//! | 14x32, KC 256, `A` micro-panel in L1 (`aouter=1`), NC 1536 | 0.856 | 0.938, 0.927 |
-//! | 14x32, KC 384, `aouter=1`, NC 1024 | 0.880 | 0.861 |
-//! | 12x32, KC 384 / 192 | 0.819 | 0.852 / 0.768 |
-//! | 8x48, KC 384 / 256 `aouter=1` | 0.900 / 0.793 | 0.868 |
-//! | 6x64, KC 384 / 256 | 0.901 / - | 0.906 / 0.942 |
-//! | 14x32, KC 128 | - | 0.790 |
-//!
-//! The micro-kernel alone, on panels in L1 (best of 400 batches of 50 calls), ran at
-//! 183-202 GFLOP/s on one core for every tile and `KC` 64-256, level with the one-core
-//! FMA peak read by `peaks` in the same minutes (201): the gap to the `gemm` crate is in
-//! the memory traffic around it, which this loaded machine could not resolve.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -55,115 +28,30 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use crate::buffer::SendPtr;
-use crate::gemm::Operand;
+use crate::views::Operand;
 
-/// Micro-tile shapes, `MR` rows by `NR` columns of `C` (accumulators `MR·NR/16` of the
-/// 32 `zmm` registers, plus `NR/16` for `B`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tile {
-    T14x32,
-    T12x32,
-    T8x48,
-    T6x64,
-}
-
-impl Tile {
-    fn mr(self) -> usize {
-        match self {
-            Tile::T14x32 => 14,
-            Tile::T12x32 => 12,
-            Tile::T8x48 => 8,
-            Tile::T6x64 => 6,
-        }
-    }
-}
+/// The micro-tile: `MR` rows by 16·`NV` columns of `C` (28 accumulators and 2 `B`
+/// vectors of the 32 `zmm` registers).
+const MR: usize = 14;
+const NV: usize = 2;
 
 /// The block sizes of one product.
 #[derive(Clone, Copy, Debug)]
 struct Blocking {
-    tile: Tile,
     /// Depth of one packed slice of `k`.
     kc: usize,
     /// Rows of `A` per packed block (rounded down to whole tiles).
     mc: usize,
     /// Columns of `B` per packed block.
     nc: usize,
-    /// Prefetch the tile of `C` into L1 before its `k` loop.
-    prefetch_c: bool,
-    /// Loop over `A`'s micro-panels outside `B`'s (an `A` micro-panel stays in L1 while
-    /// `B`'s panels stream from L2), rather than inside (a `B` micro-panel in L1).
-    a_outer: bool,
 }
 
-const DEFAULT: Blocking = Blocking {
-    tile: Tile::T14x32,
+/// The blocking (the module doc says why).
+const BLOCKING: Blocking = Blocking {
     kc: 384,
     mc: 140,
     nc: 3072,
-    prefetch_c: true,
-    a_outer: false,
 };
-
-/// [`DEFAULT`], or `ANDREA_GEMM_AVX512_BLOCKING` where set (for tuning runs).
-fn blocking() -> Blocking {
-    static B: std::sync::OnceLock<Blocking> = std::sync::OnceLock::new();
-    *B.get_or_init(|| {
-        let Ok(s) = std::env::var("ANDREA_GEMM_AVX512_BLOCKING") else {
-            return DEFAULT;
-        };
-        match parse_blocking(&s) {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!(
-                    "andrea-cpu: ignoring ANDREA_GEMM_AVX512_BLOCKING={s:?} ({e}); using {DEFAULT:?}"
-                );
-                DEFAULT
-            }
-        }
-    })
-}
-
-fn parse_blocking(s: &str) -> Result<Blocking, String> {
-    let mut b = DEFAULT;
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let num = |v: &str| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or(format!("{part}: expected a positive integer"))
-        };
-        match part.split_once('=') {
-            Some(("kc", v)) => b.kc = num(v)?,
-            Some(("mc", v)) => b.mc = num(v)?,
-            Some(("nc", v)) => b.nc = num(v)?,
-            Some(("pf", v)) => {
-                b.prefetch_c = match v {
-                    "0" => false,
-                    "1" => true,
-                    _ => return Err(format!("{part}: expected 0 or 1")),
-                }
-            }
-            None => {
-                b.tile = match part {
-                    "14x32" => Tile::T14x32,
-                    "12x32" => Tile::T12x32,
-                    "8x48" => Tile::T8x48,
-                    "6x64" => Tile::T6x64,
-                    _ => return Err(format!("unknown tile {part:?} (14x32, 12x32, 8x48, 6x64)")),
-                }
-            }
-            Some(("aouter", v)) => {
-                b.a_outer = match v {
-                    "0" => false,
-                    "1" => true,
-                    _ => return Err(format!("{part}: expected 0 or 1")),
-                }
-            }
-            Some((key, _)) => return Err(format!("unknown key {key:?} (kc, mc, nc, pf, aouter)")),
-        }
-    }
-    Ok(b)
-}
 
 /// 16 floats on a 64-byte boundary: the unit pack buffers are allocated in.
 #[repr(C, align(64))]
@@ -231,7 +119,7 @@ pub(crate) unsafe fn sgemm(
 
 /// Whether [`sgemm_threads`] can give `threads` threads a share of `m` rows.
 pub(crate) fn splits(m: usize, threads: usize) -> bool {
-    m >= threads * blocking().tile.mr() * 2
+    m >= threads * MR * 2
 }
 
 /// [`sgemm`] on `threads` threads of the current rayon pool (1: this thread only), `B`
@@ -254,7 +142,7 @@ pub(crate) unsafe fn sgemm_threads(
     if m == 0 || n == 0 {
         return;
     }
-    let bl = blocking();
+    let bl = BLOCKING;
     let job = Job {
         m,
         k,
@@ -268,14 +156,7 @@ pub(crate) unsafe fn sgemm_threads(
         hooks,
     };
     // SAFETY: forwarded; the CPU has AVX-512 F.
-    unsafe {
-        match bl.tile {
-            Tile::T14x32 => run::<14, 2>(&job),
-            Tile::T12x32 => run::<12, 2>(&job),
-            Tile::T8x48 => run::<8, 3>(&job),
-            Tile::T6x64 => run::<6, 4>(&job),
-        }
-    }
+    unsafe { run::<MR, NV>(&job) }
 }
 
 struct Job<'a> {
@@ -365,30 +246,12 @@ unsafe fn run<const MR: usize, const NV: usize>(job: &Job<'_>) {
                                 let bp = pb.get().add(jr * kc * nr);
                                 let ap = pa.get().add(ir * kc);
                                 let ct = c.ptr.get().add((r0 + ir) * c.rs + (jc + jr * nr) * c.cs);
-                                kernel::<MR, NV>(
-                                    kc,
-                                    ap,
-                                    bp,
-                                    beta,
-                                    ct,
-                                    c.rs,
-                                    c.cs,
-                                    h,
-                                    w,
-                                    bl.prefetch_c,
-                                );
+                                kernel::<MR, NV>(kc, ap, bp, beta, ct, c.rs, c.cs, h, w);
                             };
-                            if bl.a_outer {
+                            // `B`'s micro-panel stays in L1 while `A`'s stream from L2.
+                            for jr in 0..panels {
                                 for ir in (0..mc).step_by(MR) {
-                                    for jr in 0..panels {
-                                        tile(jr, ir);
-                                    }
-                                }
-                            } else {
-                                for jr in 0..panels {
-                                    for ir in (0..mc).step_by(MR) {
-                                        tile(jr, ir);
-                                    }
+                                    tile(jr, ir);
                                 }
                             }
                         }
@@ -639,9 +502,9 @@ unsafe fn kernel<const MR: usize, const NV: usize>(
     cs: usize,
     h: usize,
     w: usize,
-    prefetch_c: bool,
 ) {
-    if prefetch_c && cs == 1 {
+    // `C`'s tile fetched into L1 before the `k` loop.
+    if cs == 1 {
         for i in 0..h {
             let row = c.wrapping_add(i * rs) as *const i8;
             // A prefetch is a hint that never faults; the addresses are the first and
@@ -728,8 +591,7 @@ mod tests {
             eprintln!("SKIPPED: no AVX-512 (or ANDREA_SIMD caps it)");
             return;
         }
-        let bl = blocking();
-        let (kc, nc, mr) = (bl.kc, bl.nc, bl.tile.mr());
+        let (kc, nc, mr) = (BLOCKING.kc, BLOCKING.nc, MR);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
@@ -765,17 +627,5 @@ mod tests {
         for (e, &x) in out.iter().enumerate() {
             assert_eq!(x, ((e % 16) * 16 + e / 16) as f32, "element {e}");
         }
-    }
-
-    #[test]
-    fn blocking_parses_and_rejects_what_it_does_not_know() {
-        let b = parse_blocking("8x48, kc=256,mc=96").unwrap();
-        assert_eq!(
-            (b.tile, b.kc, b.mc, b.nc),
-            (Tile::T8x48, 256, 96, DEFAULT.nc)
-        );
-        assert!(parse_blocking("kc=0").unwrap_err().contains("positive"));
-        assert!(parse_blocking("9x9").unwrap_err().contains("unknown tile"));
-        assert!(parse_blocking("xc=3").unwrap_err().contains("unknown key"));
     }
 }

@@ -1,25 +1,23 @@
-//! Fused causal attention for AVX2 + FMA and AVX-512 ([`crate::AttentionProducts::Fused`]):
+//! Fused causal attention for AVX2 + FMA and AVX-512, the default attention path where
+//! the level has AVX2 + FMA:
 //! the training forward and backward of one (batch entry, head) per task with no call to
 //! a general GEMM, for head sizes that are a multiple of 16 (the tiny model's 32,
-//! ANDREA-120M's 64). (Named `attention_avx2.rs` until it got its AVX-512 tile; results
-//! folders older than 2026-12-03 17:00 UTC use that name.)
+//! ANDREA-120M's 64).
 //!
 //! Why: the `attention` module's blocked path runs its seven per-head products through
 //! `sgemm_strided`, which packs both operands on every call and re-packs `kᵀ` and `vᵀ`
 //! for each block of 64 queries; its products have an inner dimension of 32 or 64 and
 //! skip only whole 64 x 64 blocks of the masked triangle (62.5% of `T x T` computed at
-//! `T` 256). On the AVX2-only Zen 3 host that attention ran at 57-72 GFLOP/s of the work
-//! it does, against 170-180 for the step's large GEMMs.
+//! `T` 256), so it ran at a third of the rate of the step's large GEMMs.
 //!
 //! Here every operand is packed at most once per head, and one micro-kernel ([`tile`],
 //! a 6 x 16 tile of the result in twelve 8-lane accumulators, two loads of `B` and six
-//! broadcasts of `A` per step, the layout of `gemm_avx2`'s) computes every product,
+//! broadcasts of `A` per step, the layout of `gemm::avx2`'s) computes every product,
 //! reading `A` where it lies (its six rows through six pointers, at any stride). Where
 //! the kernels may use AVX-512 and the head size is a multiple of 32, the tile is 6 x 32
 //! in twelve 16-lane accumulators ([`Width::Zmm`]: the same loads for twice the FMAs),
 //! the panels are 32 wide and the row passes run at 16 lanes; it runs the same chains,
-//! so both widths give the same bits (`AttentionProducts::FusedAvx2` keeps the 16-column
-//! tile on an AVX-512 CPU, to compare them):
+//! so both widths give the same bits (a unit test compares them on an AVX-512 CPU):
 //!
 //! * forward, six queries at a time (16 columns) or blocks of 64 (32 columns): `S = q·kᵀ`
 //!   over the keys each six see, rounded up to the tile's width (`kᵀ` packed once into
@@ -41,37 +39,17 @@
 //! while they pass; rows a head's stride apart (`q`, `dO`: 2-9 kB, one to three rows of
 //! the model) share a few L1 sets, so a block's rows that are read again and again are
 //! copied side by side, and the backward's `P` and `dS` rows are 16 floats longer than
-//! their keys for the same reason (their columns are read). On the Emerald Rapids host,
-//! against the six-row order that read `q` and `dO` where they lie, in one process
-//! alternating the two (same bits): ANDREA-120M's backward 1.21x, forward 1.07x, the tiny
-//! model's 1.06-1.08x and 1.01-1.06x; capped at AVX2 (16 columns, rows in the old order)
-//! the 120M backward 1.06x, the rest level (0.99-1.01x); training steps 1.011x (120M) and
-//! 1.005x (tiny) (benches/results/20261206T1810Z-emr-attention-blocks).
+//! their keys for the same reason (their columns are read).
 //!
 //! **Results.** Each output element is one FMA chain in the inner index's order (keys
 //! for `P·v` and `dS·k`, the head dimension for `S` and `dP`, queries for `dv`, `dk`),
 //! the chains of `dv`, `dk` added to the running sum block by block, in block order.
 //! The operations depend on the shapes alone, never on the thread count. The forward
 //! gives the blocked path's bits (the same chains; the blocked path's extra terms are
-//! exact zeros) up to 256 keys, one `k` slice of `gemm_avx2`; the backward differs in
+//! exact zeros) up to 256 keys, one `k` slice of `gemm::avx2`; the backward differs in
 //! the last bits (the order of `rowsum(P∘dP)`, the rows of zeros `dv`, `dk` skip),
 //! within the suite's attention tolerance, which `tests/conformance.rs` runs on this
-//! kernel (`fused_attention`).
-//!
-//! **Measured** (2 cores of the AVX2-only Zen 3, criterion, `cargo bench -p
-//! andrea-benches --bench ops -- attention`; benches/results/20261203T0418Z-zen3-fused-attention):
-//! ANDREA-120M's attention (B 4, T 256, 12 heads of 64) 4.17 -> 3.19 ms forward and
-//! 10.21 -> 7.82 ms backward against the blocked path, the tiny model's (4 heads of 32)
-//! 1.72 -> 1.25 and 4.28 -> 2.81 ms. About 77% of the backward's samples are in the
-//! tiles' loops; the rest is the exponentials, the packing and the row passes.
-//!
-//! On the AVX-512 Zen 5 (same command; benches/results/20261203T1650Z-zen5-attention-zmm),
-//! the 32-column tile against the blocked path on the `gemm` crate: ANDREA-120M 2.02 ->
-//! 1.36 ms forward, 4.84 -> 3.85 ms backward; tiny 0.71 -> 0.59 and 1.39 -> 1.19 ms. The
-//! 16-column tile there is slower than the blocked path (2.23-3.18 and 5.83-5.85 ms;
-//! tiny 0.92-0.93 and 1.95-2.31 ms). In the tiny forward 48% of the samples are in the
-//! tiles and 31% in the row softmax (a head of 32 gives the products little to do per
-//! score); in the backward 64% in the tiles.
+//! kernel (the default backend's attention).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -81,10 +59,10 @@ use rayon::prelude::*;
 
 use andrea_core::check::AttentionDims;
 
-use crate::attention::{head, HeadsPtr};
-use crate::gemm::Operand;
-use crate::gemm_avx2::transpose8;
 use crate::simd;
+use crate::simd::lanes::transpose8;
+use crate::views::Operand;
+use crate::views::{head, HeadsPtr};
 
 /// Rows of a tile (queries in `S`, `dP`, `out`, `dq`; keys in `dv`, `dk`).
 const MR: usize = 6;
@@ -568,14 +546,21 @@ unsafe fn forward_head(
                     }
                 };
                 match width {
-                    Width::Ymm => crate::avx2::softmax_rows(None, group, ld, vis, scale, keep),
+                    Width::Ymm => crate::norm_softmax_loss::softmax_avx2::softmax_rows(
+                        None, group, ld, vis, scale, keep,
+                    ),
                     // The same bits, row by row at 16 lanes, each row zeroed past its keys
                     // up to the group's tile width only.
                     Width::Zmm => {
                         let w = kend(r0).next_multiple_of(nr);
                         for (r, row) in group.chunks_exact_mut(ld).enumerate() {
                             let row = &mut row[..w];
-                            let (m2, sum) = crate::avx512::softmax_row(None, row, vis(r), scale);
+                            let (m2, sum) = crate::norm_softmax_loss::softmax_avx512::softmax_row(
+                                None,
+                                row,
+                                vis(r),
+                                scale,
+                            );
                             keep(r, m2 + sum.log2());
                         }
                     }
@@ -733,8 +718,8 @@ unsafe fn backward_head(
                     &mut dp[(i - i0) * ld..][..ld],
                 );
                 let exp_row = match width {
-                    Width::Ymm => crate::avx2::exp_shifted_row,
-                    Width::Zmm => crate::avx512::exp_shifted_row,
+                    Width::Ymm => crate::norm_softmax_loss::softmax_avx2::exp_shifted_row,
+                    Width::Zmm => crate::norm_softmax_loss::softmax_avx512::exp_shifted_row,
                 };
                 exp_row(&mut prow[..n], scale * LOG2_E, lse[i]);
                 prow[n..].fill(0.0);
@@ -780,7 +765,19 @@ unsafe fn backward_head(
 #[cfg(test)]
 mod tests {
     use super::Width;
-    use crate::{AttentionProducts, CpuBackend, GemmKernel};
+    use crate::attention::path::AttentionPath;
+    use crate::gemm::GemmKernel;
+    use crate::CpuBackend;
+
+    const WIDE: AttentionPath = AttentionPath::DEFAULT;
+    const NARROW: AttentionPath = AttentionPath {
+        fused: true,
+        wide: false,
+    };
+    const BLOCKED: AttentionPath = AttentionPath {
+        fused: false,
+        wide: false,
+    };
     use andrea_core::{AttentionOps, AttentionShape, Heads, MemoryOps, View};
     use andrea_testkit::random::Rand;
     use andrea_testkit::{reference, tol};
@@ -793,11 +790,11 @@ mod tests {
         skip
     }
 
-    fn backend(products: AttentionProducts) -> CpuBackend {
+    fn backend(path: AttentionPath) -> CpuBackend {
         CpuBackend::with_threads(2)
             .unwrap()
             .with_gemm_kernel(GemmKernel::Avx2)
-            .with_attention_products(products)
+            .with_attention(path)
     }
 
     /// `[B, T, 3C]` as the model lays out q, k, v (rows of stride `3C`) to dense
@@ -872,13 +869,14 @@ mod tests {
         if skipped() {
             return;
         }
-        for products in [AttentionProducts::Fused, AttentionProducts::FusedAvx2] {
-            training_matches_the_f64_reference_with(products);
+        for path in [WIDE, NARROW] {
+            training_matches_the_f64_reference_with(path);
         }
     }
 
-    fn training_matches_the_f64_reference_with(products: AttentionProducts) {
-        let be = backend(products);
+    fn training_matches_the_f64_reference_with(path: AttentionPath) {
+        let be = backend(path);
+        let tile = if path.wide { "wide" } else { "narrow" };
         let mut r = Rand::new(17);
         for (b, t, h, d) in [
             (1, 2, 1, 16),
@@ -896,7 +894,7 @@ mod tests {
             let [q, k, v] = unpack(&qkv, b * t, c);
             let mut want = vec![0.0; b * t * c];
             reference::attention_forward(&mut want, &q, &k, &v, (b, t, t, h, d), 0);
-            let name = format!("{} out B {b} T {t} H {h} D {d}", products.name());
+            let name = format!("{tile} out B {b} T {t} H {h} D {d}");
             tol::attention_out(t, d).check(&name, &out, &want).unwrap();
             let dout64: Vec<f64> = dout.iter().map(|&x| x as f64).collect();
             let mut g: [Vec<f64>; 3] = std::array::from_fn(|_| vec![0.0; b * t * c]);
@@ -905,7 +903,7 @@ mod tests {
             let got = unpack(&grads, b * t, c);
             for (name, (got, want)) in ["dq", "dk", "dv"].iter().zip(got.iter().zip(&g)) {
                 let got: Vec<f32> = got.iter().map(|&x| x as f32).collect();
-                let name = format!("{} {name} B {b} T {t} H {h} D {d}", products.name());
+                let name = format!("{tile} {name} B {b} T {t} H {h} D {d}");
                 tol::attention_grad(t, d).check(&name, &got, want).unwrap();
             }
         }
@@ -924,10 +922,7 @@ mod tests {
             );
             return;
         }
-        let (wide, narrow) = (
-            backend(AttentionProducts::Fused),
-            backend(AttentionProducts::FusedAvx2),
-        );
+        let (wide, narrow) = (backend(WIDE), backend(NARROW));
         let mut r = Rand::new(23);
         for (b, t, h, d) in [
             (1, 1, 1, 32),
@@ -952,7 +947,7 @@ mod tests {
     /// The forward computes what the blocked path computes in the same order (`S` over
     /// the head dimension, the same softmax row kernel, `P·v` over keys from zero; the
     /// blocked path's extra terms are exact zeros): the same bits, for keys up to one
-    /// `KC` slice of `gemm_avx2` (256), here including KV-cache offsets (`Tk > Tq`).
+    /// `KC` slice of `gemm::avx2` (256), here including KV-cache offsets (`Tk > Tq`).
     /// The backward's sums run in another order (the dot product of `dS`, the rows of
     /// zeros `dv`, `dk` skip): within the suite's tolerance of each other (twice the
     /// bound against the reference, both sides carrying it).
@@ -961,10 +956,7 @@ mod tests {
         if skipped() {
             return;
         }
-        let (fused, blocked) = (
-            backend(AttentionProducts::Fused),
-            backend(AttentionProducts::Sgemm),
-        );
+        let (fused, blocked) = (backend(WIDE), backend(BLOCKED));
         let mut r = Rand::new(5);
         for (b, t, h, d) in [
             (2, 9, 2, 32),

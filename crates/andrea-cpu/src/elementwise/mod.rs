@@ -1,6 +1,9 @@
 //! Elementwise kernels: GELU and its backward, the residual add, scaling.
 //! Memory-bound: each is one pass over its operands, cut into fixed-size chunks.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod gelu;
+
 use rayon::prelude::*;
 
 use crate::par::MIN_TASK_ELEMS;
@@ -11,7 +14,7 @@ use andrea_core::{check, ElementwiseOps, Result, Tensor};
 use crate::buffer::{read, write};
 use crate::CpuBackend;
 
-// The AVX-512 copies of GELU and its backward are the `avx512` module's kernels.
+// The AVX-512 copies of GELU and its backward are `gelu`'s kernels.
 multiversion! {
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
         simd::gelu_slice::<M, { simd::BLOCK }>(x, y);
@@ -72,7 +75,7 @@ pub(crate) fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if simd::has_avx512() {
         // SAFETY: the CPU has AVX-512.
-        return unsafe { crate::avx512::gelu_slice(x, y) };
+        return unsafe { crate::elementwise::gelu::gelu_slice(x, y) };
     }
     match x {
         Some(x) => gelu_chunk(x, y),
@@ -85,7 +88,7 @@ pub(crate) fn gelu_backward_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32])
     #[cfg(target_arch = "x86_64")]
     if simd::has_avx512() {
         // SAFETY: the CPU has AVX-512.
-        return unsafe { crate::avx512::gelu_grad_slice(x, dy, dx) };
+        return unsafe { crate::elementwise::gelu::gelu_grad_slice(x, dy, dx) };
     }
     match dy {
         Some(dy) => gelu_backward_chunk(x, dy, dx),

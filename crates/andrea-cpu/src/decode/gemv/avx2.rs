@@ -2,28 +2,25 @@
 //! four rows of `W` at a time: `dots[i, j] = x[i, :] · w[j]`, the tied output
 //! projection of a decoded token (`x · wteᵀ`), the largest product of a decode step.
 //!
-//! Why: the generic form ([`gemv::dot`](crate::gemv)) keeps 16 running sums per row of
+//! Why: the generic form ([`super::dot`]) keeps 16 running sums per row of
 //! `W`, which the compiler, in the `multiversion!` AVX2 copy, split into eight 2-lane
 //! pieces (`vmovsd` loads, `xmm` FMAs: a quarter of each 256-bit operation used), one
-//! row at a time. `perf` on a tiny-model decode (2 Zen 3 cores) put 52% of the step in
-//! it. Here each row's 16 sums are two `ymm` registers, four rows run together (eight
+//! row at a time, in the hottest loop of a tiny-model decode. Here each row's 16 sums are two `ymm` registers, four rows run together (eight
 //! independent FMA chains), and the four reductions share their shuffles, so four dots
-//! end in one 128-bit vector (as `gemv_avx512` does for sixteen rows with AVX-512).
+//! end in one 128-bit vector (as `avx512` does for sixteen rows with AVX-512).
 //!
 //! **Same bits as the generic form.** Each row's lanes get the same fused
 //! multiply-adds in the same `k` order; each level of the tree adds the same pairs of
 //! lanes (`acc[l] + acc[l + h]` for `h = 8, 4, 2, 1`, addition being commutative); the
 //! tail (the last `k mod 16` products) is the same serial fused sum, added last. A unit
-//! test compares the bits with [`gemv::dot`](crate::gemv).
+//! test compares the bits with [`gemv::dot`](super::dot).
 //!
 //! Requires AVX2 and FMA (the caller checks
 //! [`simd::has_avx2_fma`](crate::simd::has_avx2_fma)).
 
-#![cfg(target_arch = "x86_64")]
-
 use std::arch::x86_64::*;
 
-use crate::gemv::Band;
+use crate::decode::gemv::band::Band;
 
 /// Running sums per row of `W` (two 8-lane vectors), as in `gemv::dot`.
 const L: usize = 16;
@@ -66,12 +63,9 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// partial row held in registers (up to 12 vectors, 96 columns: the 16 `ymm` registers
 /// hold no more beside the weights and the broadcast) while the rows' pieces of that
 /// block stream past, block after block; the same fused steps in the same row order as
-/// the generic `row_chunk` (same bits). Against the generic chunk (four rows per pass,
-/// the partial row loaded and stored every pass), the tiny model's decode capped at AVX2
-/// on 2 Emerald Rapids cores: 1.094-1.108x a token in in-process alternation (3 of 3;
-/// benches/results/20261206T1000Z-emr-decode-serial/ab_avx2_row_registers.txt), but
-/// 0.973-0.979x on one thread, so `gemv` takes it on two threads or more. Each row's
-/// piece read by itself (the partial row in L1, one front-to-back stream): 0.81-0.83x.
+/// the generic `row_chunk` (same bits). It beats the generic chunk (four rows per pass,
+/// the partial row loaded and stored every pass) on two threads or more and loses to it
+/// on one, so `gemv` takes it on two threads or more.
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA. (Bounds are asserted.)
@@ -134,7 +128,7 @@ unsafe fn row_block<const NV: usize>(
 }
 
 /// The dots of `x` with the four rows `w` (each `x.len()` long); also the decode
-/// attention's scores, four positions at a time (`attention_decode`).
+/// attention's scores, four positions at a time (`decode::attention`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn four_dots(x: &[f32], w: [&[f32]; ROWS]) -> [f32; ROWS] {
@@ -226,8 +220,10 @@ mod tests {
                     unsafe { column_band(&mut dots, band) };
                     for i in 0..m {
                         for j in 0..cols {
-                            let want =
-                                crate::gemv::dot::<Fused>(&x[i * k..][..k], &w[j * ws..][..k]);
+                            let want = crate::decode::gemv::dot::<Fused>(
+                                &x[i * k..][..k],
+                                &w[j * ws..][..k],
+                            );
                             let got = dots[i * cols + j];
                             assert_eq!(
                                 got.to_bits(),

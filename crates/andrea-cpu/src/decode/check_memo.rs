@@ -2,9 +2,9 @@
 //!
 //! Generation calls `decode_blocks` once a token with the same views every time but for
 //! the KV cache's, which grow by one position. Checking a block's two dozen views
-//! (`check::decode_block`: shapes, bounds, every pair that must not overlap) took 2 µs
-//! of the caller's time, with the other core spinning: 4.5% of a tiny-model token on the
-//! Emerald Rapids host (2026-12-06, in-process alternation, 6 of 6 runs). So the backend
+//! (`check::decode_block`: shapes, bounds, every pair that must not overlap) costs
+//! microseconds of the caller's time, with the other cores spinning: a few percent of a
+//! tiny-model token. So the backend
 //! keeps, per block, what the check passed: the geometry of every argument (each view's
 //! buffer, the buffer's length, the view's offset and shape or strides; `eps`) and the
 //! cache length it passed at. A call whose block has the same geometry and a cache no

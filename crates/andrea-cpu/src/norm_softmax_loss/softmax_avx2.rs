@@ -1,5 +1,8 @@
 //! AVX2 + FMA kernels written with intrinsics: the softmax and softmax + cross-entropy
-//! rows, as the `avx512` module has them for AVX-512, for machines without it.
+//! rows, as `softmax_avx512` has them for AVX-512. The two stay side by side rather than
+//! one body over the width: their row tails differ in kind (`vmaskmovps` with an integer
+//! mask here, mask registers there) and so do their pass structures; `pow2` and the
+//! bits they must reproduce (`rows`) are shared.
 //!
 //! What they buy over the `multiversion!` copies (the generic block forms in `simd`,
 //! compiled with `avx2,fma`): the row's tail is one masked vector rather than a
@@ -15,12 +18,11 @@
 //!
 //! Everything here requires AVX2 and FMA (the callers check [`simd::has_avx2_fma`]).
 
-#![cfg(target_arch = "x86_64")]
-
 use std::arch::x86_64::*;
 use std::f32::consts::LOG2_E;
 
-use crate::avx512::source;
+use crate::norm_softmax_loss::rows::source;
+use crate::simd::lanes;
 use crate::simd::{self, BLOCK};
 
 /// The lanes of one vector.
@@ -37,76 +39,13 @@ fn first(n: usize) -> __m256i {
     )
 }
 
-/// `2^z` on 8 lanes: [`simd::pow2`] with `Fused`, step for step; without the upper clamp
-/// when `!HI`, for arguments known to be at most 126 (softmax's `x - max`).
+/// `2^z` on 8 lanes: [`lanes::pow2`]; without the upper clamp when `!HI`, for arguments
+/// known to be at most 126 (softmax's `x - max`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn pow2_below<const HI: bool>(z: __m256) -> __m256 {
-    use simd::pow2_consts as q;
-    let magic = _mm256_set1_ps(q::MAGIC);
-    // `max(LO, z)` returns `z` when it is NaN, as `f32::clamp` does.
-    let z = _mm256_max_ps(_mm256_set1_ps(q::LO), z);
-    let z = if HI {
-        _mm256_min_ps(_mm256_set1_ps(q::HI), z)
-    } else {
-        z
-    };
-    let t = _mm256_add_ps(z, magic);
-    let f = _mm256_sub_ps(z, _mm256_sub_ps(t, magic));
-    let h = |acc, c: f32| _mm256_fmadd_ps(acc, f, _mm256_set1_ps(c));
-    let p = h(
-        h(
-            h(h(h(h(_mm256_set1_ps(q::Q6), q::Q5), q::Q4), q::Q3), q::Q2),
-            q::Q1,
-        ),
-        1.0,
-    );
-    // 2^k in the exponent bits: k = bits(t) - bits(MAGIC).
-    let k = _mm256_sub_epi32(
-        _mm256_castps_si256(t),
-        _mm256_set1_epi32(q::MAGIC.to_bits() as i32),
-    );
-    let two_k = _mm256_slli_epi32::<23>(_mm256_add_epi32(k, _mm256_set1_epi32(127)));
-    _mm256_mul_ps(p, _mm256_castsi256_ps(two_k))
-}
-
-/// `GELU(x)` on 8 lanes: [`simd::gelu`] with `Fused`, step for step (the AVX2 GEMM's
-/// epilogue applies it to a tile of `C` in registers).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) fn gelu(x: __m256) -> __m256 {
-    let u = _mm256_fmadd_ps(
-        _mm256_set1_ps(simd::GELU_K3),
-        _mm256_mul_ps(x, x),
-        _mm256_set1_ps(simd::GELU_K1),
-    );
-    let e = pow2_below::<true>(_mm256_mul_ps(x, u));
-    _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
-}
-
-/// `dy·GELU'(x)` on 8 lanes: [`simd::gelu_grad`] with `Fused`, step for step, times `dy`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) fn gelu_grad(x: __m256, dy: __m256) -> __m256 {
-    let one = _mm256_set1_ps(1.0);
-    let x2 = _mm256_mul_ps(x, x);
-    let u = _mm256_fmadd_ps(
-        _mm256_set1_ps(simd::GELU_K3),
-        x2,
-        _mm256_set1_ps(simd::GELU_K1),
-    );
-    let e = pow2_below::<true>(_mm256_mul_ps(x, u));
-    let s = _mm256_div_ps(one, _mm256_add_ps(one, e));
-    let du = _mm256_fmadd_ps(
-        _mm256_set1_ps(simd::GELU_D3),
-        x2,
-        _mm256_set1_ps(simd::GELU_C),
-    );
-    let w = _mm256_mul_ps(
-        _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(2.0)), s),
-        _mm256_sub_ps(one, s),
-    );
-    _mm256_mul_ps(dy, _mm256_fmadd_ps(w, du, s))
+    // SAFETY: compiled with AVX2 + FMA.
+    unsafe { lanes::pow2::<__m256, HI>(z) }
 }
 
 /// [`simd::sum_lanes`] of the 32 lanes `a[0] ++ a[1] ++ a[2] ++ a[3]`.
@@ -325,13 +264,12 @@ const PREFETCH_ROWS: usize = 2;
 /// `dst` (rows of `k_len`, row `r` with `n = visible(r)` visible values, from the same
 /// row of `src`, or in place when `src` is `None`), each row's base-2 log-sum-exp
 /// `m2 + log2 s` handed to `lse(r, ·)`: the bits of
-/// [`crate::softmax::softmax_row_in_place`] with `Fused`, row by row.
+/// [`crate::norm_softmax_loss::rows::softmax_row_in_place`] with `Fused`, row by row.
 ///
 /// What it changes is the order of the passes, so that rows overlap: a row waits on
 /// itself twice (its exponentials on its max, its scaling on the sum of its
 /// exponentials through a tree of adds and a divide), and one row at a time left those
-/// waits empty (the causal softmax at 26% of its own-size copy on the AVX2-only Zen 3
-/// host). Here the next row's max and this row's masked zeros go between this row's
+/// waits empty, a fraction of the speed of copying the rows. Here the next row's max and this row's masked zeros go between this row's
 /// exponentials and its scaling, and the next row's exponentials need only that max.
 ///
 /// # Safety
@@ -388,11 +326,11 @@ pub(crate) unsafe fn softmax_rows(
 /// One row of softmax + cross-entropy: returns the loss of `target` under
 /// `softmax(src[..vocab])` and writes `grad_scale·(softmax - onehot)` into `dst[..vocab]`,
 /// 0 into `dst[vocab..]`, with the bits of
-/// [`crate::softmax::cross_entropy_in_place_with`]. `src == None` means in place.
+/// [`crate::norm_softmax_loss::rows::cross_entropy_in_place_with`]. `src == None` means in place.
 /// Requires `target < vocab <= dst.len()`.
 ///
 /// In place, `e` goes into the row and is scaled there; from a source, `e` goes into a
-/// row buffer and `e·k` is streamed to `dst` (as the `avx512` module's kernel, which
+/// row buffer and `e·k` is streamed to `dst` (as the `softmax_avx512` kernel, which
 /// says why).
 ///
 /// # Safety
@@ -417,12 +355,12 @@ pub(crate) unsafe fn cross_entropy_row(
         let loss = if src.is_none() {
             let sum = exp_pass_clamped(s_ptr, d, vocab, LOG2_E, m2, Sink::Store);
             scale_in_place(d, vocab, grad_scale / sum);
-            crate::softmax::loss_of(m2, sum, x_t)
+            crate::norm_softmax_loss::rows::loss_of(m2, sum, x_t)
         } else {
-            crate::softmax::with_row_scratch(vocab, |buf| {
+            crate::norm_softmax_loss::rows::with_row_scratch(vocab, |buf| {
                 let sum = exp_pass_clamped(s_ptr, buf.as_mut_ptr(), vocab, LOG2_E, m2, Sink::Store);
                 stream_scaled(buf.as_ptr(), d, vocab, grad_scale / sum);
-                crate::softmax::loss_of(m2, sum, x_t)
+                crate::norm_softmax_loss::rows::loss_of(m2, sum, x_t)
             })
         };
         *d.add(target) -= grad_scale;
@@ -445,7 +383,7 @@ pub(crate) unsafe fn cross_entropy_loss_row(x: &[f32], target: usize, vocab: usi
     unsafe {
         let m2 = max(p, vocab) * LOG2_E;
         let sum = exp_pass_clamped(p, std::ptr::null_mut(), vocab, LOG2_E, m2, Sink::SumOnly);
-        crate::softmax::loss_of(m2, sum, x[target])
+        crate::norm_softmax_loss::rows::loss_of(m2, sum, x[target])
     }
 }
 
@@ -486,45 +424,6 @@ mod tests {
         }
     }
 
-    /// The 8-lane GELU and GELU' give [`simd::gelu`]'s and [`simd::gelu_grad`]'s bits
-    /// (`Fused`), across the clamp of the exponent, for signed zeros, infinities and NaN.
-    #[test]
-    fn gelu_gives_the_generic_bits() {
-        if !simd::has_avx2_fma() {
-            eprintln!("SKIPPED: this CPU has no AVX2 + FMA");
-            return;
-        }
-        let mut x: Vec<f32> = (0..4000).map(|i| i as f32 * 0.013 - 26.0).collect();
-        x.extend([
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            0.0,
-            -0.0,
-            1e-30,
-            200.0,
-        ]);
-        x.resize(x.len().div_ceil(L) * L, 0.5);
-        let dy: Vec<f32> = (0..x.len()).map(|i| (i % 13) as f32 * 0.37 - 2.0).collect();
-        for (c, d) in x.chunks_exact(L).zip(dy.chunks_exact(L)) {
-            let (mut y, mut g) = ([0.0f32; L], [0.0f32; L]);
-            // SAFETY: AVX2 + FMA checked above; the chunks and arrays hold 8 elements.
-            unsafe {
-                let v = _mm256_loadu_ps(c.as_ptr());
-                _mm256_storeu_ps(y.as_mut_ptr(), gelu(v));
-                _mm256_storeu_ps(g.as_mut_ptr(), gelu_grad(v, _mm256_loadu_ps(d.as_ptr())));
-            }
-            for i in 0..L {
-                let same =
-                    |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
-                let want = simd::gelu::<Fused>(c[i]);
-                assert!(same(y[i], want), "gelu({}): {} vs {want}", c[i], y[i]);
-                let want = d[i] * simd::gelu_grad::<Fused>(c[i]);
-                assert!(same(g[i], want), "gelu'({}): {} vs {want}", c[i], g[i]);
-            }
-        }
-    }
-
     /// One row through [`softmax_rows`] (`dst` is the row).
     fn softmax_row(src: Option<&[f32]>, dst: &mut [f32], n: usize, scale: f32) -> f32 {
         let mut lse = f32::NAN;
@@ -554,7 +453,11 @@ mod tests {
                 let mut want_lse = vec![0.0f32; rows];
                 for r in 0..rows {
                     let row = &mut want[r * k_len..(r + 1) * k_len];
-                    want_lse[r] = crate::softmax::softmax_row_in_place::<Fused>(row, vis(r), 0.3);
+                    want_lse[r] = crate::norm_softmax_loss::rows::softmax_row_in_place::<Fused>(
+                        row,
+                        vis(r),
+                        0.3,
+                    );
                 }
                 let mut got = vec![f32::NAN; rows * k_len];
                 let mut got_lse = vec![f32::NAN; rows];
@@ -589,7 +492,9 @@ mod tests {
             for n in [1, len / 3 + 1, len.saturating_sub(1).max(1), len] {
                 for scale in [0.125f32, 1.0, 0.0] {
                     let mut want = x.clone();
-                    let lw = crate::softmax::softmax_row_in_place::<Fused>(&mut want, n, scale);
+                    let lw = crate::norm_softmax_loss::rows::softmax_row_in_place::<Fused>(
+                        &mut want, n, scale,
+                    );
                     let mut got = vec![f32::NAN; len];
                     let lg = softmax_row(Some(&x), &mut got, n, scale);
                     let mut inplace = x.clone();
@@ -623,7 +528,7 @@ mod tests {
             xp.resize(pad, 3.0);
             for target in [0, len / 2, len - 1] {
                 let mut want = xp.clone();
-                let lw = crate::softmax::cross_entropy_in_place_with::<Fused>(
+                let lw = crate::norm_softmax_loss::rows::cross_entropy_in_place_with::<Fused>(
                     &mut want,
                     target as u32,
                     len,

@@ -1,6 +1,6 @@
 //! AVX-512 kernels written with intrinsics, for the loops the compiler's auto-vectorised
-//! copies leave slow: softmax rows (short, with ragged causal lengths), the softmax +
-//! cross-entropy rows of the output layer, and GELU and its backward.
+//! copies leave slow: softmax rows (short, with ragged causal lengths) and the softmax +
+//! cross-entropy rows of the output layer (GELU's are in `elementwise::gelu`).
 //!
 //! What the intrinsics buy over the `multiversion!` copies:
 //!
@@ -23,61 +23,24 @@
 //!
 //! Everything here requires AVX-512 F and DQ (the callers check [`simd::has_avx512`]).
 
-#![cfg(target_arch = "x86_64")]
-
 use std::arch::x86_64::*;
 use std::f32::consts::LOG2_E;
 
+use crate::norm_softmax_loss::rows::source;
+use crate::simd::lanes::{self, first16 as first};
 use crate::simd::{self, BLOCK};
 
 /// The lanes of one vector.
 const L: usize = 16;
 
-/// Mask of the first `n` lanes (all when `n >= 16`).
-#[inline(always)]
-pub(crate) fn first(n: usize) -> __mmask16 {
-    if n >= L {
-        0xFFFF
-    } else {
-        ((1u32 << n) - 1) as __mmask16
-    }
-}
-
-/// `2^z` on 16 lanes: [`simd::pow2`] step for step (`vrndscaleps` for `round(z)`,
-/// `vscalefps` for `2^k`).
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn pow2(z: __m512) -> __m512 {
-    pow2_below::<true>(z)
-}
-
-/// [`pow2`], without the upper clamp when `!HI`: for arguments known to be at most 126,
+/// `2^z` on 16 lanes: [`lanes::pow2`] (`vrndscaleps` for `round(z)`, `vscalefps` for
+/// `2^k`); without the upper clamp when `!HI`: for arguments known to be at most 126,
 /// where that clamp changes nothing (softmax's `x - max`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn pow2_below<const HI: bool>(z: __m512) -> __m512 {
-    use simd::pow2_consts as q;
-    let z = _mm512_max_ps(_mm512_set1_ps(q::LO), z);
-    let z = if HI {
-        _mm512_min_ps(_mm512_set1_ps(q::HI), z)
-    } else {
-        z
-    };
-    // `k = round(z)`, ties to even: what adding and subtracting `q::MAGIC` gives on the
-    // clamped range, in one instruction instead of two (-10% on a row's exponentials).
-    // It may give `-0.0` where the trick gives `+0.0`; `z - k` and `2^k` are the same.
-    let k = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(z);
-    let f = _mm512_sub_ps(z, k);
-    // Horner, as `simd::poly2f`.
-    let h = |acc, c: f32| _mm512_fmadd_ps(acc, f, _mm512_set1_ps(c));
-    let p = h(
-        h(
-            h(h(h(h(_mm512_set1_ps(q::Q6), q::Q5), q::Q4), q::Q3), q::Q2),
-            q::Q1,
-        ),
-        1.0,
-    );
-    _mm512_scalef_ps(p, k)
+    // SAFETY: compiled with AVX-512 F.
+    unsafe { lanes::pow2::<__m512, HI>(z) }
 }
 
 /// [`simd::sum_lanes`] of the 32 lanes `lo ++ hi`.
@@ -327,20 +290,9 @@ unsafe fn zero(x: *mut f32, n: usize) {
     }
 }
 
-/// The start of a row's source: `src`, which must hold `n` elements, or `dst` itself.
-pub(crate) fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
-    match src {
-        Some(s) => {
-            assert!(s.len() >= n, "a source row of {} for {n}", s.len());
-            s.as_ptr()
-        }
-        None => dst.as_ptr(),
-    }
-}
-
 /// One softmax row: `dst[..n] = softmax(scale·src[..n])`, `dst[n..] = 0`; returns the
 /// row's `m2 = max·scale·log2 e` and `s = Σ 2^(x·scale·log2 e - m2)`, whose
-/// `m2 + log2 s` is the base-2 log-sum-exp [`crate::softmax::softmax_row_in_place`]
+/// `m2 + log2 s` is the base-2 log-sum-exp [`crate::norm_softmax_loss::rows::softmax_row_in_place`]
 /// returns (the same bits). `src == None` means in place. Requires `scale >= 0` and `1 <= n`.
 ///
 /// # Safety
@@ -380,10 +332,7 @@ const PREFETCH_ROWS: usize = 2;
 /// 20-60 cycles of latency that one row alone cannot hide (perf put a quarter of the
 /// causal softmax's samples on these chains). So row `r + 1`'s maximum is taken before
 /// row `r`'s exponentials, and row `r - 1` is scaled after them, when its `1/Σ` has long
-/// been ready. With [`pow2_below`]'s one-instruction rounding, the causal softmax of
-/// `cargo bench --bench ops` went from 251 to 198 µs (medians of 4 alternated rounds,
-/// benches/results/20261204T0428Z-zen5-softmax-rows/). Each element still sees the same operations in the
-/// same order.
+/// been ready. Each element still sees the same operations in the same order.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and DQ.
@@ -446,7 +395,7 @@ pub(crate) unsafe fn softmax_rows(
 
 /// One row of softmax + cross-entropy: returns the loss of `target` under
 /// `softmax(src[..vocab])` and writes `grad_scale·(softmax - onehot)` into `dst[..vocab]`,
-/// 0 into `dst[vocab..]`, as [`crate::softmax::cross_entropy_in_place_with`] does
+/// 0 into `dst[vocab..]`, as [`crate::norm_softmax_loss::rows::cross_entropy_in_place_with`] does
 /// (same bits). `src == None` means in place. Requires `target < vocab <= dst.len()`.
 ///
 /// # Safety
@@ -471,16 +420,16 @@ pub(crate) unsafe fn cross_entropy_row(
             // then scaled there.
             let sum = exp_pass_clamped(s_ptr, d, vocab, LOG2_E, m2, Sink::Store);
             scale_in_place(d, vocab, grad_scale / sum);
-            crate::softmax::loss_of(m2, sum, x_t)
+            crate::norm_softmax_loss::rows::loss_of(m2, sum, x_t)
         } else {
             // From a source: `e` into a row buffer that stays in L1/L2, then `e·k`
             // streamed to `dst` once (`stream_scaled`: no read for ownership of `dst`).
             // Writing `e` into `dst` and scaling it there read every line of `dst` from
             // memory first and ran at 29% of a copy (benches/README.md).
-            crate::softmax::with_row_scratch(vocab, |buf| {
+            crate::norm_softmax_loss::rows::with_row_scratch(vocab, |buf| {
                 let sum = exp_pass_clamped(s_ptr, buf.as_mut_ptr(), vocab, LOG2_E, m2, Sink::Store);
                 stream_scaled(buf.as_ptr(), d, vocab, grad_scale / sum);
-                crate::softmax::loss_of(m2, sum, x_t)
+                crate::norm_softmax_loss::rows::loss_of(m2, sum, x_t)
             })
         };
         *d.add(target) -= grad_scale;
@@ -502,136 +451,8 @@ pub(crate) unsafe fn cross_entropy_loss_row(x: &[f32], target: usize, vocab: usi
     unsafe {
         let m2 = max(p, vocab) * LOG2_E;
         let sum = exp_pass_clamped(p, std::ptr::null_mut(), vocab, LOG2_E, m2, Sink::SumOnly);
-        crate::softmax::loss_of(m2, sum, x[target])
+        crate::norm_softmax_loss::rows::loss_of(m2, sum, x[target])
     }
-}
-
-/// GELU of 16 lanes: [`simd::gelu`] step for step.
-#[inline]
-#[target_feature(enable = "avx512f")]
-pub(crate) fn gelu(x: __m512) -> __m512 {
-    let u = _mm512_fmadd_ps(
-        _mm512_set1_ps(simd::GELU_K3),
-        _mm512_mul_ps(x, x),
-        _mm512_set1_ps(simd::GELU_K1),
-    );
-    let e = pow2(_mm512_mul_ps(x, u));
-    _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
-}
-
-/// `dy·GELU'(x)` on 16 lanes: [`simd::gelu_grad`] step for step.
-#[inline]
-#[target_feature(enable = "avx512f")]
-pub(crate) fn gelu_grad(x: __m512, dy: __m512) -> __m512 {
-    let one = _mm512_set1_ps(1.0);
-    let x2 = _mm512_mul_ps(x, x);
-    let u = _mm512_fmadd_ps(
-        _mm512_set1_ps(simd::GELU_K3),
-        x2,
-        _mm512_set1_ps(simd::GELU_K1),
-    );
-    let e = pow2(_mm512_mul_ps(x, u));
-    let s = _mm512_div_ps(one, _mm512_add_ps(one, e));
-    let du = _mm512_fmadd_ps(
-        _mm512_set1_ps(simd::GELU_D3),
-        x2,
-        _mm512_set1_ps(simd::GELU_C),
-    );
-    let w = _mm512_mul_ps(
-        _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(2.0)), s),
-        _mm512_sub_ps(one, s),
-    );
-    _mm512_mul_ps(dy, _mm512_fmadd_ps(w, du, s))
-}
-
-/// Applies `f` to `x` (and `d`, when given, else `y` itself) in vectors, 4 per pass, the
-/// last one masked: `y[i] = f(x[i], d[i])`.
-///
-/// # Safety
-/// `x`, `d` (if not null) and `y` are valid for `n` elements; `d` may equal `y`.
-#[inline(always)]
-unsafe fn map2(
-    x: *const f32,
-    d: *const f32,
-    y: *mut f32,
-    n: usize,
-    f: impl Fn(__m512, __m512) -> __m512,
-) {
-    let d = if d.is_null() { y.cast_const() } else { d };
-    let mut i = 0;
-    // SAFETY (all blocks): loads and stores stay below n: full vectors while i + 16 <= n,
-    // then the mask covers the n - i elements left.
-    while i + 4 * L <= n {
-        unsafe {
-            let r: [__m512; 4] = std::array::from_fn(|j| {
-                f(
-                    _mm512_loadu_ps(x.add(i + j * L)),
-                    _mm512_loadu_ps(d.add(i + j * L)),
-                )
-            });
-            for (j, v) in r.into_iter().enumerate() {
-                _mm512_storeu_ps(y.add(i + j * L), v);
-            }
-        }
-        i += 4 * L;
-    }
-    while i + L <= n {
-        unsafe {
-            _mm512_storeu_ps(
-                y.add(i),
-                f(_mm512_loadu_ps(x.add(i)), _mm512_loadu_ps(d.add(i))),
-            )
-        };
-        i += L;
-    }
-    if i < n {
-        let k = first(n - i);
-        unsafe {
-            let v = f(
-                _mm512_maskz_loadu_ps(k, x.add(i)),
-                _mm512_maskz_loadu_ps(k, d.add(i)),
-            );
-            _mm512_mask_storeu_ps(y.add(i), k, v);
-        }
-    }
-}
-
-/// `y = GELU(x)`; `x == None` means in place. Same bits as [`simd::gelu`].
-///
-/// # Safety
-/// The CPU has AVX-512 F.
-#[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
-    let n = y.len();
-    let xp = match x {
-        Some(x) => {
-            assert_eq!(x.len(), n);
-            x.as_ptr()
-        }
-        None => y.as_ptr(),
-    };
-    // SAFETY: both hold n elements; `f` ignores its second operand.
-    unsafe { map2(xp, xp, y.as_mut_ptr(), n, |v, _| gelu(v)) }
-}
-
-/// `dx = dy·GELU'(x)`; `dy == None` means `dx` holds `dy`. Same bits as
-/// [`simd::gelu_grad`].
-///
-/// # Safety
-/// The CPU has AVX-512 F.
-#[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn gelu_grad_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
-    let n = dx.len();
-    assert_eq!(x.len(), n);
-    let dp = match dy {
-        Some(d) => {
-            assert_eq!(d.len(), n);
-            d.as_ptr()
-        }
-        None => std::ptr::null(),
-    };
-    // SAFETY: all hold n elements.
-    unsafe { map2(x.as_ptr(), dp, dx.as_mut_ptr(), n, |v, d| gelu_grad(v, d)) }
 }
 
 #[cfg(test)]
@@ -668,7 +489,7 @@ mod tests {
             // SAFETY: AVX-512 checked above; `c`, `got` and `low` hold 16 elements.
             unsafe {
                 let v = _mm512_loadu_ps(c.as_ptr());
-                _mm512_storeu_ps(got.as_mut_ptr(), pow2(v));
+                _mm512_storeu_ps(got.as_mut_ptr(), pow2_below::<true>(v));
                 _mm512_storeu_ps(low.as_mut_ptr(), pow2_below::<false>(v));
             }
             for ((g, l), &v) in got.iter().zip(low).zip(c) {
@@ -678,38 +499,6 @@ mod tests {
                 if v <= 126.0 {
                     assert!(same(l), "pow2_below({v}): {l} vs {want}");
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn gelu_gives_the_generic_bits() {
-        if !simd::has_avx512() {
-            eprintln!("SKIPPED: this CPU has no AVX-512");
-            return;
-        }
-        for n in [1usize, 15, 16, 17, 63, 64, 65, 100, 1000] {
-            let mut x = data(n, n as u32 + 7);
-            x[0] = if n > 1 { 0.0 } else { -3.0 };
-            let dy = data(n, n as u32 + 9);
-            let mut y = vec![f32::NAN; n];
-            let mut yi = x.clone();
-            let mut d = vec![f32::NAN; n];
-            let mut di = dy.clone();
-            // SAFETY: AVX-512 checked above.
-            unsafe {
-                gelu_slice(Some(&x), &mut y);
-                gelu_slice(None, &mut yi);
-                gelu_grad_slice(&x, Some(&dy), &mut d);
-                gelu_grad_slice(&x, None, &mut di);
-            }
-            for i in 0..n {
-                let want = simd::gelu::<Fused>(x[i]);
-                assert_eq!(y[i].to_bits(), want.to_bits(), "gelu({}) n {n}", x[i]);
-                assert_eq!(yi[i].to_bits(), want.to_bits());
-                let want = dy[i] * simd::gelu_grad::<Fused>(x[i]);
-                assert_eq!(d[i].to_bits(), want.to_bits(), "gelu'({}) n {n}", x[i]);
-                assert_eq!(di[i].to_bits(), want.to_bits());
             }
         }
     }
@@ -729,7 +518,9 @@ mod tests {
             for n in [1, len / 3 + 1, len.saturating_sub(1).max(1), len] {
                 for scale in [0.125f32, 1.0, 0.0] {
                     let mut want = x.clone();
-                    let lw = crate::softmax::softmax_row_in_place::<Fused>(&mut want, n, scale);
+                    let lw = crate::norm_softmax_loss::rows::softmax_row_in_place::<Fused>(
+                        &mut want, n, scale,
+                    );
                     let mut got = vec![f32::NAN; len];
                     // SAFETY: AVX-512 checked above.
                     let (m, s) = unsafe { softmax_row(Some(&x), &mut got, n, scale) };
@@ -794,7 +585,7 @@ mod tests {
             xp.resize(pad, 3.0);
             for target in [0, len / 2, len - 1] {
                 let mut want = xp.clone();
-                let lw = crate::softmax::cross_entropy_in_place_with::<Fused>(
+                let lw = crate::norm_softmax_loss::rows::cross_entropy_in_place_with::<Fused>(
                     &mut want,
                     target as u32,
                     len,

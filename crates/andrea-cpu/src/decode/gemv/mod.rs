@@ -13,37 +13,36 @@
 //!   partials are then added in chunk order. For one row of `A` (batch-1 decoding) and
 //!   rows of at most [`ROW_REGISTERS_MAX_N`] floats, the partial row stays in registers
 //!   instead while the chunk's rows stream past, up to 384 columns at a time with
-//!   AVX-512 (`gemv_avx512::row_chunk_one`), 96 with AVX2 (`gemv_avx2::row_chunk_one`);
+//!   AVX-512 (`avx512::row_chunk_one`), 96 with AVX2 (`avx2::row_chunk_one`);
 //!   same bits.
 //! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
 //!
-//! **The bound on this project's 2-core Zen 5 host.** A tiny-model token
-//! (configs/tiny.toml) reads 7.47 MB of weights: 4 layers × (128·384 + 128·128 +
-//! 128·512 + 512·128) floats = 3.15 MB, plus the tied output layer's 8449 × 128 floats =
-//! 4.33 MB.
-//! That is more than the two 1 MB L2 caches, so every token streams them from L3. An
-//! earlier probe put the L3 read stream at 75-93 GB/s on 2 threads and this path near
-//! that bound (benches/results/20261202T0715Z-decode-tiny-2/); it timed fresh threads
-//! woken by a sleeping barrier. Threads started once and released together read 8 MiB
-//! at 157-224 GB/s (`peaks --threads 2 --read-mb 8`, 2026-12-03,
-//! benches/results/20261203T1940Z-zen5-read-probe-cache/): 33-48 µs a token, a bound
-//! of 21,000-30,000 tokens/s, where the decode ran at 10,000-11,000. The gap is in
-//! the product kernels (the tiny model's products alone: 64-83 µs a token,
-//! `decode_products 2 3000 tiny`), attention and the small ops, and the fork/joins (a
-//! rayon join of two tasks costs ~1.3 µs over the work on this host, ~9 µs when the
-//! other worker has gone to sleep after ~15-30 µs idle), not in L3.
+//! **The bound.** A tiny-model token (configs/tiny.toml) reads 7.47 MB of weights: 4
+//! layers × (128·384 + 128·128 + 128·512 + 512·128) floats = 3.15 MB, plus the tied
+//! output layer's 8449 × 128 floats = 4.33 MB. That is more than two 1 MB L2 caches, so
+//! every token streams them from L3, and the L3 read stream (`peaks --read-mb 8`) bounds
+//! the token's products; ANDREA-120M's 366 MB come from DRAM, whose read stream bounds
+//! them. The rest of a token's time is attention, the small ops and the handoffs between
+//! threads (the spinning team's, `team`).
 //!
 //! Chunks and bands are fixed by the sizes and every sum runs in a fixed order, so, like
 //! the GEMM, the result does not depend on the thread count. It may differ from the GEMM
 //! path's in the last bits (another summation order): prefill and decode agree to f32
 //! rounding, as the KV-cache tests check.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+pub(crate) mod band;
+
 use std::cell::Cell;
 
 use crate::buffer::SendPtr;
 use crate::simd::{multiversion, MulAdd};
+use band::Band;
 
 /// The most rows of `A` (sequences decoded together) this path takes.
 pub(crate) const MAX_ROWS: usize = 8;
@@ -51,29 +50,22 @@ pub(crate) const MAX_ROWS: usize = 8;
 pub(crate) const CHUNK_K: usize = 64;
 /// Columns per block of the row form's inner loop: each block reads four whole cache
 /// lines of each of the four rows of `B` it combines, a fixed-length loop the compiler
-/// unrolls. Against one loop over the row (the same operations, the same bits), on 2
-/// Zen 5 cores capped at AVX2, the products of an ANDREA-120M token went from 31.6-38.4
-/// to 38.4-42.5 GB/s (4 alternating rounds, ahead in each), level at AVX-512
-/// (benches/results/20261203T1530Z-zen5-gemv-row-blocks).
+/// unrolls, which keeps more loads in flight than one loop over the row (the same
+/// operations, the same bits).
 const ROW_BLOCK: usize = 64;
-/// The widest product whose row-form chunks take `gemv_avx512::row_chunk_one` or
-/// `gemv_avx2::row_chunk_one` (the partial row in registers) at batch 1: a chunk of 64 rows of at most 512 floats is at
-/// most 128 KB, so the passes over its column blocks after the first read it from L2.
-/// Measured on the tiny model's products (n = 128 to 512, weights in L3): the token's
-/// products 70-71 -> 64 µs (`decode_products 2 3000 tiny`, three alternating rounds,
-/// benches/results/20261203T1925Z-zen5-gemv-row-registers); ANDREA-120M's (n >= 768,
-/// from DRAM) measured within the host's noise either way (+8%, -4%, -4%), so they keep
-/// the four-rows-per-pass loop.
+/// The widest product whose row-form chunks take `avx512::row_chunk_one` or
+/// `avx2::row_chunk_one` (the partial row in registers) at batch 1: a chunk of 64 rows of
+/// at most 512 floats is at most 128 KB, so the passes over its column blocks after the
+/// first read it from L2. That pays on the tiny model's products (n = 128 to 512,
+/// weights in L3); ANDREA-120M's (n >= 768, from DRAM) gain nothing, so they keep the
+/// four-rows-per-pass loop.
+#[cfg(target_arch = "x86_64")]
 const ROW_REGISTERS_MAX_N: usize = 512;
 /// Columns of `C` (rows of `W`) per task in the column form.
 pub(crate) const BAND_N: usize = 32;
 /// Products reading fewer weights than this run on the calling thread; larger ones are
-/// shared out through the spinning team (`team` module). With rayon's fork/join (~1.4 µs
-/// a join on the Zen 5 host) the threshold was 2^16 weights (256 KB: 2^17 measured
-/// 0.81x, 2^15 level, benches/results/20261203T1730Z-zen5-gemv-min-parallel-not-kept);
-/// with the team, 2^14 takes the tiny model's QKV (49k weights) to two threads: 10 -> 7
-/// µs for its four layers, the token's products 61 -> 58 µs (three alternating rounds,
-/// 2^13 level with 2^14; benches/results/20261203T1950Z-zen5-decode-team).
+/// shared out through the spinning team (`team` module), whose cheap handoff takes even
+/// the tiny model's QKV (49k weights) to two threads.
 const MIN_PARALLEL: usize = 1 << 14;
 
 /// One validated product with few rows. Pointers are to element (0, 0); `c` has unit
@@ -151,14 +143,24 @@ impl Gemv<'_> {
                 if m == 1 && n <= ROW_REGISTERS_MAX_N && crate::simd::has_avx512() {
                     // SAFETY: the CPU has AVX-512 F.
                     return unsafe {
-                        crate::gemv_avx512::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
+                        crate::decode::gemv::avx512::row_chunk_one(
+                            part,
+                            &x[k0..k0 + rows],
+                            w,
+                            self.b_rs,
+                        )
                     };
                 }
                 #[cfg(target_arch = "x86_64")]
                 if m == 1 && n <= ROW_REGISTERS_MAX_N && avx2_registers() {
                     // SAFETY: the CPU has AVX2 and FMA.
                     return unsafe {
-                        crate::gemv_avx2::row_chunk_one(part, &x[k0..k0 + rows], w, self.b_rs)
+                        crate::decode::gemv::avx2::row_chunk_one(
+                            part,
+                            &x[k0..k0 + rows],
+                            w,
+                            self.b_rs,
+                        )
                     };
                 }
                 row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
@@ -274,12 +276,9 @@ impl Gemv<'_> {
 }
 
 /// Whether a batch-1 row-form chunk takes the AVX2 register kernel
-/// (`gemv_avx2::row_chunk_one`): with AVX2 and FMA (and not AVX-512, whose kernel comes
-/// first), on a pool of two threads or more. Measured on the tiny model's decode capped
-/// at AVX2 (Emerald Rapids, in-process alternation): 1.094-1.108x a token on 2 threads,
-/// 0.973-0.979x on 1, where the generic chunk's four rows per pass are faster
-/// (benches/results/20261206T1000Z-emr-decode-serial/ab_avx2_row_registers.txt). Both
-/// give the same bits.
+/// (`avx2::row_chunk_one`): with AVX2 and FMA (and not AVX-512, whose kernel comes
+/// first), on a pool of two threads or more; on one thread the generic chunk's four rows
+/// per pass are faster. Both give the same bits.
 #[cfg(target_arch = "x86_64")]
 fn avx2_registers() -> bool {
     crate::simd::has_avx2_fma() && rayon::current_num_threads() > 1
@@ -287,8 +286,8 @@ fn avx2_registers() -> bool {
 
 /// `part[j] += Σ_r a[r]·w[r·ws + j]` over the rows of `w` in order (one row of `A`
 /// against `a.len()` rows of `part.len()` columns): a chunk of the row form at batch 1,
-/// in registers with AVX-512 or AVX2 (`gemv_avx512::row_chunk_one`,
-/// `gemv_avx2::row_chunk_one`), otherwise [`row_chunk`]: the same bits.
+/// in registers with AVX-512 or AVX2 (`avx512::row_chunk_one`,
+/// `avx2::row_chunk_one`), otherwise [`row_chunk`]: the same bits.
 pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     if a.is_empty() || part.is_empty() {
         return;
@@ -297,12 +296,12 @@ pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512 F.
-        return unsafe { crate::gemv_avx512::row_chunk_one(part, a, w, ws) };
+        return unsafe { crate::decode::gemv::avx512::row_chunk_one(part, a, w, ws) };
     }
     #[cfg(target_arch = "x86_64")]
     if avx2_registers() {
         // SAFETY: the CPU has AVX2 and FMA.
-        return unsafe { crate::gemv_avx2::row_chunk_one(part, a, w, ws) };
+        return unsafe { crate::decode::gemv::avx2::row_chunk_one(part, a, w, ws) };
     }
     let (rows, n) = (a.len(), part.len());
     row_chunk(part, a, rows, 0, rows, w, ws, 1, n);
@@ -375,30 +374,18 @@ multiversion! {
     }
 }
 
-/// One band of the column form: `m` rows `x[i·k..][..k]` of `A` against `cols` rows
-/// `w[j·ws..][..k]` of `W`.
-#[derive(Clone, Copy)]
-pub(crate) struct Band<'a> {
-    pub x: &'a [f32],
-    pub w: &'a [f32],
-    pub ws: usize,
-    pub m: usize,
-    pub k: usize,
-    pub cols: usize,
-}
-
 /// [`column_band`], sixteen rows of `W` at a time with AVX-512 where the CPU has it
-/// (`gemv_avx512` module), four at a time with AVX2 (`gemv_avx2`): the same bits.
+/// (`avx512` module), four at a time with AVX2 (`avx2`): the same bits.
 fn column_band_any(dots: &mut [f32], band: Band<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512 F.
-        return unsafe { crate::gemv_avx512::column_band(dots, band) };
+        return unsafe { crate::decode::gemv::avx512::column_band(dots, band) };
     }
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA.
-        return unsafe { crate::gemv_avx2::column_band(dots, band) };
+        return unsafe { crate::decode::gemv::avx2::column_band(dots, band) };
     }
     column_band(dots, band)
 }
@@ -461,10 +448,10 @@ mod tests {
         type Chunk = unsafe fn(&mut [f32], &[f32], &[f32], usize);
         let mut kernels: Vec<(&str, Chunk)> = Vec::new();
         if crate::simd::has_avx512() {
-            kernels.push(("avx512", crate::gemv_avx512::row_chunk_one));
+            kernels.push(("avx512", crate::decode::gemv::avx512::row_chunk_one));
         }
         if crate::simd::has_avx2_fma() {
-            kernels.push(("avx2", crate::gemv_avx2::row_chunk_one));
+            kernels.push(("avx2", crate::decode::gemv::avx2::row_chunk_one));
         } else {
             // The generic chunk then runs unfused (two roundings): no bits to match.
             eprintln!("skipped: no AVX2 + FMA here (or ANDREA_SIMD=baseline)");
@@ -528,7 +515,7 @@ mod tests {
                 k,
                 cols,
             };
-            unsafe { crate::gemv_avx512::column_band(&mut got, band) };
+            unsafe { crate::decode::gemv::avx512::column_band(&mut got, band) };
             for i in 0..m {
                 for j in 0..cols {
                     let want = dot::<crate::simd::Fused>(&x[i * k..][..k], &w[j * ws..][..k]);

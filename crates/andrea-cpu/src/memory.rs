@@ -1,0 +1,96 @@
+//! The memory ops on host memory: allocation, upload, download, fill, copy (the
+//! `andrea_core::MemoryOps` of [`CpuBackend`]), and the backend's name.
+
+use andrea_core::{check, Ids, Mat, MemoryOps, Result, Tensor};
+
+use crate::buffer::{read, write, CpuBuffer, CpuIds, SendPtr};
+use crate::CpuBackend;
+
+impl MemoryOps for CpuBackend {
+    type Buffer = CpuBuffer;
+    type IdBuffer = CpuIds;
+
+    fn name(&self) -> String {
+        format!(
+            "cpu ({} threads, {}, gemm {}, attention {})",
+            self.threads(),
+            crate::simd::level().name(),
+            self.kernel.effective().name(),
+            self.attention.name()
+        )
+    }
+
+    fn alloc(&self, len: usize) -> Result<CpuBuffer> {
+        CpuBuffer::try_zeros(len).ok_or_else(|| host_out_of_memory(len, 4))
+    }
+
+    fn alloc_ids(&self, len: usize) -> Result<CpuIds> {
+        CpuIds::try_zeros(len).ok_or_else(|| host_out_of_memory(len, 4))
+    }
+
+    fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
+        check::upload(&dst, src.len())?;
+        // SAFETY: checked in bounds; `src` is host memory, not a backend buffer.
+        unsafe { write(&dst) }.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn download(&self, src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()> {
+        check::download(&src, dst.len())?;
+        // SAFETY: checked in bounds; no op is running on this thread's buffer.
+        dst.copy_from_slice(unsafe { read(&src) });
+        Ok(())
+    }
+
+    fn with_host_elements(
+        &self,
+        t: Tensor<'_, Self>,
+        f: &mut dyn FnMut(&mut [f32]),
+    ) -> Result<bool> {
+        check::download(&t, t.numel())?;
+        // SAFETY: checked in bounds; no op is running on this thread's buffer, and `f`
+        // gets no other view of it.
+        f(unsafe { write(&t) });
+        Ok(true)
+    }
+
+    fn upload_ids(&self, src: &[u32], dst: Ids<'_, Self>) -> Result<()> {
+        check::upload_ids(&dst, src.len())?;
+        // SAFETY: as in `upload`.
+        unsafe { write(&dst) }.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn fill(&self, dst: Tensor<'_, Self>, value: f32) -> Result<()> {
+        check::fill(&dst)?;
+        // SAFETY: checked in bounds; the only argument.
+        let y = unsafe { write(&dst) };
+        self.run(|| crate::elementwise::fill(y, value));
+        Ok(())
+    }
+
+    fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
+        check::copy(&src, &dst)?;
+        let (ps, pd) = (SendPtr::of(&src), SendPtr::of(&dst));
+        for b in 0..src.batch {
+            for i in 0..src.rows {
+                for j in 0..src.cols {
+                    // SAFETY: both matrices checked in bounds and disjoint.
+                    unsafe {
+                        *pd.0.add(dst.at(b, i, j) - dst.offset) =
+                            *ps.0.add(src.at(b, i, j) - src.offset);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The error of a host allocation of `len` elements of `size` bytes that failed.
+fn host_out_of_memory(len: usize, size: usize) -> andrea_core::Error {
+    andrea_core::Error::OutOfMemory {
+        device: "the CPU (host memory)".into(),
+        bytes: len.saturating_mul(size),
+    }
+}
