@@ -239,11 +239,10 @@ fn gemm(flags: &Flags) -> Res<bool> {
             let flops = 2.0 * (m * k * n) as f64;
             // Split-K as the backend plans it (ANDREA_CUDA_SPLIT_K, default auto); a split
             // product is timed unsplit too, so one run compares both.
-            let kernel =
-                split_plan::choose(m, n, k, 1, precision.matmul, imp, be.multiprocessors());
+            let kernel = split_plan::choose(m, n, k, 1, precision.matmul, imp, be.matmul_gpu());
             let slices = match be.split_k() {
                 SplitK::Off => 1,
-                SplitK::Auto => split_plan::split_count(m, n, k, 1, kernel, be.multiprocessors()),
+                SplitK::Auto => split_plan::split_count(m, n, k, 1, kernel, be.matmul_gpu()),
                 SplitK::Fixed(s) => split_plan::split(m, n, k, kernel, s)
                     .map_err(device(name))?
                     .map_or(1, |s| s.slices),

@@ -124,7 +124,7 @@ fn all_tiles(name: &str, precision: Precision, u_op: f64) {
                     1,
                     precision.matmul,
                     be.matmul_impl(),
-                    be.multiprocessors(),
+                    be.matmul_gpu(),
                 );
                 assert!(
                     matches!(kernel, MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) if t == tile),
