@@ -374,12 +374,20 @@ impl CudaBackend {
         &self.matmul_gpu
     }
 
-    /// Tests only: plans products (the split-K decision) as on a GPU of `sms`
-    /// multiprocessors, e.g. an H200's 132 on the emulator's one.
+    /// Tests only: plans products (the tile and split-K decisions) and the decode split
+    /// as on an H200-class GPU ([`SmLimits::H200`]) of `sms` multiprocessors running this
+    /// device's kernels, e.g. an H200's 132 on the emulator's one.
     #[doc(hidden)]
     pub fn plan_for_multiprocessors(&mut self, sms: usize) {
         self.sms = sms.max(1);
-        self.matmul_gpu = self.matmul_gpu.clone().with_sms(sms);
+        let limits = SmLimits {
+            sms: self.sms,
+            ..SmLimits::H200
+        };
+        self.matmul_gpu = match matmul_gpu(&limits, &self.functions) {
+            Ok(g) => g,
+            Err(_) => self.matmul_gpu.clone().with_sms(sms),
+        };
     }
 
     /// The GPU's name, as the driver reports it.
