@@ -197,9 +197,13 @@ def table(rows):
             out.append(f"== decode: {fmt(r['tokens_per_s'], 0)} tok/s ({r['config']}, batch {r['batch']}, "
                        f"decode attention {split})")
         if r.get("phase") == "cpu_vs_gpu":
-            out.append(f"== cpu vs gpu: {r['check']}: {'ok' if r['pass'] else 'DIFFERENT'} "
-                       + (f"(rel {r['rel_diff']:.1e})" if "rel_diff" in r else
-                          f"({r['same_chars']} of {r['cpu_chars']} chars equal)"))
+            if "rel_diff" in r:
+                detail = f"(rel {r['rel_diff']:.1e})"
+            else:
+                detail = (f"(argmax agrees at {r['agree_decisive']:.0%} of the {r['decisive']} "
+                          f"positions of {r['positions']} beyond the error bound, "
+                          f"{r['agree_all']:.0%} of all)")
+            out.append(f"== cpu vs gpu: {r['check']}: {'ok' if r['pass'] else 'DIFFERENT'} {detail}")
         if r.get("phase") == "nccl_one_rank":
             out.append(f"== NCCL, one rank: {r['check']}: {'ok' if r['pass'] else 'DIFFERENT'} "
                        f"({r['nccl'] or 'NCCL not used'}; {r['run_s']:.1f}s)")

@@ -762,6 +762,21 @@ fn fma_chain(iters: u64) -> f32 {
     unsafe { run(iters) }
 }
 
+/// The same 12 chains of 8 lanes in portable code, for the other architectures
+/// (`f32::mul_add` is one fused multiply-add on aarch64).
+#[cfg(not(target_arch = "x86_64"))]
+fn fma_chain(iters: u64) -> f32 {
+    let mut acc = [[1.0f32; 8]; 12];
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            for x in a.iter_mut() {
+                *x = x.mul_add(0.999_999, 1e-7);
+            }
+        }
+    }
+    acc.iter().flatten().sum()
+}
+
 /// 16 independent 16-wide FMA chains: 2 FLOPs x 16 lanes x 16 x iters.
 ///
 /// # Safety

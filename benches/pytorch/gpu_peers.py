@@ -145,11 +145,9 @@ def run_attention(a):
 
 def run_train(a):
     model_cfg, opt_cfg = load_config(a.config)
-    model = build(model_cfg, seed=1)
-    model.config.activation_function = "gelu_pytorch_tanh"
+    # peer "fast": `gelu_pytorch_tanh`, the fused form of the same GELU (train_step.py).
+    model = build(model_cfg, seed=1, peer="fast")
     model.config._attn_implementation = "sdpa"
-    for block in model.transformer.h:
-        block.mlp.act = torch.nn.GELU(approximate="tanh")
     model.to(DEV)
     set_tf32(a.mode == "tf32")
     opt = adamw(model, opt_cfg, fused=(DEV == "cuda"))

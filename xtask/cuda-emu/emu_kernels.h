@@ -10,6 +10,10 @@ struct EmuKernel {
     const char* name;
     void* fn;
     void (*invoke)(void* fn, void** params);
+    // What ptxas compiles the kernel to for sm_80 (crates/andrea-cuda/ptx/resources.tsv),
+    // reported by cuFuncGetAttribute as a driver would.
+    int registers;
+    int static_smem;
 };
 
 template <class... A, std::size_t... I>
@@ -23,8 +27,8 @@ void emu_invoke(void* f, void** p) {
 }
 
 template <class... A>
-EmuKernel emu_entry(const char* name, void (*f)(A...)) {
-    return EmuKernel{name, reinterpret_cast<void*>(f), &emu_invoke<A...>};
+EmuKernel emu_entry(const char* name, void (*f)(A...), int registers, int static_smem) {
+    return EmuKernel{name, reinterpret_cast<void*>(f), &emu_invoke<A...>, registers, static_smem};
 }
 
 extern "C" const EmuKernel* emu_kernel_table(int* n);

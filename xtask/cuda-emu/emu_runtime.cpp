@@ -86,6 +86,8 @@ struct Fiber {
 
 const size_t STACK = 128 * 1024;
 const int MAX_THREADS = 1024;
+// Dynamic shared memory a block may opt in to: an sm_80 block's 163 KiB.
+const int MAX_SMEM_OPTIN = 163 * 1024;
 
 struct Scheduler {
     std::vector<Fiber> fibers;
@@ -625,11 +627,23 @@ int cuDeviceGetName(char* name, int len, int) {
     std::snprintf(name, (size_t)len, "andrea CUDA emulator (CPU)");
     return OK;
 }
+// An sm_80 device (an A100's SM limits) with one multiprocessor. 0 for what andrea does
+// not ask.
 int cuDeviceGetAttribute(int* v, int attr, int) {
     switch (attr) {
-        case 75: *v = 8; break;   // compute capability major
-        case 76: *v = 0; break;   // minor
-        case 16: *v = 1; break;   // multiprocessors
+        case 1: *v = 1024; break;     // max threads per block
+        case 8: *v = 48 * 1024; break;  // shared memory per block without opting in
+        case 10: *v = 32; break;      // warp size
+        case 12: *v = 65536; break;   // registers per block
+        case 16: *v = 1; break;       // multiprocessors
+        case 39: *v = 2048; break;    // threads per multiprocessor
+        case 75: *v = 8; break;       // compute capability major
+        case 76: *v = 0; break;       // minor
+        case 81: *v = 164 * 1024; break;  // shared memory per multiprocessor
+        case 82: *v = 65536; break;   // registers per multiprocessor
+        case 97: *v = MAX_SMEM_OPTIN; break;  // shared memory per block, opted in
+        case 106: *v = 32; break;     // blocks per multiprocessor
+        case 111: *v = 1024; break;   // shared memory the driver reserves per block
         default: *v = 0;
     }
     return OK;
@@ -771,12 +785,30 @@ int cuModuleGetFunction(void** f, void*, const char* name) {
 }
 
 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8): the opt-in past 48 KiB, up to
-// an sm_80/sm_90 block's 227 KiB (H100/H200; A100 allows 163 KiB: the plan stays under).
+// an sm_80 block's 163 KiB (cuDeviceGetAttribute 97).
 static std::map<const void*, int> max_dynamic_smem;
 int cuFuncSetAttribute(void* f, int attrib, int value) {
     if (attrib != 8) return 801;  // CUDA_ERROR_NOT_SUPPORTED
-    if (value < 0 || value > 227 * 1024) return INVALID_VALUE;
+    if (value < 0 || value > MAX_SMEM_OPTIN) return INVALID_VALUE;
     max_dynamic_smem[f] = value;
+    return OK;
+}
+// What ptxas compiled the kernel to for sm_80 (the kernel table carries it): 4
+// registers per thread, 1 static shared memory, 0 the largest block, 8 the opt-in.
+int cuFuncGetAttribute(int* v, int attrib, void* f) {
+    const EmuKernel* k = static_cast<const EmuKernel*>(f);
+    if (!v || !k) return INVALID_VALUE;
+    switch (attrib) {
+        case 0: *v = MAX_THREADS; break;
+        case 1: *v = k->static_smem; break;
+        case 4: *v = k->registers; break;
+        case 8: {
+            auto opt = max_dynamic_smem.find(f);
+            *v = opt == max_dynamic_smem.end() ? 48 * 1024 - k->static_smem : opt->second;
+            break;
+        }
+        default: return 801;  // CUDA_ERROR_NOT_SUPPORTED
+    }
     return OK;
 }
 

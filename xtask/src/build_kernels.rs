@@ -14,6 +14,10 @@
 //! sources compile to (comment lines, which carry the compiler's build stamp, are
 //! ignored), when a `.cu` has no PTX or a PTX no `.cu`, or when a committed file does not
 //! assemble. Both modes fail on any register spill.
+//!
+//! ptxas's registers and static shared memory per kernel and architecture go into
+//! `crates/andrea-cuda/ptx/resources.tsv` ([`RESOURCES_FILE`]), which `--check` holds to
+//! what ptxas reports as it holds the PTX to the sources.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -328,6 +332,21 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
         }
     }
     print_table(&infos);
+    let table = resources_table(&infos);
+    let resources = ptx_dir.join(RESOURCES_FILE);
+    let committed = std::fs::read_to_string(&resources).ok();
+    if committed.as_deref() != Some(table.as_str()) {
+        if check {
+            problems.push(format!(
+                "{}: stale, ptxas reports other registers or shared memory (run `cargo xtask build-kernels`)",
+                resources.display()
+            ));
+        } else {
+            std::fs::write(&resources, &table)
+                .map_err(|e| format!("{}: {e}", resources.display()))?;
+            println!("wrote {}", resources.display());
+        }
+    }
     for (file, k) in &infos {
         if k.spill_stores > 0 || k.spill_loads > 0 {
             problems.push(format!(
@@ -352,6 +371,28 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
     } else {
         Err(problems.join("\n"))
     }
+}
+
+/// The table of each kernel's registers and static shared memory per architecture,
+/// committed next to the PTX: the CUDA emulator reports it as `cuFuncGetAttribute` does
+/// on a GPU, and the plans' tests plan with it as on an A100 or an H200
+/// (`andrea_cuda::plan::occupancy::ptxas_table` reads it).
+pub const RESOURCES_FILE: &str = "resources.tsv";
+
+fn resources_table(infos: &[(String, KernelInfo)]) -> String {
+    let mut rows: Vec<&KernelInfo> = infos.iter().map(|(_, k)| k).collect();
+    rows.sort_by(|a, b| (&a.name, &a.arch).cmp(&(&b.name, &b.arch)));
+    let mut out = String::from(
+        "# Written by `cargo xtask build-kernels` from ptxas -v on the committed PTX:\n\
+         # kernel, architecture, registers per thread, static shared memory per block (bytes).\n",
+    );
+    for k in rows {
+        out += &format!(
+            "{}\t{}\t{}\t{}\n",
+            k.name, k.arch, k.registers, k.smem_bytes
+        );
+    }
+    out
 }
 
 fn print_table(infos: &[(String, KernelInfo)]) {

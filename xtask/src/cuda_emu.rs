@@ -14,8 +14,13 @@
 //! it; it is not where a loader would find it by itself).
 //!
 //! The kernel table comes from the `.entry` names of the committed PTX, so a kernel
-//! missing from either side is a build error. x86-64 Linux with g++.
+//! missing from either side is a build error. The emulator reports itself as an sm_80
+//! device with one multiprocessor (an A100's limits per SM through
+//! `cuDeviceGetAttribute`) and each kernel's sm_80 registers and static shared memory
+//! from ptxas (`crates/andrea-cuda/ptx/resources.tsv`) through `cuFuncGetAttribute`, so
+//! the backend plans on it as on a GPU. x86-64 Linux with g++.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -50,6 +55,27 @@ fn kernel_names(root: &Path) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+use crate::build_kernels::RESOURCES_FILE as RESOURCES;
+
+/// Each kernel's sm_80 registers and static shared memory from the committed ptxas table
+/// (`cargo xtask build-kernels` writes it next to the PTX): what the emulator, an sm_80
+/// device, reports through cuFuncGetAttribute.
+fn sm80_resources(root: &Path) -> Result<HashMap<String, (u32, u32)>, String> {
+    let path = root.join("crates/andrea-cuda/ptx").join(RESOURCES);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = HashMap::new();
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        if let [name, "sm_80", registers, smem] = l.split('\t').collect::<Vec<_>>()[..] {
+            let n = |v: &str| {
+                v.parse::<u32>()
+                    .map_err(|_| format!("{}: `{l}`: not a number", path.display()))
+            };
+            out.insert(name.to_string(), (n(registers)?, n(smem)?));
+        }
+    }
+    Ok(out)
+}
+
 pub fn run_task(root: &Path) -> Result<(), String> {
     let out = root.join("target/cuda-emu");
     let lib = out.join("lib64");
@@ -68,8 +94,14 @@ pub fn run_task(root: &Path) -> Result<(), String> {
     }
     tu += "#include \"emu_kernels.h\"\nstatic const EmuKernel table[] = {\n";
     let names = kernel_names(root)?;
+    let resources = sm80_resources(root)?;
     for n in &names {
-        tu += &format!("    emu_entry(\"{n}\", &{n}),\n");
+        let (registers, smem) = resources.get(n).ok_or_else(|| {
+            format!(
+                "{n}: not in crates/andrea-cuda/ptx/{RESOURCES} (run `cargo xtask build-kernels`)"
+            )
+        })?;
+        tu += &format!("    emu_entry(\"{n}\", &{n}, {registers}, {smem}),\n");
     }
     tu += &format!(
         "}};\nextern \"C\" const EmuKernel* emu_kernel_table(int* n) {{ *n = {}; return table; }}\n",

@@ -10,7 +10,7 @@
 //!                   the whole model) and andrea-cli's `--backend cuda` test
 //!   andrea          the release `andrea` binary with `--features cuda,nccl` (NCCL
 //!                   loaded at run time: the 1-rank NCCL row)
-//!   gpu_check       production-shape checks and timings (andrea-cuda/examples/gpu_check.rs)
+//!   gpu_check       production-shape checks and timings (andrea-cuda/examples/gpu_check/)
 //!   bench/ops       the ops bench with its CUDA columns (criterion, release profile)
 //!   peers/          the PyTorch peer scripts (benches/pytorch)
 //!   configs/        tiny.toml and andrea-120m.toml

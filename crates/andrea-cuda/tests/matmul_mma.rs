@@ -138,7 +138,7 @@ mod tests {
                         1,
                         precision.matmul,
                         be.matmul_impl(),
-                        be.multiprocessors(),
+                        be.matmul_gpu(),
                     );
                     assert!(
                         matches!(kernel, MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) if t == tile),

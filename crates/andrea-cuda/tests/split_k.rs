@@ -19,7 +19,8 @@ mod common;
 mod tests {
     use crate::common;
 
-    use andrea_cuda::plan::matmul::{self as mm, MatmulKernel};
+    use andrea_cuda::plan::matmul::{self as mm, MatmulGpu, MatmulKernel};
+    use andrea_cuda::plan::occupancy::{ptxas_table, SmLimits};
     use andrea_cuda::{MatmulImpl, MmaTile, Precision, SplitK};
     use common::matmul::{inputs, run, Case, Inputs};
     use common::{compare, cuda};
@@ -77,7 +78,7 @@ mod tests {
             let s = mm::split(m, n, k, kernel, slices).unwrap().unwrap();
             assert_eq!(s.slices, slices, "{name}: K = {k} gives every slice count");
             assert_eq!(
-                mm::choose(m, n, k, 1, precision.matmul, imp, gpu.multiprocessors()),
+                mm::choose(m, n, k, 1, precision.matmul, imp, gpu.matmul_gpu()),
                 kernel
             );
             let x = inputs(&c, 100 + slices as u64);
@@ -204,12 +205,50 @@ mod tests {
         };
         if gpu.multiprocessors() == 1 {
             assert_eq!(
-                mm::split_count(768, 768, 16384, 1, MatmulKernel::Simt, 1),
+                mm::split_count(768, 768, 16384, 1, MatmulKernel::Simt, gpu.matmul_gpu()),
                 1
             );
         }
         if std::env::var_os("ANDREA_CUDA_SPLIT_K").is_none() {
             assert_eq!(gpu.split_k(), SplitK::Auto);
+        }
+    }
+
+    /// The backend plans products with what the driver reports: the device's SM limits
+    /// (`cuDeviceGetAttribute`) and each kernel's registers and static shared memory
+    /// (`cuFuncGetAttribute`). On the emulator (an sm_80 device of one SM that reports
+    /// ptxas's sm_80 counts) and on sm_80 and sm_90 GPUs that is exactly what
+    /// `plan::occupancy` computes from an A100's or an H200's limits and the committed
+    /// ptxas table; e.g. the 128x128 mma kernels (96 KiB of shared memory) fit once in an
+    /// A100's SM, twice in an H200's.
+    #[test]
+    fn blocks_per_sm_come_from_the_device() {
+        let name = "blocks_per_sm_come_from_the_device";
+        let Some(gpu) = cuda(name, Precision::FP32) else {
+            return;
+        };
+        let (limits, arch, big_tile) = match gpu.compute_capability() {
+            (8, 0) => (SmLimits::A100, "sm_80", 1),
+            (9, 0) => (SmLimits::H200, "sm_90", 2),
+            cc => {
+                eprintln!("SKIPPED {name}: no reference limits for compute capability {cc:?}");
+                return;
+            }
+        };
+        let table = ptxas_table(include_str!("../ptx/resources.tsv"));
+        let limits = SmLimits {
+            sms: gpu.multiprocessors(),
+            ..limits
+        };
+        let want = MatmulGpu::new(&limits, |kernel| {
+            table[&(kernel.to_string(), arch.to_string())]
+        });
+        assert_eq!(gpu.matmul_gpu(), &want, "{}", gpu.device_name());
+        for k in [
+            MatmulKernel::MmaTf32(MmaTile::T128x128),
+            MatmulKernel::MmaBf16(MmaTile::T128x128),
+        ] {
+            assert_eq!(gpu.matmul_gpu().blocks_per_sm(k), big_tile, "{k:?}");
         }
     }
 }

@@ -33,6 +33,8 @@ extern "C" {
         name: *const c_char,
     ) -> i32;
     pub(crate) fn cuFuncSetAttribute(f: CuFunction, attrib: c_int, value: c_int) -> i32;
+    pub(crate) fn cuFuncGetAttribute(value: *mut c_int, attrib: c_int, f: CuFunction) -> i32;
+    pub(crate) fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, device: c_int) -> i32;
     pub(crate) fn cuLaunchKernel(
         f: CuFunction,
         gx: c_uint,

@@ -35,7 +35,8 @@ pub use launch::RawArg;
 
 use crate::plan::attention::AttentionKernels;
 use crate::plan::decode::DecodeAttention;
-use crate::plan::matmul::{MatmulImpl, MatmulKernel, MmaStore, SplitK};
+use crate::plan::matmul::{MatmulGpu, MatmulImpl, MatmulKernel, MmaStore, SplitK};
+use crate::plan::occupancy::{KernelResources, SmLimits};
 use crate::plan::reduce::SQ_MAX_PARTIALS;
 use crate::precision::Precision;
 use crate::ptx;
@@ -71,8 +72,12 @@ pub struct CudaBackend {
     precision: Precision,
     device_name: String,
     compute_capability: (i32, i32),
-    /// Multiprocessors, for the split-K decision.
+    /// Multiprocessors, for the decode attention's split.
     sms: usize,
+    /// The multiprocessors and each matmul kernel's resident blocks per SM, from the
+    /// device's limits and the kernels' registers and shared memory: the products' tile
+    /// and split-K decisions.
+    matmul_gpu: MatmulGpu,
     /// `ANDREA_CUDA_SPLIT_K` (default `auto`), or [`CudaBackend::set_split_k`].
     split_k: SplitK,
     /// A planted fault for the split-K tests: the reduce skips the last slice.
@@ -173,7 +178,8 @@ impl CudaBackend {
                 ),
             });
         }
-        let sms = attr(DeviceAttribute::MultiprocessorCount)?.max(1) as usize;
+        let sm = sm_limits(device.as_raw(), &device_name)?;
+        let sms = sm.sms;
         let split_k = match std::env::var("ANDREA_CUDA_SPLIT_K") {
             Ok(v) => SplitK::parse(&v)?,
             Err(_) => SplitK::Auto,
@@ -202,11 +208,13 @@ impl CudaBackend {
             .map_err(|e| driver::from_cust(e, "creating the CUDA stream", &device_name, None))?;
         let (modules, functions, loads) = load_modules(version)?;
         opt_in_shared_memory(&functions)?;
+        let matmul_gpu = matmul_gpu(&sm, &functions)?;
         let sq = |n| alloc_zeroed::<f64>(n, &device_name);
         Ok(CudaBackend {
             precision,
             compute_capability: cc,
             sms,
+            matmul_gpu,
             split_k,
             split_k_fault: false,
             unfused_gelu_backward: std::env::var_os("ANDREA_CUDA_FUSED_GELU_BACKWARD")
@@ -360,11 +368,26 @@ impl CudaBackend {
         self.sms
     }
 
-    /// Tests only: plans products (the split-K decision) as on a GPU of `sms`
-    /// multiprocessors, e.g. an H200's 132 on the emulator's one.
+    /// How products are planned here: the multiprocessors and how many blocks of each
+    /// matmul kernel one holds ([`MatmulGpu`]).
+    pub fn matmul_gpu(&self) -> &MatmulGpu {
+        &self.matmul_gpu
+    }
+
+    /// Tests only: plans products (the tile and split-K decisions) and the decode split
+    /// as on an H200-class GPU ([`SmLimits::H200`]) of `sms` multiprocessors running this
+    /// device's kernels, e.g. an H200's 132 on the emulator's one.
     #[doc(hidden)]
     pub fn plan_for_multiprocessors(&mut self, sms: usize) {
         self.sms = sms.max(1);
+        let limits = SmLimits {
+            sms: self.sms,
+            ..SmLimits::H200
+        };
+        self.matmul_gpu = match matmul_gpu(&limits, &self.functions) {
+            Ok(g) => g,
+            Err(_) => self.matmul_gpu.clone().with_sms(sms),
+        };
     }
 
     /// The GPU's name, as the driver reports it.
@@ -567,6 +590,65 @@ fn log_text(buf: &[u8]) -> String {
 
 /// Lets the kernels that need more than 48 KiB of dynamic shared memory (the mma
 /// matmuls, plan::matmul::mma_smem) have it (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+/// The device's multiprocessor limits (`cuDeviceGetAttribute`), for [`MatmulGpu`].
+fn sm_limits(device: c_int, device_name: &str) -> Result<SmLimits> {
+    let attr = |attrib: c_int, what: &str| {
+        driver_int(
+            // SAFETY: writes one int; `device` is a device the driver handed out.
+            |v| unsafe { driver::cuDeviceGetAttribute(v, attrib, device) },
+            || format!("cuDeviceGetAttribute({what}) on {device_name}"),
+        )
+    };
+    Ok(SmLimits {
+        sms: attr(16, "multiprocessors")?.max(1),
+        registers: attr(82, "registers per multiprocessor")?,
+        shared_memory: attr(81, "shared memory per multiprocessor")?,
+        reserved_shared_memory: attr(111, "shared memory reserved per block")?,
+        threads: attr(39, "threads per multiprocessor")?,
+        blocks: attr(106, "blocks per multiprocessor")?,
+    })
+}
+
+/// How many blocks of each matmul kernel an SM holds: its registers per thread and
+/// static shared memory as the driver loaded it (`cuFuncGetAttribute`) against `sm`.
+fn matmul_gpu(sm: &SmLimits, functions: &HashMap<&'static str, CuFunction>) -> Result<MatmulGpu> {
+    const SHARED_SIZE_BYTES: c_int = 1;
+    const NUM_REGS: c_int = 4;
+    let mut resources = HashMap::new();
+    for kernel in MatmulKernel::all() {
+        let name = kernel.name();
+        let Some(&f) = functions.get(name) else {
+            continue;
+        };
+        let attr = |attrib: c_int, what: &str| {
+            driver_int(
+                // SAFETY: writes one int; `f` is a kernel of a loaded module.
+                |v| unsafe { driver::cuFuncGetAttribute(v, attrib, f) },
+                || format!("cuFuncGetAttribute({what}) of kernel `{name}`"),
+            )
+        };
+        let r = KernelResources {
+            registers: attr(NUM_REGS, "registers")?,
+            static_smem: attr(SHARED_SIZE_BYTES, "static shared memory")?,
+        };
+        resources.insert(name, r);
+    }
+    Ok(MatmulGpu::new(sm, |name| {
+        resources.get(name).copied().unwrap_or_default()
+    }))
+}
+
+/// The int a driver query writes through `call`'s pointer, checked (`what` names the
+/// query in the error); a negative value reads as 0.
+fn driver_int(
+    call: impl FnOnce(*mut c_int) -> i32,
+    what: impl FnOnce() -> String,
+) -> Result<usize> {
+    let mut v: c_int = 0;
+    driver::check(call(&mut v), what)?;
+    Ok(v.max(0) as usize)
+}
+
 fn opt_in_shared_memory(functions: &HashMap<&'static str, CuFunction>) -> Result<()> {
     const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
     for kernel in MatmulKernel::all() {

@@ -85,7 +85,7 @@ impl CudaBackend {
             self.matmul_impl,
             self.mma_store,
             self.split_k,
-            self.sms,
+            &self.matmul_gpu,
         )?;
         let gelu_mode = gelu.mode(self.precision.approx_tanh);
         if let Some(s) = &p.split {
@@ -271,9 +271,9 @@ impl LinalgOps for CudaBackend {
             1,
             self.precision.matmul,
             self.matmul_impl,
-            self.sms,
+            &self.matmul_gpu,
         );
-        match matmul::split_of(m, n, k, 1, kernel, self.split_k, self.sms) {
+        match matmul::split_of(m, n, k, 1, kernel, self.split_k, &self.matmul_gpu) {
             Ok(Some(s)) => s.workspace,
             _ => 0,
         }

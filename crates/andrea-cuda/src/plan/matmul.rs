@@ -2,6 +2,7 @@
 //! at most 65 535 batch entries), how each operand's tiles are staged, and whether K is
 //! split into slices summed by a second kernel (split-K).
 
+use super::occupancy::{resident_blocks, KernelResources, SmLimits};
 use super::{grid, int, Launch};
 use crate::precision::MatmulPrecision;
 use andrea_core::Result;
@@ -31,17 +32,6 @@ impl MmaTile {
         match self {
             MmaTile::T128x128 => 256,
             _ => 128,
-        }
-    }
-
-    /// Blocks resident per SM (the kernels' `__launch_bounds__` minimum, which ptxas
-    /// meets: `cargo xtask build-kernels`): by shared memory, 96 / 72 / 48 KiB each
-    /// against 228 KB per SM on sm_90 (164 KB on sm_80 allows 1 / 2 / 3).
-    pub fn blocks_per_sm(self) -> usize {
-        match self {
-            MmaTile::T128x128 => 2,
-            MmaTile::T128x64 => 3,
-            MmaTile::T64x64 => 4,
         }
     }
 
@@ -236,16 +226,65 @@ pub fn mma_staged_tile(t: MmaTile) -> u32 {
     (bm * (bn + 8) * 4) as u32
 }
 
-/// The mma tile of least estimated time for `batch` products of `[M, ·]·[·, N]` on
-/// `sms` multiprocessors: `waves · blocks_per_sm · bm · bn / efficiency` (the time of a
+/// The GPU products are planned for: its multiprocessors, and how many blocks of each
+/// matmul kernel one of them holds at a time ([`resident_blocks`] of the device's limits
+/// and the kernel's registers and shared memory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatmulGpu {
+    pub sms: usize,
+    blocks: Vec<(MatmulKernel, usize)>,
+}
+
+impl MatmulGpu {
+    /// The plan's view of a GPU with limits `sm` whose kernels take `resources(name)`
+    /// (looked up by [`MatmulKernel::name`]). A kernel that does not fit an SM counts as
+    /// one block (its launch then fails and says why).
+    pub fn new(sm: &SmLimits, resources: impl Fn(&str) -> KernelResources) -> Self {
+        let blocks = MatmulKernel::all()
+            .into_iter()
+            .map(|k| {
+                let b = resident_blocks(sm, k.threads(), resources(k.name()), k.smem());
+                (k, b.max(1))
+            })
+            .collect();
+        MatmulGpu {
+            sms: sm.sms.max(1),
+            blocks,
+        }
+    }
+
+    /// The same GPU with `sms` multiprocessors (tests plan as on a large GPU this way).
+    pub fn with_sms(mut self, sms: usize) -> Self {
+        self.sms = sms.max(1);
+        self
+    }
+
+    /// Blocks of `kernel` resident on one SM at a time.
+    pub fn blocks_per_sm(&self, kernel: MatmulKernel) -> usize {
+        self.blocks
+            .iter()
+            .find(|(k, _)| *k == kernel)
+            .map_or(1, |&(_, b)| b)
+    }
+}
+
+/// The mma tile of least estimated time for `batch` products of `[M, ·]·[·, N]` in
+/// `precision` on `gpu`: `waves · blocks_per_sm · bm · bn / efficiency` (the time of a
 /// wave is that of one SM running its resident blocks, all bound by shared-memory
 /// bandwidth), the larger tile on a tie.
-pub fn mma_tile(m: usize, n: usize, batch: usize, sms: usize) -> MmaTile {
+pub fn mma_tile(
+    m: usize,
+    n: usize,
+    batch: usize,
+    precision: MatmulPrecision,
+    gpu: &MatmulGpu,
+) -> MmaTile {
     let cost = |t: MmaTile| {
         let (bm, bn) = t.dims();
+        let resident = gpu.blocks_per_sm(mma_kernel(precision, t));
         let blocks = m.div_ceil(bm) * n.div_ceil(bn) * batch.max(1);
-        let waves = blocks.div_ceil(sms.max(1) * t.blocks_per_sm());
-        (waves * t.blocks_per_sm() * bm * bn) as f64 / t.efficiency()
+        let waves = blocks.div_ceil(gpu.sms * resident);
+        (waves * resident * bm * bn) as f64 / t.efficiency()
     };
     let mut best = MmaTile::T128x128;
     for t in MmaTile::ALL {
@@ -256,12 +295,20 @@ pub fn mma_tile(m: usize, n: usize, batch: usize, sms: usize) -> MmaTile {
     best
 }
 
+/// The mma kernel of tile `t` for `precision` (TF32 for FP32, which never runs one).
+fn mma_kernel(precision: MatmulPrecision, t: MmaTile) -> MatmulKernel {
+    match precision {
+        MatmulPrecision::Bf16 => MatmulKernel::MmaBf16(t),
+        _ => MatmulKernel::MmaTf32(t),
+    }
+}
+
 /// Products below this many multiply-adds stay on the FP32 kernel even in a tensor-core
 /// precision: a 128×128 tile would be mostly padding, and the gain is nil.
 pub const TENSOR_CORE_MIN_MACS: usize = 1 << 22;
 
 /// The kernel for `batch` `[M, K]·[K, N]` products in `precision` with the tensor-core
-/// kernels `imp`, on `sms` multiprocessors.
+/// kernels `imp`, on `gpu`.
 pub fn choose(
     m: usize,
     n: usize,
@@ -269,7 +316,7 @@ pub fn choose(
     batch: usize,
     precision: MatmulPrecision,
     imp: MatmulImpl,
-    sms: usize,
+    gpu: &MatmulGpu,
 ) -> MatmulKernel {
     let big = m >= 64
         && n >= 64
@@ -277,7 +324,7 @@ pub fn choose(
         && m.saturating_mul(n).saturating_mul(k) >= TENSOR_CORE_MIN_MACS;
     let tile = || match imp {
         MatmulImpl::MmaFixed(t) => t,
-        _ => mma_tile(m, n, batch, sms),
+        _ => mma_tile(m, n, batch, precision, gpu),
     };
     match (precision, imp) {
         (MatmulPrecision::Fp32, _) => MatmulKernel::Simt,
@@ -376,17 +423,6 @@ pub const MIN_K_SLICE: usize = 1024;
 /// The split-K workspace stays below this many floats (256 MiB).
 pub const MAX_WORKSPACE: usize = 64 << 20;
 
-/// Blocks of `kernel` resident on one SM at a time, from its registers (ptxas, sm_90,
-/// 65 536 per SM): the WMMA kernels use 210-254 × 256 threads, so one block;
-/// matmul_simt 64 × 256, so four; the mma kernels [`MmaTile::blocks_per_sm`].
-pub fn blocks_per_sm(kernel: MatmulKernel) -> usize {
-    match kernel {
-        MatmulKernel::Simt => 4,
-        MatmulKernel::TensorTf32 | MatmulKernel::TensorBf16 => 1,
-        MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) => t.blocks_per_sm(),
-    }
-}
-
 /// The relative time of a product split into `s` slices, in units of one block's time
 /// over the whole of K: `ceil(tiles·s / slots) / s` waves of blocks each doing 1/s of
 /// the work, plus the reduce, `s·64/K` (its 8·s bytes per output element against the
@@ -402,8 +438,8 @@ pub fn split_cost(tiles: usize, slots: usize, k: usize, s: usize) -> f64 {
     waves as f64 / s as f64 + reduce
 }
 
-/// The number of K slices for an `[M, K]·[K, N]` product of `batch` entries on a GPU of
-/// `sms` multiprocessors: the `s <= MAX_SLICES` of least [`split_cost`] (the smallest on
+/// The number of K slices for an `[M, K]·[K, N]` product of `batch` entries on `gpu`:
+/// the `s <= MAX_SLICES` of least [`split_cost`] (the smallest on
 /// a tie) with slices of at least `MIN_K_SLICE` and a workspace under `MAX_WORKSPACE`,
 /// taken only when it is at least 10% faster than the unsplit product. Batched products
 /// (attention) never split: their grid already has a dimension per entry.
@@ -413,14 +449,14 @@ pub fn split_count(
     k: usize,
     batch: usize,
     kernel: MatmulKernel,
-    sms: usize,
+    gpu: &MatmulGpu,
 ) -> usize {
     if batch != 1 {
         return 1;
     }
     let (bm, bn, _) = kernel.tile();
     let tiles = m.div_ceil(bm) * n.div_ceil(bn);
-    let slots = sms * blocks_per_sm(kernel);
+    let slots = gpu.sms * gpu.blocks_per_sm(kernel);
     let most = (k / MIN_K_SLICE)
         .min(MAX_SLICES)
         .min(MAX_WORKSPACE / (m * n).max(1));
@@ -508,19 +544,19 @@ pub fn split_of(
     batch: usize,
     kernel: MatmulKernel,
     split_k: SplitK,
-    sms: usize,
+    gpu: &MatmulGpu,
 ) -> Result<Option<Split>> {
     let want = match split_k {
         _ if batch != 1 => 1,
         SplitK::Off => 1,
-        SplitK::Auto => split_count(m, n, k, batch, kernel, sms),
+        SplitK::Auto => split_count(m, n, k, batch, kernel, gpu),
         SplitK::Fixed(s) => s,
     };
     split(m, n, k, kernel, want)
 }
 
-/// Plans `c = a·b` for `a: [batch, M, K]`, `b: [batch, K, N]` on a GPU of `sms`
-/// multiprocessors, the mma kernels storing their output by `store`.
+/// Plans `c = a·b` for `a: [batch, M, K]`, `b: [batch, K, N]` on `gpu`, the mma kernels
+/// storing their output by `store`.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
     a: &Operand,
@@ -530,13 +566,13 @@ pub fn plan(
     imp: MatmulImpl,
     store: MmaStore,
     split_k: SplitK,
-    sms: usize,
+    gpu: &MatmulGpu,
 ) -> Result<MatmulPlan> {
     const OP: &str = "matmul";
     let (m, k, n) = (a.rows, a.cols, b.cols);
-    let kernel = choose(m, n, k, batch, precision, imp, sms);
+    let kernel = choose(m, n, k, batch, precision, imp, gpu);
     let (bm, bn, _) = kernel.tile();
-    let split = split_of(m, n, k, batch, kernel, split_k, sms)?;
+    let split = split_of(m, n, k, batch, kernel, split_k, gpu)?;
     let mut launches = Vec::new();
     if let Some(s) = &split {
         launches.push((
@@ -625,6 +661,42 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// An H200 with ptxas's sm_90 registers and static shared memory of each kernel
+    /// (crates/andrea-cuda/ptx/resources.tsv, written by `cargo xtask build-kernels`).
+    fn h200() -> MatmulGpu {
+        let table = super::super::occupancy::ptxas_table(include_str!("../../ptx/resources.tsv"));
+        MatmulGpu::new(&SmLimits::H200, |name| {
+            *table
+                .get(&(name.to_string(), "sm_90".to_string()))
+                .unwrap_or_else(|| panic!("{name}: not in ptx/resources.tsv"))
+        })
+    }
+
+    /// Blocks per SM of each matmul kernel on an H200 and on an A100, from their limits
+    /// and ptxas's counts: the WMMA kernels (210-254 registers × 256 threads) one, the
+    /// SIMT kernel four (by registers), the mma kernels by shared memory (96 / 72 / 48
+    /// KiB per block: 2 / 3 / 4 of 228 KiB, 1 / 2 / 3 of an A100's 164 KiB).
+    #[test]
+    fn blocks_per_sm_from_the_device() {
+        use MmaTile::*;
+        let h = h200();
+        assert_eq!(h.blocks_per_sm(MatmulKernel::Simt), 4);
+        assert_eq!(h.blocks_per_sm(MatmulKernel::TensorTf32), 1);
+        assert_eq!(h.blocks_per_sm(MatmulKernel::TensorBf16), 1);
+        let table = super::super::occupancy::ptxas_table(include_str!("../../ptx/resources.tsv"));
+        let a100 = MatmulGpu::new(&SmLimits::A100, |name| {
+            table[&(name.to_string(), "sm_80".to_string())]
+        });
+        for (t, on_h200, on_a100) in [(T128x128, 2, 1), (T128x64, 3, 2), (T64x64, 4, 3)] {
+            for k in [MatmulKernel::MmaTf32(t), MatmulKernel::MmaBf16(t)] {
+                assert_eq!(h.blocks_per_sm(k), on_h200, "{k:?} on an H200");
+                assert_eq!(a100.blocks_per_sm(k), on_a100, "{k:?} on an A100");
+            }
+        }
+        assert_eq!(a100.sms, 108);
+        assert_eq!(h.clone().with_sms(1).blocks_per_sm(MatmulKernel::Simt), 4);
+    }
+
     fn contiguous(offset: usize, rows: usize, cols: usize) -> Operand {
         Operand {
             offset,
@@ -647,7 +719,7 @@ mod tests {
                 1,
                 MatmulPrecision::Tf32,
                 MatmulImpl::Wmma,
-                132
+                &h200()
             ),
             MatmulKernel::TensorTf32
         );
@@ -659,7 +731,7 @@ mod tests {
                 1,
                 MatmulPrecision::Bf16,
                 MatmulImpl::Wmma,
-                132
+                &h200()
             ),
             MatmulKernel::TensorBf16
         );
@@ -671,7 +743,7 @@ mod tests {
                 1,
                 MatmulPrecision::Fp32,
                 MatmulImpl::Wmma,
-                132
+                &h200()
             ),
             MatmulKernel::Simt
         );
@@ -684,12 +756,20 @@ mod tests {
                 1,
                 MatmulPrecision::Tf32,
                 MatmulImpl::Wmma,
-                132
+                &h200()
             ),
             MatmulKernel::Simt
         );
         assert_eq!(
-            choose(64, 64, 64, 1, MatmulPrecision::Tf32, MatmulImpl::Wmma, 132),
+            choose(
+                64,
+                64,
+                64,
+                1,
+                MatmulPrecision::Tf32,
+                MatmulImpl::Wmma,
+                &h200()
+            ),
             MatmulKernel::Simt
         );
     }
@@ -746,7 +826,7 @@ mod tests {
             MatmulImpl::Mma,
             MmaStore::Staged,
             SplitK::Fixed(4),
-            132,
+            &h200(),
         )
         .unwrap();
         assert!(p.split.is_none(), "batched products never split");
@@ -777,8 +857,8 @@ mod tests {
         for precision in [MatmulPrecision::Tf32, MatmulPrecision::Bf16] {
             for (g, (name, slices)) in gemms.iter().zip(want) {
                 assert_eq!(g.name, name);
-                let kernel = choose(g.m, g.n, g.k, 1, precision, MatmulImpl::Wmma, 132);
-                let got = split_count(g.m, g.n, g.k, 1, kernel, 132);
+                let kernel = choose(g.m, g.n, g.k, 1, precision, MatmulImpl::Wmma, &h200());
+                let got = split_count(g.m, g.n, g.k, 1, kernel, &h200());
                 assert_eq!(got, slices, "{name} in {precision:?}");
                 let a = contiguous(0, g.m, g.k);
                 let b = contiguous(0, g.k, g.n);
@@ -790,7 +870,7 @@ mod tests {
                     MatmulImpl::Wmma,
                     MmaStore::Staged,
                     SplitK::Auto,
-                    132,
+                    &h200(),
                 )
                 .unwrap();
                 let s = p.split.map(|s| s.slices).unwrap_or(1);
@@ -805,7 +885,7 @@ mod tests {
         }
         // The attention projection's dW (768 × 768, 36 tiles) splits the most finely.
         assert_eq!(
-            split_count(768, 768, 16384, 1, MatmulKernel::TensorBf16, 132),
+            split_count(768, 768, 16384, 1, MatmulKernel::TensorBf16, &h200()),
             7
         );
         // Workspaces at 16 × 1024: 6·768·2304, 8·3072·768, 8·8512·768 floats.
@@ -826,13 +906,20 @@ mod tests {
             MatmulImpl::Wmma,
             MmaStore::Staged,
             SplitK::Off,
-            132,
+            &h200(),
         )
         .unwrap();
         assert!(p.split.is_none());
         // One SM (the emulator): a single tile already fills it.
         assert_eq!(
-            split_count(768, 768, 16384, 1, MatmulKernel::TensorBf16, 1),
+            split_count(
+                768,
+                768,
+                16384,
+                1,
+                MatmulKernel::TensorBf16,
+                &h200().with_sms(1)
+            ),
             1
         );
     }
@@ -857,7 +944,7 @@ mod tests {
     #[test]
     fn mma_kernel_choice_and_launch() {
         use MatmulPrecision::*;
-        let pick = |p, imp| choose(16384, 2304, 768, 1, p, imp, 132);
+        let pick = |p, imp| choose(16384, 2304, 768, 1, p, imp, &h200());
         assert_eq!(pick(Fp32, MatmulImpl::Mma), MatmulKernel::Simt);
         assert_eq!(pick(Tf32, MatmulImpl::Wmma), MatmulKernel::TensorTf32);
         assert_eq!(
@@ -870,7 +957,7 @@ mod tests {
         );
         // Small products stay SIMT whatever the setting.
         assert_eq!(
-            choose(64, 64, 64, 1, Bf16, MatmulImpl::Mma, 132),
+            choose(64, 64, 64, 1, Bf16, MatmulImpl::Mma, &h200()),
             MatmulKernel::Simt
         );
         let (a, b) = (contiguous(0, 1000, 768), contiguous(0, 768, 8512));
@@ -879,7 +966,7 @@ mod tests {
             .flat_map(|t| MmaStore::ALL.map(|s| (t, s)))
         {
             let imp = MatmulImpl::MmaFixed(t);
-            let p = plan(&a, &b, 1, Bf16, imp, store, SplitK::Off, 132).unwrap();
+            let p = plan(&a, &b, 1, Bf16, imp, store, SplitK::Off, &h200()).unwrap();
             let (bm, bn) = t.dims();
             let l = &p.launches[0].1;
             let name = MatmulKernel::MmaBf16(t).name();
@@ -899,9 +986,10 @@ mod tests {
             assert_eq!(l.smem as usize, 3 * (bm + bn) * 32 * 4);
             assert!(l.smem <= 163 * 1024);
             // At least two blocks per SM on sm_90 by shared memory (228 KB, 1 KB each
-            // reserved) and registers (the ptxas counts are <= 65536 / (threads·blocks)).
-            assert!(t.blocks_per_sm() >= 2);
-            assert!(t.blocks_per_sm() * (l.smem as usize + 1024) <= 228 * 1024);
+            // reserved) and by ptxas's registers (the kernels' `__launch_bounds__`).
+            let resident = h200().blocks_per_sm(MatmulKernel::MmaBf16(t));
+            assert!(resident >= 2, "{t:?}: {resident}");
+            assert!(resident * (l.smem as usize + 1024) <= 228 * 1024);
         }
     }
 
@@ -914,7 +1002,12 @@ mod tests {
         let gemms = andrea_core::config::step_gemms(16 * 1024, 768, 3072, 8512);
         let got: Vec<(&str, MmaTile)> = gemms
             .iter()
-            .map(|g| (g.name, mma_tile(g.m, g.n, 1, 132)))
+            .map(|g| {
+                (
+                    g.name,
+                    mma_tile(g.m, g.n, 1, MatmulPrecision::Bf16, &h200()),
+                )
+            })
             .collect();
         // E.g. the LM head (N = 8512): 128 × 67 tiles of 128x128 are 32.5 waves of 264
         // slots (33 · 2 · 128²), 128 × 133 of 128x64 are 43.0 waves of 396 (43 · 3 ·
@@ -934,10 +1027,17 @@ mod tests {
             ("bwd_dwte_lm_head", T128x128),
         ];
         assert_eq!(got, want);
+        let one_sm = h200().with_sms(1);
         // A single tile's worth of work: the smallest tile that covers it in one wave.
-        assert_eq!(mma_tile(64, 64, 1, 1), T64x64);
-        assert_eq!(mma_tile(128, 128, 1, 1), T64x64);
-        assert_eq!(mma_tile(4096, 4096, 1, 132), T128x128);
+        assert_eq!(mma_tile(64, 64, 1, MatmulPrecision::Bf16, &one_sm), T64x64);
+        assert_eq!(
+            mma_tile(128, 128, 1, MatmulPrecision::Bf16, &one_sm),
+            T64x64
+        );
+        assert_eq!(
+            mma_tile(4096, 4096, 1, MatmulPrecision::Bf16, &h200()),
+            T128x128
+        );
     }
 
     #[test]
@@ -991,8 +1091,8 @@ mod tests {
         #[test]
         fn small_products_never_split(m in 1usize..5000, n in 1usize..5000, k in 1usize..2048, sms in 1usize..200) {
             for kernel in [MatmulKernel::Simt, MatmulKernel::TensorBf16] {
-                prop_assert_eq!(split_count(m, n, k, 1, kernel, sms), 1);
-                prop_assert_eq!(split_count(m, n, 16384, 2, kernel, sms), 1);
+                prop_assert_eq!(split_count(m, n, k, 1, kernel, &h200().with_sms(sms)), 1);
+                prop_assert_eq!(split_count(m, n, 16384, 2, kernel, &h200().with_sms(sms)), 1);
             }
         }
     }

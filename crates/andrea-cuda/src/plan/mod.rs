@@ -13,6 +13,7 @@ pub mod decode;
 pub mod elementwise;
 pub mod embedding;
 pub mod matmul;
+pub mod occupancy;
 pub mod reduce;
 pub mod rows;
 

@@ -7,6 +7,7 @@
 //! gpu_check decode    [--batch 16] [--keys 1024] [--heads 12] [--head-dim 64] [--reps 5] [--inner 20]
 //! gpu_check train     [--config andrea-120m.toml] [--batch 16] [--seq 1024] [--steps 2]
 //! gpu_check loads
+//! gpu_check agree     --checkpoint DIR --data SHARD [--prompt 16] [--tokens 48]
 //! ```
 //!
 //! * `gemm`: the 11 products of an ANDREA-120M training step at `tokens = B·T` rows
@@ -42,9 +43,13 @@
 //!   deterministic by design).
 //! * `loads`: how the kernel modules were loaded (embedded machine code or JIT-compiled
 //!   PTX) and the driver's time for each.
+//! * `agree`: a checkpoint's argmax on the CPU and on the GPU at each position of the same
+//!   token sequence, teacher-forced, near-ties aside (`agree.rs`).
 //!
 //! Exit status 0 when every check passed, 1 when one failed, 2 on a usage or device error.
 //! Needs `--features cuda`; the sizes are flags so the same binary runs on the emulator.
+
+mod agree;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -239,11 +244,10 @@ fn gemm(flags: &Flags) -> Res<bool> {
             let flops = 2.0 * (m * k * n) as f64;
             // Split-K as the backend plans it (ANDREA_CUDA_SPLIT_K, default auto); a split
             // product is timed unsplit too, so one run compares both.
-            let kernel =
-                split_plan::choose(m, n, k, 1, precision.matmul, imp, be.multiprocessors());
+            let kernel = split_plan::choose(m, n, k, 1, precision.matmul, imp, be.matmul_gpu());
             let slices = match be.split_k() {
                 SplitK::Off => 1,
-                SplitK::Auto => split_plan::split_count(m, n, k, 1, kernel, be.multiprocessors()),
+                SplitK::Auto => split_plan::split_count(m, n, k, 1, kernel, be.matmul_gpu()),
                 SplitK::Fixed(s) => split_plan::split(m, n, k, kernel, s)
                     .map_err(device(name))?
                     .map_or(1, |s| s.slices),
@@ -815,7 +819,7 @@ fn loads() -> Res<bool> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first() else {
-        eprintln!("usage: gpu_check gemm|attention|decode|train|loads [--flag value ...]");
+        eprintln!("usage: gpu_check gemm|attention|decode|train|loads|agree [--flag value ...]");
         return ExitCode::from(2);
     };
     let result = Flags::parse(&args[1..]).and_then(|f| match cmd.as_str() {
@@ -824,6 +828,7 @@ fn main() -> ExitCode {
         "decode" => decode(&f),
         "train" => train(&f),
         "loads" => loads(),
+        "agree" => agree::agree(&f),
         other => Err(format!("unknown check `{other}`")),
     });
     match result {
