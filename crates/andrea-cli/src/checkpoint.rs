@@ -109,7 +109,15 @@ pub fn save<B: Backend>(
         .collect::<Result<_>>()?;
     let json = serde_json::to_string_pretty(&state)?;
     andrea::model::io::write_atomic(&tmp.join(STATE_FILE), json.as_bytes()).with_context(what)?;
-    if fin.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(&fin) {
+        if checkpoint_step(&fin).is_none() {
+            bail!(
+                "cannot write the checkpoint {}: the name is taken by {} that is not a checkpoint \
+                 of andrea; move it away",
+                fin.display(),
+                andrea_fs::kind_name(meta.file_type())
+            );
+        }
         // Same step saved again (a resumed run stopped at once): replace it.
         let old = out.join(format!(".old-{name}-{suffix}"));
         let _ = std::fs::remove_dir_all(&old);
@@ -183,6 +191,21 @@ pub fn prune(out: &Path, keep: usize) -> Result<()> {
 
 #[cfg(unix)]
 pub fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
+    // `latest` is ours to replace only while it is a link, a file or absent: never a FIFO,
+    // a device or a directory someone put under the name.
+    let latest = out.join("latest");
+    if let Ok(meta) = std::fs::symlink_metadata(&latest) {
+        if !meta.file_type().is_symlink() && !meta.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is {}, not the link to the newest checkpoint andrea keeps there: move it away",
+                    latest.display(),
+                    andrea_fs::kind_name(meta.file_type())
+                ),
+            ));
+        }
+    }
     let tmp = out.join(format!(".latest.tmp-{}", crate::run_lock::unique_suffix()));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(name, &tmp)?;

@@ -15,7 +15,18 @@ pub fn run(cmd: &TokenizerCommand) -> Result<()> {
     }
 }
 
+/// `tokenizer encode --input`: a text held in memory with its ids (4 bytes per token).
+const MAX_ENCODE_INPUT_BYTES: u64 = 1 << 30;
+
 pub fn train(args: &TokenizerTrainArgs) -> Result<()> {
+    // Before the work: the output must be a regular file or new, the inputs regular files
+    // or directories (a FIFO would block, a device never end).
+    andrea_fs::check_output_file(&args.out)
+        .with_context(|| format!("cannot write the tokenizer to {}", args.out.display()))?;
+    for input in &args.inputs {
+        andrea_fs::check_input(input)
+            .with_context(|| format!("cannot read the corpus input {}", input.display()))?;
+    }
     let config = TrainConfig {
         merges: args.merges,
         min_frequency: args.min_frequency,
@@ -55,8 +66,14 @@ fn encode(args: &EncodeArgs) -> Result<()> {
     let tokenizer = load(&args.tokenizer)?;
     let text = match (&args.text, &args.input) {
         (Some(t), _) => t.clone(),
-        (None, Some(p)) => std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read {} as UTF-8 text", p.display()))?,
+        (None, Some(p)) => {
+            andrea_fs::read_regular_text(p, MAX_ENCODE_INPUT_BYTES).with_context(|| {
+                format!(
+                    "cannot read {} as UTF-8 text (larger corpora: `andrea prepare`)",
+                    p.display()
+                )
+            })?
+        }
         (None, None) => bail!("pass --text <text> or --input <file>"),
     };
     let ids = if args.special_tokens {

@@ -163,6 +163,33 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B
     })
 }
 
+/// The run directory and the files andrea writes in it under fixed names must be what
+/// andrea would write there (a directory; regular files; `latest` a symbolic link or a
+/// regular file) or not exist yet: a FIFO or a device under one of those names is
+/// refused before anything is read or written (an append to `metrics.jsonl` on a device
+/// would vanish, a read of it on a FIFO would block).
+fn check_run_outputs(out: &Path) -> Result<()> {
+    let fix = "move it away or pass another --out";
+    andrea_fs::check_output_dir(out)
+        .with_context(|| format!("cannot use {} as the run directory: {fix}", out.display()))?;
+    for name in [crate::run_lock::LOCK_FILE, METRICS_FILE, PLOT_FILE] {
+        let p = out.join(name);
+        andrea_fs::check_output_file(&p)
+            .with_context(|| format!("cannot write {}: {fix}", p.display()))?;
+    }
+    let latest = out.join("latest");
+    if let Ok(meta) = std::fs::symlink_metadata(&latest) {
+        if !meta.file_type().is_symlink() && !meta.is_file() {
+            bail!(
+                "cannot write {}: it is {}, where andrea keeps a link to the newest checkpoint: {fix}",
+                latest.display(),
+                andrea_fs::kind_name(meta.file_type())
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Refuses to mix two runs in one directory; with `--overwrite`, clears the old run
 /// (its checkpoints, `latest`, metrics and plot; nothing else in the directory).
 fn prepare_run_dir(out: &Path, overwrite: bool, resuming: bool) -> Result<()> {
@@ -298,6 +325,9 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     };
     // Rank 0 alone owns the run directory. Held until `run` returns; the kernel drops
     // it if the process dies.
+    if root {
+        check_run_outputs(&out)?;
+    }
     let _lock = root.then(|| RunLock::acquire(&out)).transpose()?;
     if root {
         checkpoint::remove_stale_temporaries(&out)?;
