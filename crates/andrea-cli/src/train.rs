@@ -389,26 +389,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     ));
 
     let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second handler cannot be set in one process; that only matters to tests.
-        // The first Ctrl-C finishes the step and checkpoints; a second one exits at
-        // once (checkpoints are renamed into place, so none is left half-written).
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                eprintln!("\nsecond Ctrl-C: exiting without a checkpoint");
-                std::process::exit(INTERRUPTED);
-            }
-            eprintln!(
-                "\nCtrl-C: finishing the step and writing a checkpoint (again to quit at once)"
-            );
-        });
-    }
-    // SIGUSR1 stops the same way (Open MPI's mpirun forwards it to every rank at once,
-    // where it turns Ctrl-C into SIGTERM only after a timeout). The handler only sets
-    // the flag (the run ends with "interrupted at step N").
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, stop.clone())
-        .context("installing the SIGUSR1 handler")?;
+    crate::stop::install(stop.clone())?;
 
     let mut metrics = root.then(|| Metrics::open(&out, start)).transpose()?;
     let progress = Progress::new(start, settings.steps, settings.log_every).quiet(!root);
