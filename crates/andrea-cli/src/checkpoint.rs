@@ -132,7 +132,8 @@ pub fn save<B: Backend>(
 }
 
 /// Removes what an interrupted save left behind (`.tmp-step-*`, `.old-step-*`,
-/// `.latest.tmp-*`). Only safe while holding the run's lock.
+/// `.latest.tmp-*`, and the temporaries of `metrics.jsonl` and `loss.svg`,
+/// `.<name>.tmp-<pid>`). Only safe while holding the run's lock.
 pub fn remove_stale_temporaries(out: &Path) -> Result<()> {
     let Ok(entries) = std::fs::read_dir(out) else {
         return Ok(());
@@ -142,7 +143,10 @@ pub fn remove_stale_temporaries(out: &Path) -> Result<()> {
         let p = entry.path();
         if name.starts_with(".tmp-step-") || name.starts_with(".old-step-") {
             std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
-        } else if name.starts_with(".latest.tmp") {
+        } else if name.starts_with(".latest.tmp")
+            || name.starts_with(&format!(".{}.tmp-", crate::metrics::METRICS_FILE))
+            || name.starts_with(&format!(".{}.tmp-", crate::metrics::PLOT_FILE))
+        {
             std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
         }
     }
@@ -242,6 +246,17 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     if !meta.is_dir() {
         bail!(
             "the checkpoint {} is not a directory: pass a checkpoint directory such as <out>/latest",
+            path.display()
+        );
+    }
+    let weights = path.join(andrea::model::io::WEIGHTS_FILE);
+    if std::fs::symlink_metadata(&weights).is_err()
+        && std::fs::symlink_metadata(path.join("latest")).is_ok()
+    {
+        bail!(
+            "{} is a run directory, not a checkpoint: pass {}/latest (its newest checkpoint) \
+             or one of its step-* directories",
+            path.display(),
             path.display()
         );
     }

@@ -215,6 +215,17 @@ enum MergeIn {
 pub(crate) fn from_json(json: &str) -> Result<Tokenizer> {
     let de = &mut serde_json::Deserializer::from_str(json);
     let file: FileIn = serde_path_to_error::deserialize(de).map_err(|e| {
+        // Another model (Unigram, WordPiece, WordLevel) fails on its own `vocab` before
+        // its `type` is looked at: say what is wrong, not where serde stopped.
+        let kind = serde_json::from_str::<Value>(json)
+            .ok()
+            .and_then(|v| v["model"]["type"].as_str().map(str::to_string));
+        if let Some(kind) = kind.filter(|k| k != "BPE") {
+            return Error::format(
+                "model.type",
+                format!("only byte-level BPE is supported, found a {kind:?} model"),
+            );
+        }
         let path = e.path().to_string();
         let field = if path == "." {
             "(top level)".to_string()
@@ -242,7 +253,7 @@ pub(crate) fn from_json(json: &str) -> Result<Tokenizer> {
     if let Some(kind) = m.kind.as_deref().filter(|k| *k != "BPE") {
         return Err(Error::format(
             "model.type",
-            format!("expected \"BPE\", found {kind:?}"),
+            format!("only byte-level BPE is supported, found a {kind:?} model"),
         ));
     }
     if m.dropout.is_some_and(|d| d > 0.0) {
