@@ -161,6 +161,15 @@ fn inputs_that_are_not_regular_files_are_refused_at_once() {
             vec!["tokenizer", "encode", "--tokenizer", &name, "--text", "a"],
             vec!["train", "--config", &name, "--data", "data", "--out", "r"],
             vec!["info", "--config", &name],
+            vec![
+                "train",
+                "--config",
+                "tiny.toml",
+                "--data",
+                &name,
+                "--out",
+                "r",
+            ],
             vec!["bench", "train", "--config", &name],
         ] {
             refused_and_kept(dir, &args, &name, what);
