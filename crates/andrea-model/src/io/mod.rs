@@ -53,6 +53,11 @@ fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
 /// weights are still finite.
 pub const MAX_WEIGHT: f32 = 1e6;
 
+/// Whether `v` is finite and at most [`MAX_WEIGHT`] in magnitude.
+fn within_bound(v: f32) -> bool {
+    v.is_finite() && v.abs() <= MAX_WEIGHT
+}
+
 /// Which tensor of a file becomes which parameter; made before anything is allocated.
 struct LoadPlan {
     /// `(name in file, parameter)`.
@@ -207,7 +212,7 @@ impl<B: Backend> Model<B> {
             // A NaN or infinity in a weight makes every output NaN, and so does a finite
             // weight large enough to overflow a product or a LayerNorm variance: refuse
             // it here, by name, rather than print garbage or a loss of NaN later.
-            if let Some(i) = values.iter().position(|v| !(v.abs() <= MAX_WEIGHT)) {
+            if let Some(i) = values.iter().position(|v| !within_bound(*v)) {
                 let what = if values[i].is_finite() {
                     format!("a value of magnitude above {MAX_WEIGHT:e}, where a forward overflows")
                 } else {
@@ -265,7 +270,7 @@ pub fn check_weights(dir: &Path) -> Result<()> {
     let file = TensorFile::parse(&path, &bytes)?;
     for name in file.names() {
         let values = file.read_f32(&name)?;
-        if let Some(i) = values.iter().position(|v| !(v.abs() <= MAX_WEIGHT)) {
+        if let Some(i) = values.iter().position(|v| !within_bound(*v)) {
             return Err(ModelError::format(
                 &path,
                 format!("tensor `{name}` holds {} at index {i}", values[i]),
