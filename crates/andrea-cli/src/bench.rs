@@ -10,7 +10,20 @@ use anyhow::{bail, Result};
 use crate::cli::{BenchArgs, BenchKind};
 use crate::settings::FileConfig;
 
+/// The most timed or warm-up steps of a bench: a median of a million steps is as good as
+/// one of more, and the counts are added and held as per-step times.
+const MAX_BENCH_STEPS: usize = 1_000_000;
+
 pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
+    for (flag, n) in [("--steps", Some(args.steps)), ("--warmup", args.warmup)] {
+        if n.is_some_and(|n| n > MAX_BENCH_STEPS) {
+            bail!(
+                "{flag} {} is more than a bench can time (at most {MAX_BENCH_STEPS}): a few \
+                 dozen steps give a steady median",
+                n.unwrap_or_default()
+            );
+        }
+    }
     let file = FileConfig::read(&args.config)?;
     let config = file.model;
     let seq = args.seq_len.unwrap_or(config.context_length.min(256));

@@ -109,7 +109,15 @@ pub fn save<B: Backend>(
         .collect::<Result<_>>()?;
     let json = serde_json::to_string_pretty(&state)?;
     andrea::model::io::write_atomic(&tmp.join(STATE_FILE), json.as_bytes()).with_context(what)?;
-    if fin.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(&fin) {
+        if checkpoint_step(&fin).is_none() {
+            bail!(
+                "cannot write the checkpoint {}: the name is taken by {} that is not a checkpoint \
+                 of andrea; move it away",
+                fin.display(),
+                andrea_fs::kind_name(meta.file_type())
+            );
+        }
         // Same step saved again (a resumed run stopped at once): replace it.
         let old = out.join(format!(".old-{name}-{suffix}"));
         let _ = std::fs::remove_dir_all(&old);
@@ -124,7 +132,8 @@ pub fn save<B: Backend>(
 }
 
 /// Removes what an interrupted save left behind (`.tmp-step-*`, `.old-step-*`,
-/// `.latest.tmp-*`). Only safe while holding the run's lock.
+/// `.latest.tmp-*`, and the temporaries of `metrics.jsonl` and `loss.svg`,
+/// `.<name>.tmp-<pid>`). Only safe while holding the run's lock.
 pub fn remove_stale_temporaries(out: &Path) -> Result<()> {
     let Ok(entries) = std::fs::read_dir(out) else {
         return Ok(());
@@ -134,7 +143,10 @@ pub fn remove_stale_temporaries(out: &Path) -> Result<()> {
         let p = entry.path();
         if name.starts_with(".tmp-step-") || name.starts_with(".old-step-") {
             std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
-        } else if name.starts_with(".latest.tmp") {
+        } else if name.starts_with(".latest.tmp")
+            || name.starts_with(&format!(".{}.tmp-", crate::metrics::METRICS_FILE))
+            || name.starts_with(&format!(".{}.tmp-", crate::metrics::PLOT_FILE))
+        {
             std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
         }
     }
@@ -183,6 +195,21 @@ pub fn prune(out: &Path, keep: usize) -> Result<()> {
 
 #[cfg(unix)]
 pub fn point_latest(out: &Path, name: &str) -> std::io::Result<()> {
+    // `latest` is ours to replace only while it is a link, a file or absent: never a FIFO,
+    // a device or a directory someone put under the name.
+    let latest = out.join("latest");
+    if let Ok(meta) = std::fs::symlink_metadata(&latest) {
+        if !meta.file_type().is_symlink() && !meta.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is {}, not the link to the newest checkpoint andrea keeps there: move it away",
+                    latest.display(),
+                    andrea_fs::kind_name(meta.file_type())
+                ),
+            ));
+        }
+    }
     let tmp = out.join(format!(".latest.tmp-{}", crate::run_lock::unique_suffix()));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(name, &tmp)?;
@@ -219,6 +246,17 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     if !meta.is_dir() {
         bail!(
             "the checkpoint {} is not a directory: pass a checkpoint directory such as <out>/latest",
+            path.display()
+        );
+    }
+    let weights = path.join(andrea::model::io::WEIGHTS_FILE);
+    if std::fs::symlink_metadata(&weights).is_err()
+        && std::fs::symlink_metadata(path.join("latest")).is_ok()
+    {
+        bail!(
+            "{} is a run directory, not a checkpoint: pass {}/latest (its newest checkpoint) \
+             or one of its step-* directories",
+            path.display(),
             path.display()
         );
     }

@@ -71,6 +71,14 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
     let loss = mean_loss(evaluator.shape(), &shards, &starts, |x, y| {
         model.loss(&mut evaluator, x, y)
     })?;
+    if !loss.is_finite() {
+        anyhow::bail!(
+            "the loss of {} on {} is {loss}: the model's arithmetic overflowed (its weights are \
+             finite but too large, or the run that wrote it was diverging); use an earlier checkpoint",
+            loaded.dir.display(),
+            args.data.display()
+        );
+    }
     let tokens = starts.len() * (window - 1);
     let perplexity = (loss as f64).exp();
     if args.json {

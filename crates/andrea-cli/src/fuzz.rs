@@ -175,6 +175,18 @@ fn start_watchdog() {
     });
 }
 
+/// The training state of the seed checkpoint (step 3 of a run with default settings).
+fn seed_state() -> TrainingState {
+    TrainingState {
+        format: 1,
+        step: 3,
+        data_position: DataPosition::default(),
+        rng_state: 7,
+        settings: TrainSettings::defaults(16),
+        files: Vec::new(),
+    }
+}
+
 /// The valid files every target starts from, in `root/seed/`, and the FIFO trap in
 /// `root/trap`.
 struct Seeds {
@@ -198,14 +210,7 @@ impl Seeds {
         let model = Model::new(andrea::DefaultBackend::new(), cfg, 1).unwrap();
         let trainer = Trainer::new(model, OptimizerConfig::default(), 1, 8).unwrap();
         let run = root.path().join("run");
-        let state = TrainingState {
-            format: 1,
-            step: 3,
-            data_position: DataPosition::default(),
-            rng_state: 7,
-            settings: TrainSettings::defaults(16),
-            files: Vec::new(),
-        };
+        let state = seed_state();
         let ck = checkpoint::save(&run, &trainer, &tokenizer, state).unwrap();
         std::fs::rename(ck, root.path().join("seed")).unwrap();
         let seed = root.path().join("seed");
@@ -462,4 +467,150 @@ fn fuzz_every_loader() {
         TARGETS.len(),
         start.elapsed().as_secs_f64()
     );
+}
+
+/// What can stand where andrea expects a file a user or a run left there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Special {
+    /// A FIFO: opening it for reading blocks until a writer comes.
+    Fifo,
+    /// A character device like `/dev/null` (1, 3), made in the case directory.
+    CharDevice,
+    /// A symbolic link to `/proc/self/status`: a regular file that reports size 0.
+    ProcFile,
+}
+
+/// Puts `kind` at `path` (replacing what is there); `false` where this process may not
+/// make one (a character device needs root or CAP_MKNOD), with the reason printed once.
+fn plant(path: &Path, kind: Special) -> bool {
+    let _ = std::fs::remove_file(path);
+    let made = match kind {
+        Special::Fifo => std::process::Command::new("mkfifo").arg(path).output(),
+        Special::CharDevice => std::process::Command::new("mknod")
+            .arg(path)
+            .args(["c", "1", "3"])
+            .output(),
+        Special::ProcFile => {
+            return std::os::unix::fs::symlink("/proc/self/status", path).is_ok();
+        }
+    };
+    let ok = made.as_ref().is_ok_and(|o| o.status.success());
+    if !ok {
+        static SAID: OnceLock<()> = OnceLock::new();
+        SAID.get_or_init(|| {
+            eprintln!("fuzz: SKIPPED the {kind:?} cases: cannot make one here ({made:?})")
+        });
+    }
+    ok
+}
+
+/// Whether `path` is still the `kind` [`plant`] put there.
+fn still(path: &Path, kind: Special) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    match kind {
+        Special::Fifo => meta.file_type().is_fifo(),
+        Special::CharDevice => meta.file_type().is_char_device(),
+        Special::ProcFile => meta.file_type().is_symlink(),
+    }
+}
+
+const SPECIALS: [Special; 3] = [Special::Fifo, Special::CharDevice, Special::ProcFile];
+
+/// Every file of every target replaced in turn by a FIFO, a character device and a
+/// `/proc` file: each loader returns (a FIFO or a device is refused; a `/proc` file is
+/// read within its bound and refused or taken as text), never blocks (the watchdog) or
+/// panics, and leaves the special file as it was. Then every writer with a special file
+/// at its output path: a FIFO or a device is refused and kept; a link to the `/proc`
+/// file may be replaced by a regular file (the link, never the file it names).
+#[test]
+fn special_files_in_place_of_every_input_and_output() {
+    start_watchdog();
+    let seeds = Seeds::new();
+    let dir = seeds.root.path().join("special");
+    for (name, files, loader) in TARGETS {
+        for (i, file) in files.iter().enumerate() {
+            for kind in SPECIALS {
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).unwrap();
+                for f in *files {
+                    std::fs::copy(seeds.seed().join(f), dir.join(f)).unwrap();
+                }
+                if !plant(&dir.join(file), kind) {
+                    continue;
+                }
+                let outcome = catch_unwind(AssertUnwindSafe(|| loader(&dir, seeds.vocab)));
+                PROGRESS.fetch_add(1, Ordering::Relaxed);
+                let what = format!("{name}: file {i} ({file}) a {kind:?}");
+                match outcome {
+                    Err(_) => panic!("{what}: the loader panicked"),
+                    Ok(Ok(())) if kind != Special::ProcFile => panic!("{what}: it loaded"),
+                    Ok(_) => {}
+                }
+                assert!(still(&dir.join(file), kind), "{what}: replaced");
+            }
+        }
+    }
+    // The writers.
+    let model = Model::load(andrea::DefaultBackend::new(), seeds.seed()).unwrap();
+    let tokenizer = Tokenizer::load(seeds.seed().join(checkpoint::TOKENIZER_FILE)).unwrap();
+    let trainer = Trainer::new(model, OptimizerConfig::default(), 1, 8).unwrap();
+    let state = seed_state;
+    type Writer<'a> = (&'a str, Box<dyn Fn(&Path) -> anyhow::Result<()> + 'a>);
+    let writers: Vec<Writer> = vec![
+        (
+            "tokenizer.json",
+            Box::new(|d| Ok(tokenizer.save(d.join("tokenizer.json"))?)),
+        ),
+        (
+            "model.safetensors",
+            Box::new(|d| Ok(trainer.model().save(d)?)),
+        ),
+        ("config.json", Box::new(|d| Ok(trainer.model().save(d)?))),
+        (
+            "optimizer.safetensors",
+            Box::new(|d| Ok(trainer.save_optimizer_state(d.join("optimizer.safetensors"))?)),
+        ),
+        (
+            "latest",
+            Box::new(|d| checkpoint::save(d, &trainer, &tokenizer, state()).map(|_| ())),
+        ),
+        (
+            "step-00000003",
+            Box::new(|d| checkpoint::save(d, &trainer, &tokenizer, state()).map(|_| ())),
+        ),
+        (
+            "data_train_000000.bin",
+            Box::new(|d| {
+                std::fs::write(d.join("a.txt"), "the river and the train. ".repeat(50))?;
+                let options = andrea_tokenizer::ShardOptions {
+                    val_fraction: 0.0,
+                    ..Default::default()
+                };
+                andrea_tokenizer::write_shards(&tokenizer, &[d.join("a.txt")], d, &options)?;
+                Ok(())
+            }),
+        ),
+    ];
+    for (file, write) in &writers {
+        for kind in SPECIALS {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            if !plant(&dir.join(file), kind) {
+                continue;
+            }
+            let what = format!("writing {file} over a {kind:?}");
+            let outcome = catch_unwind(AssertUnwindSafe(|| write(&dir)));
+            match outcome {
+                Err(_) => panic!("{what}: panicked"),
+                Ok(Ok(())) if kind != Special::ProcFile => panic!("{what}: it was replaced"),
+                Ok(_) => {}
+            }
+            if kind != Special::ProcFile {
+                assert!(still(&dir.join(file), kind), "{what}: replaced");
+            }
+        }
+    }
 }

@@ -51,8 +51,9 @@
 //!   uninterrupted run (`tests/resume.rs` checks it).
 //! * Checkpoints ([`checkpoint`]) are directories renamed into place, with checksums;
 //!   `<out>/latest` is a symbolic link switched atomically.
-//! * Ctrl-C (or SIGTERM, what launchers and schedulers send) finishes the current step,
-//!   writes a checkpoint and exits with status 130.
+//! * Ctrl-C, SIGTERM (what launchers and schedulers send), SIGHUP and SIGUSR1 finish the
+//!   current step, write a checkpoint and exit with status 130; only a second Ctrl-C a
+//!   second or more after the first quits without one ([`stop`]).
 //!   Every error exits with status 2 and one paragraph saying what and how to fix it.
 //! * `--backend cpu` (the default) or `--backend cuda` (GPU 0), with
 //!   `--precision fp32|tf32|bf16` for the GPU's arithmetic (default `tf32`, the CUDA
@@ -88,6 +89,7 @@ mod plot;
 mod prepare;
 mod run_lock;
 mod settings;
+mod stop;
 mod tokenizer_cmd;
 mod train;
 

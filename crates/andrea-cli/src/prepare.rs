@@ -14,6 +14,8 @@ pub fn run(args: &PrepareArgs) -> Result<()> {
         );
     }
     andrea_tokenizer::check_prefix(&args.prefix).context("--prefix")?;
+    andrea_fs::check_output_dir(&args.out)
+        .with_context(|| format!("cannot write the shards into {}", args.out.display()))?;
     let tokenizer = Tokenizer::load(&args.tokenizer).with_context(|| {
         format!(
             "cannot load the tokenizer {} (make one with `andrea tokenizer train`)",

@@ -44,9 +44,16 @@ impl RunLock {
             Err(TryLockError::WouldBlock) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
+                let mut holder = holder.trim();
+                // The lock is taken before the pid is written: a process that just won
+                // it leaves the previous holder's pid for a moment. A pid that is not
+                // running is not named (Linux: no /proc/<pid>).
+                let proc_fs = Path::new("/proc/self").exists();
+                if proc_fs && !holder.is_empty() && !Path::new("/proc").join(holder).exists() {
+                    holder = "";
+                }
                 let who = if holder.is_empty() {
-                    "another process".to_string()
+                    "another process (starting up)".to_string()
                 } else {
                     format!("process {holder}")
                 };

@@ -46,7 +46,8 @@ pub struct TrainingTable {
 
 impl FileConfig {
     pub fn read(path: &Path) -> Result<FileConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| {
+        // A config is a few KiB: read only a regular file, and only up to 1 MiB.
+        let text = andrea_fs::read_regular_text(path, 1 << 20).with_context(|| {
             format!(
                 "cannot read the config file {}: check the path",
                 path.display()

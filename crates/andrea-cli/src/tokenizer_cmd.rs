@@ -21,7 +21,18 @@ pub fn run(cmd: &TokenizerCommand) -> Result<()> {
     }
 }
 
+/// `tokenizer encode --input`: a text held in memory with its ids (4 bytes per token).
+const MAX_ENCODE_INPUT_BYTES: u64 = 1 << 30;
+
 pub fn train(args: &TokenizerTrainArgs) -> Result<()> {
+    // Before the work: the output must be a regular file or new, the inputs regular files
+    // or directories (a FIFO would block, a device never end).
+    andrea_fs::check_output_file(&args.out)
+        .with_context(|| format!("cannot write the tokenizer to {}", args.out.display()))?;
+    for input in &args.inputs {
+        andrea_fs::check_input(input)
+            .with_context(|| format!("cannot read the corpus input {}", input.display()))?;
+    }
     let config = TrainConfig {
         merges: args.merges,
         min_frequency: args.min_frequency,
@@ -63,9 +74,12 @@ fn encode(args: &EncodeArgs) -> Result<()> {
     let text = match (&args.text, args.input.as_deref()) {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if p != Path::new("-") => {
-            let file = std::fs::File::open(p)
-                .with_context(|| format!("cannot open {}: check the path", p.display()))?;
-            read_text(file, &p.display().to_string(), fix)?
+            andrea_fs::read_regular_text(p, MAX_ENCODE_INPUT_BYTES).with_context(|| {
+                format!(
+                    "cannot read {} as UTF-8 text (larger corpora: `andrea prepare`)",
+                    p.display()
+                )
+            })?
         }
         (None, _) => read_stdin("the text to encode", "--text <text> or --input <file>", fix)?,
     };

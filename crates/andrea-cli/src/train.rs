@@ -81,6 +81,13 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B
         if let Some(cut) = settings.apply_args(args) {
             note(cut);
         }
+        // A changed setting changes the run from here on: said, and recorded in the
+        // next checkpoints (their settings are the run's from then on).
+        for (key, old, new) in changed_settings(&state.settings, &settings) {
+            note(format!(
+                "--resume changes {key} from {old} to {new} (the next checkpoints record it)"
+            ));
+        }
         let out = match &args.out {
             Some(o) => o.clone(),
             None => loaded
@@ -169,11 +176,69 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B
     })
 }
 
+/// The run directory and the files andrea writes in it under fixed names must be what
+/// andrea would write there (a directory; regular files; `latest` a symbolic link or a
+/// regular file) or not exist yet: a FIFO or a device under one of those names is
+/// refused before anything is read or written (an append to `metrics.jsonl` on a device
+/// would vanish, a read of it on a FIFO would block).
+fn check_run_outputs(out: &Path) -> Result<()> {
+    let fix = "move it away or pass another --out";
+    andrea_fs::check_output_dir(out)
+        .with_context(|| format!("cannot use {} as the run directory: {fix}", out.display()))?;
+    for name in [crate::run_lock::LOCK_FILE, METRICS_FILE, PLOT_FILE] {
+        let p = out.join(name);
+        andrea_fs::check_output_file(&p)
+            .with_context(|| format!("cannot write {}: {fix}", p.display()))?;
+    }
+    let latest = out.join("latest");
+    if let Ok(meta) = std::fs::symlink_metadata(&latest) {
+        if !meta.file_type().is_symlink() && !meta.is_file() {
+            bail!(
+                "cannot write {}: it is {}, where andrea keeps a link to the newest checkpoint: {fix}",
+                latest.display(),
+                andrea_fs::kind_name(meta.file_type())
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The settings that differ between `old` and `new`: `(name, old value, new value)`.
+fn changed_settings(old: &TrainSettings, new: &TrainSettings) -> Vec<(String, String, String)> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(old), serde_json::to_value(new))
+    else {
+        return Vec::new();
+    };
+    b.iter()
+        .filter_map(|(key, new)| {
+            let old = a.get(key).unwrap_or(&serde_json::Value::Null);
+            (old != new).then(|| (key.clone(), show(old), show(new)))
+        })
+        .collect()
+}
+
+/// A setting's value as the command line takes it (the rates are `f32`: `0.003`, not
+/// the `f64` expansion JSON holds).
+fn show(v: &serde_json::Value) -> String {
+    match v.as_f64() {
+        Some(x) if v.is_f64() => (x as f32).to_string(),
+        _ => v.to_string(),
+    }
+}
+
 /// Refuses to mix two runs in one directory; with `--overwrite`, clears the old run
 /// (its checkpoints, `latest`, metrics and plot; nothing else in the directory).
 fn prepare_run_dir(out: &Path, overwrite: bool, resuming: bool) -> Result<()> {
     let holds_run = out.join("latest").exists() || out.join(METRICS_FILE).exists();
     if holds_run && !resuming {
+        if !overwrite && !out.join("latest").exists() {
+            bail!(
+                "{} holds the metrics of a run that stopped before its first checkpoint (there \
+                 is nothing to resume): pass --overwrite to start it again, or another --out",
+                out.display()
+            );
+        }
         if !overwrite {
             bail!(
                 "{} already holds a training run: pass --resume {}/latest to continue it, \
@@ -304,6 +369,9 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     };
     // Rank 0 alone owns the run directory. Held until `run` returns; the kernel drops
     // it if the process dies.
+    if root {
+        check_run_outputs(&out)?;
+    }
     let _lock = root.then(|| RunLock::acquire(&out)).transpose()?;
     if root {
         checkpoint::remove_stale_temporaries(&out)?;
@@ -365,26 +433,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     ));
 
     let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second handler cannot be set in one process; that only matters to tests.
-        // The first Ctrl-C finishes the step and checkpoints; a second one exits at
-        // once (checkpoints are renamed into place, so none is left half-written).
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                eprintln!("\nsecond Ctrl-C: exiting without a checkpoint");
-                std::process::exit(INTERRUPTED);
-            }
-            eprintln!(
-                "\nCtrl-C: finishing the step and writing a checkpoint (again to quit at once)"
-            );
-        });
-    }
-    // SIGUSR1 stops the same way (Open MPI's mpirun forwards it to every rank at once,
-    // where it turns Ctrl-C into SIGTERM only after a timeout). The handler only sets
-    // the flag (the run ends with "interrupted at step N").
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, stop.clone())
-        .context("installing the SIGUSR1 handler")?;
+    crate::stop::install(stop.clone())?;
 
     let mut metrics = root.then(|| Metrics::open(&out, start)).transpose()?;
     let progress = Progress::new(start, settings.steps, settings.log_every).quiet(!root);
@@ -511,13 +560,32 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     Ok(0)
 }
 
-/// Where a failed run can go on from: `<out>/latest` if a checkpoint was written.
+/// Where a failed run can go on from: the newest checkpoint that is intact and whose
+/// weights are finite and within [`andrea::model::io::MAX_WEIGHT`] (a diverging run may
+/// have saved overflowing weights before its loss went NaN), checked before it is named.
 fn last_good(out: &Path) -> String {
-    if out.join("latest").join(checkpoint::STATE_FILE).is_file() {
-        format!("the last good checkpoint is {}/latest", out.display())
-    } else {
-        "no checkpoint was written yet (use --checkpoint-every to write them during the run)"
-            .to_string()
+    let all = checkpoint::list(out).unwrap_or_default();
+    let good = all.iter().rev().find(|(_, dir)| {
+        checkpoint::verify(dir).is_ok_and(|s| s.is_some())
+            && andrea::model::io::check_weights(dir).is_ok()
+    });
+    match good {
+        Some((step, dir)) => format!(
+            "the last good checkpoint is {} (step {step}; its weights are finite): continue \
+             with `andrea train --resume {}` and a lower --lr",
+            dir.display(),
+            dir.display()
+        ),
+        None if all.is_empty() => {
+            "no checkpoint was written yet (use --checkpoint-every to write them during the run)"
+                .to_string()
+        }
+        None => format!(
+            "none of the {} checkpoints in {} holds usable weights (each overflows or is \
+             damaged): start the run again with a lower --lr",
+            all.len(),
+            out.display()
+        ),
     }
 }
 

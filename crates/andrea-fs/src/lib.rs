@@ -14,6 +14,11 @@
 //! On an error the temporary file is removed and the destination is untouched. Errors
 //! are `std::io::Error`s; callers add the path to their own error type.
 //!
+//! The destination must not exist or be a regular file ([`check_output_file`], checked
+//! before the temporary file is made and again right before the rename): a FIFO, a
+//! device or a directory under the destination's name is never replaced. The inputs'
+//! side, [`read_regular`], reads only regular files and only up to a bound.
+//!
 //! ```
 //! let dir = tempfile::tempdir()?;
 //! let path = dir.path().join("state.json");
@@ -22,12 +27,20 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+mod kind;
+
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+pub use kind::{
+    check_input, check_output_dir, check_output_file, kind_name, open_regular, read_regular,
+    read_regular_text,
+};
+
 /// Writes `bytes` to `path` atomically and durably (see the crate docs).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    check_output_file(path)?;
     let tmp = temp_path(path)?;
     let result = File::create(&tmp).and_then(|mut f| {
         f.write_all(bytes)?;
@@ -56,10 +69,13 @@ pub fn temp_path(path: &Path) -> io::Result<PathBuf> {
 }
 
 /// Steps 2-4 for a file written at `tmp` (from [`temp_path`]): fsync `file`, rename
-/// `tmp` to `path`, fsync the directory. Removes `tmp` on an error.
+/// `tmp` to `path`, fsync the directory. Removes `tmp` on an error. Refuses, right
+/// before the rename, a `path` that is neither absent nor a regular file
+/// ([`check_output_file`]).
 pub fn persist(file: File, tmp: &Path, path: &Path) -> io::Result<()> {
     let result = file.sync_all().and_then(|()| {
         drop(file);
+        check_output_file(path)?;
         std::fs::rename(tmp, path)
     });
     if let Err(e) = result {
@@ -124,5 +140,42 @@ mod tests {
         assert!(!temp_path(&blocked).unwrap().exists());
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
         assert!(write_atomic(Path::new("/"), b"x").is_err());
+    }
+
+    #[test]
+    fn never_replaces_a_fifo_or_a_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        kind::tests::mkfifo(&fifo);
+        let err = write_atomic(&fifo, b"new").unwrap_err().to_string();
+        assert!(err.contains("FIFO"), "{err}");
+        assert!(is_fifo(&fifo));
+        // Made a FIFO between the first check and the rename: still refused.
+        let late = dir.path().join("late");
+        let tmp = temp_path(&late).unwrap();
+        let file = File::create(&tmp).unwrap();
+        kind::tests::mkfifo(&late);
+        assert!(persist(file, &tmp, &late).is_err());
+        assert!(is_fifo(&late) && !tmp.exists());
+        let null = dir.path().join("null");
+        if kind::tests::mknod_char(&null) {
+            assert!(write_atomic(&null, b"new").is_err());
+            use std::os::unix::fs::FileTypeExt;
+            let ft = std::fs::symlink_metadata(&null).unwrap().file_type();
+            assert!(ft.is_char_device());
+        }
+        // A link to a regular file: the link is replaced, its target left as it was.
+        std::fs::write(dir.path().join("target"), b"old").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("target", &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert_eq!(std::fs::read(dir.path().join("target")).unwrap(), b"old");
+        assert_eq!(std::fs::read(&link).unwrap(), b"new");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+    }
+
+    fn is_fifo(p: &Path) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::symlink_metadata(p).unwrap().file_type().is_fifo()
     }
 }

@@ -332,7 +332,8 @@ impl TokenShard {
     /// Opens and checks a shard: magic, version, and a size that matches the count.
     pub fn open(path: impl AsRef<Path>) -> Result<TokenShard> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // A regular file only: a FIFO named as a shard would block the open forever.
+        let (file, _) = andrea_fs::open_regular(path).map_err(|e| Error::io(path, e))?;
         // SAFETY: the map is read-only; as with any memory map, the file must not be
         // truncated while it is open (shards are written once and renamed into place).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;

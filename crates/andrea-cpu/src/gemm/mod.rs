@@ -39,6 +39,17 @@ use crate::CpuBackend;
 /// micro-tiles.
 const BLOCK_ALIGN: usize = 16;
 
+/// The deepest slice of `k` one call of the `gemm` crate gets (`sgemm_strided`): at or
+/// below it the crate never cuts `k` itself.
+const GEMM_CRATE_KC: usize = 512;
+
+/// Elements of `C` at or below which the `gemm` crate computes a product of a row-major
+/// `A` and a column-major `B` by horizontal dot products (its `m·n <= 16·16` path), in
+/// another order than its tiled kernel: no block of a product larger than that is cut
+/// this small (`blocks`), so whether a product takes that path depends on its sizes
+/// alone, not on the thread count.
+const GEMM_CRATE_SMALL: usize = 16 * 16;
+
 /// Rows and columns of the tiles of C a product with a bias or GELU epilogue is cut
 /// into: the same tiles whatever the thread count (so each element sees the same
 /// operations), each small enough that its product, bias and GELU run in a 1 MB L2:
@@ -140,30 +151,45 @@ pub(crate) unsafe fn sgemm_strided(
         }
         GemmKernel::GemmCrate => {}
     }
-    // SAFETY: forwarded from the caller. gemm computes dst = α·dst + β·lhs·rhs and reads
-    // dst only when asked to.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.ptr.get(),
-            c.cs as isize,
-            c.rs as isize,
-            beta != 0.0,
-            a.ptr.get(),
-            a.cs as isize,
-            a.rs as isize,
-            b.ptr.get(),
-            b.cs as isize,
-            b.rs as isize,
-            beta,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        )
+    // The `gemm` crate picks its depth of `k` per call from the call's `m` and `n`
+    // (`k.min(512)` when both are at most 64, a cache-derived depth of at least 512
+    // otherwise), and a call's `m` and `n` are a block's, which depend on the thread count
+    // (`blocks`): so would the order of each sum. Slices of `k` fixed by `k` alone, each of
+    // at most 512 (`k` cut evenly), are each one depth for the crate whatever the block,
+    // so the sums' order depends on `k` alone.
+    let kc = k.div_ceil(k.div_ceil(GEMM_CRATE_KC).max(1)).max(1);
+    for p0 in (0..k.max(1)).step_by(kc) {
+        let kb = (k - p0).min(kc);
+        let (read_c, alpha) = if p0 == 0 {
+            (beta != 0.0, beta)
+        } else {
+            (true, 1.0)
+        };
+        // SAFETY: forwarded from the caller (columns p0..p0 + kb of A, rows of B). gemm
+        // computes dst = α·dst + β·lhs·rhs and reads dst only when asked to.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                kb,
+                c.ptr.get(),
+                c.cs as isize,
+                c.rs as isize,
+                read_c,
+                a.ptr.get().add(p0 * a.cs),
+                a.cs as isize,
+                a.rs as isize,
+                b.ptr.get().add(p0 * b.rs),
+                b.cs as isize,
+                b.rs as isize,
+                alpha,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        };
     }
 }
 
@@ -177,13 +203,22 @@ struct Block {
     c1: usize,
 }
 
+/// `0..len` in about `parts` pieces of a multiple of [`BLOCK_ALIGN`]; a last piece
+/// shorter than that joins the one before it, so no piece is a row or column or a few of
+/// its own (the `gemm` crate takes a product of one row or column by another path, in
+/// another order, unless the whole product is one).
 fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
     let parts = parts.max(1);
     let step = len.div_ceil(parts).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
-    (0..len)
+    let mut pieces: Vec<(usize, usize)> = (0..len)
         .step_by(step.max(1))
         .map(|s| (s, (s + step).min(len)))
-        .collect()
+        .collect();
+    if pieces.len() > 1 && pieces[pieces.len() - 1].1 - pieces[pieces.len() - 1].0 < BLOCK_ALIGN {
+        let (_, end) = pieces.pop().expect("two pieces");
+        pieces.last_mut().expect("one piece").1 = end;
+    }
+    pieces
 }
 
 /// Cuts the product into blocks for `threads` threads: column blocks when `A` is
@@ -199,7 +234,8 @@ fn split(len: usize, parts: usize) -> Vec<(usize, usize)> {
 /// read).
 fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool) -> Vec<Block> {
     let mut out = Vec::new();
-    if d.batch >= threads || threads == 1 {
+    let whole = |out: &mut Vec<Block>| {
+        out.clear();
         for batch in 0..d.batch {
             out.push(Block {
                 batch,
@@ -209,6 +245,9 @@ fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool) -> Vec<Block> {
                 c1: d.n,
             });
         }
+    };
+    if d.batch >= threads || threads == 1 {
+        whole(&mut out);
         return out;
     }
     let per_batch = threads.div_ceil(d.batch);
@@ -236,6 +275,12 @@ fn blocks(d: &MatmulDims, threads: usize, a_row_major: bool) -> Vec<Block> {
                 });
             }
         }
+    }
+    // A block the `gemm` crate would multiply by its small-product path while the whole
+    // product is larger: the product stays whole (see [`GEMM_CRATE_SMALL`]).
+    let small = |b: &Block| (b.r1 - b.r0) * (b.c1 - b.c0) <= GEMM_CRATE_SMALL;
+    if d.m * d.n > GEMM_CRATE_SMALL && out.iter().any(small) {
+        whole(&mut out);
     }
     out
 }

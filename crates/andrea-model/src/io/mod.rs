@@ -38,16 +38,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Reads a whole file, which must be a regular file (a FIFO or a device named
-/// `model.safetensors` would block or never end).
-fn read(path: &Path) -> Result<Vec<u8>> {
-    let meta = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?;
-    if !meta.is_file() {
-        return Err(ModelError::format(
-            path,
-            "is not a regular file (a directory, device or pipe): a model directory holds plain files",
-        ));
-    }
-    std::fs::read(path).map_err(|e| ModelError::io(path, e))
+/// `model.safetensors` would block or never end) of at most `max_bytes` bytes:
+/// [`andrea_fs::read_regular`].
+fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
+    andrea_fs::read_regular(path, max_bytes).map_err(|e| ModelError::io(path, e))
+}
+
+/// The largest weight magnitude a loaded model may hold. Trained GPT-2 weights lie
+/// within a few tens (AdamW moves a weight by about `lr` a step; weight decay pulls it
+/// back). A forward multiplies weights by weights (`x·W_qkv`, then `Q·Kᵀ`; two MLP
+/// products back to back) and LayerNorm squares the residual stream, so a weight far
+/// below FP32's `3.4e38` (a square overflows from `1.8e19`) already gives infinities and
+/// then NaN. `1e6` leaves room for any trained model and none for a diverged one whose
+/// weights are still finite.
+pub const MAX_WEIGHT: f32 = 1e6;
+
+/// Whether `v` is finite and at most [`MAX_WEIGHT`] in magnitude.
+fn within_bound(v: f32) -> bool {
+    v.is_finite() && v.abs() <= MAX_WEIGHT
 }
 
 /// Which tensor of a file becomes which parameter; made before anything is allocated.
@@ -169,7 +177,8 @@ impl<B: Backend> Model<B> {
     pub fn load(backend: B, dir: impl AsRef<Path>) -> Result<Self> {
         let config = read_config(dir.as_ref())?;
         let path = dir.as_ref().join(WEIGHTS_FILE);
-        let bytes = read(&path)?;
+        check_not_pickle_only(dir.as_ref())?;
+        let bytes = read(&path, u64::MAX)?;
         let file = TensorFile::parse(&path, &bytes)?;
         let plan = plan_load(&ParamLayout::new(&config), &file, &path)?;
         let mut model = Model::zeros(backend, config)?;
@@ -190,7 +199,7 @@ impl<B: Backend> Model<B> {
     /// tensor is present, expected and of the right shape.
     pub fn load_safetensors(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let bytes = read(path)?;
+        let bytes = read(path, u64::MAX)?;
         let file = TensorFile::parse(path, &bytes)?;
         let plan = plan_load(self.layout(), &file, path)?;
         self.apply_load(&file, &plan, path)
@@ -200,13 +209,19 @@ impl<B: Backend> Model<B> {
     fn apply_load(&mut self, file: &TensorFile, plan: &LoadPlan, path: &Path) -> Result<()> {
         for (name, param) in &plan.tensors {
             let values = file.read_f32(name)?;
-            // A NaN or infinity in a weight makes every output NaN: refuse it here, by
-            // name, rather than print garbage or a loss of NaN later.
-            if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            // A NaN or infinity in a weight makes every output NaN, and so does a finite
+            // weight large enough to overflow a product or a LayerNorm variance: refuse
+            // it here, by name, rather than print garbage or a loss of NaN later.
+            if let Some(i) = values.iter().position(|v| !within_bound(*v)) {
+                let what = if values[i].is_finite() {
+                    format!("a value of magnitude above {MAX_WEIGHT:e}, where a forward overflows")
+                } else {
+                    "a non-finite value".to_string()
+                };
                 return Err(ModelError::format(
                     path,
                     format!(
-                        "tensor `{name}` holds a non-finite value ({}) at index {i}: the weights are damaged \
+                        "tensor `{name}` holds {what} ({}) at index {i}: the weights are damaged \
                          or come from a diverged run; use an earlier checkpoint",
                         values[i]
                     ),
@@ -226,23 +241,51 @@ impl<B: Backend> Model<B> {
     }
 }
 
+/// A transformers folder saved with `safe_serialization=False` holds its weights in
+/// `pytorch_model.bin` (a pickle, which andrea does not read): say how to convert it.
+fn check_not_pickle_only(dir: &Path) -> Result<()> {
+    let (ours, pickle) = (dir.join(WEIGHTS_FILE), dir.join("pytorch_model.bin"));
+    if std::fs::symlink_metadata(&ours).is_err() && pickle.exists() {
+        return Err(ModelError::format(
+            &ours,
+            format!(
+                "missing; {} holds the weights as a PyTorch pickle, which andrea does not read: \
+                 convert it with `python -c \"from transformers import GPT2LMHeadModel; \
+                 GPT2LMHeadModel.from_pretrained('{d}').save_pretrained('{d}', \
+                 safe_serialization=True)\"`",
+                pickle.display(),
+                d = dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the weights of the model directory `dir` as [`Model::load`] does (every value
+/// finite and at most [`MAX_WEIGHT`] in magnitude) without loading a model: whether a
+/// checkpoint can be named as one to go back to.
+pub fn check_weights(dir: &Path) -> Result<()> {
+    let path = dir.join(WEIGHTS_FILE);
+    let bytes = read(&path, u64::MAX)?;
+    let file = TensorFile::parse(&path, &bytes)?;
+    for name in file.names() {
+        let values = file.read_f32(&name)?;
+        if let Some(i) = values.iter().position(|v| !within_bound(*v)) {
+            return Err(ModelError::format(
+                &path,
+                format!("tensor `{name}` holds {} at index {i}", values[i]),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Reads `dir/config.json`.
 pub fn read_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join(CONFIG_FILE);
     // A GPT2Config is a few hundred bytes; a file of megabytes is not one.
     const MAX_CONFIG_BYTES: u64 = 1 << 20;
-    if let Ok(meta) = std::fs::metadata(&path) {
-        if meta.len() > MAX_CONFIG_BYTES {
-            return Err(ModelError::format(
-                &path,
-                format!(
-                    "is {} bytes, too large for a model config (at most {MAX_CONFIG_BYTES})",
-                    meta.len()
-                ),
-            ));
-        }
-    }
-    let bytes = read(&path)?;
+    let bytes = read(&path, MAX_CONFIG_BYTES)?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| ModelError::format(&path, format!("not UTF-8 text: {e}")))?;
     hf_config::from_json(text, &path)

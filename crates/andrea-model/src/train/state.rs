@@ -38,7 +38,7 @@ impl<B: Backend> Trainer<B> {
     /// before anything changes.
     pub fn load_optimizer_state(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
+        let bytes = andrea_fs::read_regular(path, u64::MAX).map_err(|e| ModelError::io(path, e))?;
         let file = TensorFile::parse(path, &bytes)?;
         let step: u64 = file
             .metadata
@@ -75,6 +75,27 @@ impl<B: Backend> Trainer<B> {
                 });
             }
             file.check_dtype(&name)?;
+        }
+        // A NaN, an infinity or a negative second moment would make every later step
+        // NaN, and the run would stop blaming its learning rate: refused here, by name,
+        // before anything changes.
+        for moment in MOMENTS {
+            for p in self.model.params() {
+                let name = format!("{moment}.{}", p.name());
+                let values = file.read_f32(&name)?;
+                let bad = |v: &f32| !v.is_finite() || (moment == "exp_avg_sq" && *v < 0.0);
+                if let Some(i) = values.iter().position(bad) {
+                    return Err(ModelError::format(
+                        path,
+                        format!(
+                            "tensor `{name}` holds {} at index {i}, which AdamW never writes \
+                             (moments are finite, second moments not negative): the file is \
+                             damaged; resume from an earlier checkpoint",
+                            values[i]
+                        ),
+                    ));
+                }
+            }
         }
         let be = self.model.backend();
         for (moment, buf) in MOMENTS.iter().zip([&self.m, &self.v]) {
