@@ -200,6 +200,17 @@ pub enum LrSchedule {
     Cosine,
 }
 
+/// The order training reads its windows in (see `andrea train --help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataOrder {
+    /// Every row of every micro-batch its own window of seq_len + 1 tokens, drawn from a
+    /// seeded permutation of all windows, a new one each epoch.
+    Shuffle,
+    /// llm.c's order: the shards front to back, a micro-batch B·T + 1 consecutive tokens.
+    Sequential,
+}
+
 /// Every training setting; `None` means "from the config file, the resumed run, or the
 /// default", in that order.
 #[derive(Debug, Default, Args)]
@@ -290,8 +301,15 @@ pub struct TrainArgs {
     /// Keep only the newest N checkpoints of the run (0: keep all).
     #[arg(long)]
     pub keep_checkpoints: Option<usize>,
-    /// Read windows at random starts (seeded, resumable) instead of in order.
-    #[arg(long)]
+    /// The order of the training data. `shuffle` (the default): every row of every
+    /// micro-batch is its own window of seq_len + 1 tokens, and each epoch reads all
+    /// windows once, in a new seeded permutation (resumed exactly). `sequential`: the
+    /// shards front to back as llm.c reads them (the rows of a batch are neighbours; a
+    /// corpus of sections trains on one section after another).
+    #[arg(long, value_enum)]
+    pub data_order: Option<DataOrder>,
+    /// The same as --data-order shuffle.
+    #[arg(long, conflicts_with = "data_order")]
     pub shuffle: bool,
     /// Stop after this step with a checkpoint, as Ctrl-C would, without changing the
     /// schedule (which still runs to --steps): `--resume` continues from there.
