@@ -177,7 +177,11 @@ pub struct PrepareArgs {
     /// The tokenizer.json to encode with (copied into --out so `train` finds it).
     #[arg(long)]
     pub tokenizer: PathBuf,
-    /// Directory for the shards (`<prefix>_train_000000.bin`, `<prefix>_val_000000.bin`).
+    /// Directory for the shard set: `<prefix>_train_000000.bin`, `<prefix>_val_000000.bin`,
+    /// `tokenizer.json` and `manifest.json` (shard names, token counts, the tokenizer's
+    /// fingerprint). Written next to it as `.<name>.tmp-<pid>` and renamed into place
+    /// whole, replacing an earlier set there; refused while another prepare writes it,
+    /// and if it holds files that are not a shard set's.
     #[arg(long)]
     pub out: PathBuf,
     /// Fraction of the input bytes, from the start, that goes to the validation shard.

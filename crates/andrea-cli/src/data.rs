@@ -21,7 +21,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use andrea::model::rng::Rng;
-use andrea_tokenizer::{parse_shard_name, shard_name, TokenShard};
+use andrea_tokenizer::{
+    fingerprint, parse_shard_name, shard_name, Manifest, TokenShard, MANIFEST_FILE,
+};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -48,10 +50,38 @@ pub struct ShardSet {
     vocab_size: Option<u32>,
 }
 
+/// The directory a `--data` path names the shards of (the path itself, or a shard
+/// file's directory).
+fn set_dir(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+}
+
+/// The manifest of the shard set `path` names, checked complete: every shard it lists
+/// present with its token count (`None` for shards without one: llm.c's, or an older
+/// andrea's).
+pub fn manifest(path: &Path) -> Result<Option<Manifest>> {
+    let dir = set_dir(path);
+    let Some(manifest) = Manifest::read(&dir)? else {
+        return Ok(None);
+    };
+    manifest.verify(&dir)?;
+    Ok(Some(manifest))
+}
+
 /// The shards a path names: the file itself, or the `split` ("train" or "val") shards
-/// of a directory, by the exact names `andrea prepare` writes
-/// (`<prefix>_<split>_000000.bin`, see [`parse_shard_name`]), in index order. A directory
-/// holding shards of more than one prefix is refused: which of them is meant is a guess.
+/// of a directory. A directory with a `manifest.json` (a shard set `andrea prepare`
+/// wrote) gives the shards it lists, after checking that each is there whole; a file of
+/// such a directory must be one of them. A directory without one gives its shards by
+/// the exact names `andrea prepare` writes (`<prefix>_<split>_000000.bin`, see
+/// [`parse_shard_name`]), in index order; one holding shards of more than one prefix is
+/// refused: which of them is meant is a guess.
 pub fn shard_paths(path: &Path, split: &str) -> Result<Vec<PathBuf>> {
     let meta = std::fs::metadata(path).with_context(|| {
         format!(
@@ -59,6 +89,38 @@ pub fn shard_paths(path: &Path, split: &str) -> Result<Vec<PathBuf>> {
             path.display()
         )
     })?;
+    if let Some(m) = manifest(path)? {
+        let dir = set_dir(path);
+        if !meta.is_dir() {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let listed = m
+                .train
+                .iter()
+                .chain(&m.val)
+                .any(|e| Some(&e.name) == name.as_ref());
+            if !listed {
+                bail!(
+                    "{} is not a shard of the set in {} (its {MANIFEST_FILE} does not list it): \
+                     it is left from another corpus; pass the directory, or a shard it lists",
+                    path.display(),
+                    dir.display()
+                );
+            }
+            return Ok(vec![path.to_path_buf()]);
+        }
+        if m.shards(split).is_empty() {
+            bail!(
+                "the shard set {} holds no {split} shards{}",
+                dir.display(),
+                if split == "val" {
+                    " (it was prepared with --val-fraction 0): pass --val-data, or prepare with --val-fraction above 0"
+                } else {
+                    ""
+                }
+            );
+        }
+        return Ok(m.shards(split).iter().map(|e| dir.join(&e.name)).collect());
+    }
     if !meta.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
@@ -98,20 +160,34 @@ pub fn shard_paths(path: &Path, split: &str) -> Result<Vec<PathBuf>> {
     Ok(found.into_iter().map(|(_, p)| p).collect())
 }
 
-/// Refuses shards made with another tokenizer than `tokenizer`, when the shards say
-/// which: `andrea prepare` copies its tokenizer next to them (`tokenizer.json`), and a
-/// tokenizer of the same vocabulary size but other merges would otherwise train or
-/// evaluate on ids that mean other text. Shards without one (llm.c's) are not checked.
+/// Refuses shards made with another tokenizer than `tokenizer`: a tokenizer of the same
+/// vocabulary size but other merges would train or evaluate on ids that mean other text.
+/// A shard set says which tokenizer made it by the fingerprint in its manifest; shards
+/// of an older andrea by the `tokenizer.json` copied next to them; llm.c's shards, with
+/// neither, are not checked.
 pub fn check_tokenizer(
     data: &Path,
     tokenizer: &andrea_tokenizer::Tokenizer,
     what: &str,
 ) -> Result<()> {
-    let dir = if data.is_dir() {
-        data.to_path_buf()
-    } else {
-        data.parent().map(Path::to_path_buf).unwrap_or_default()
+    let dir = set_dir(data);
+    let differs = |theirs: &str| {
+        anyhow::anyhow!(
+            "the {what} shards in {} were made with the tokenizer {theirs}, which differs from the model's \
+             (same vocabulary size or not, the ids mean other text): encode the text again with the \
+             model's tokenizer (`andrea prepare --tokenizer <checkpoint>/tokenizer.json`)",
+            dir.display(),
+        )
     };
+    if let Some(m) = manifest(data)? {
+        if m.tokenizer_fingerprint != fingerprint(tokenizer) {
+            return Err(differs(&format!(
+                "of fingerprint {} (their {MANIFEST_FILE})",
+                m.tokenizer_fingerprint
+            )));
+        }
+        return Ok(());
+    }
     let theirs_path = dir.join("tokenizer.json");
     if !theirs_path.is_file() {
         return Ok(());
@@ -123,13 +199,7 @@ pub fn check_tokenizer(
         )
     })?;
     if theirs.to_json_string() != tokenizer.to_json_string() {
-        bail!(
-            "the {what} shards in {} were made with the tokenizer {}, which differs from the model's \
-             (same vocabulary size or not, the ids mean other text): encode the text again with the \
-             model's tokenizer (`andrea prepare --tokenizer <checkpoint>/tokenizer.json`)",
-            dir.display(),
-            theirs_path.display()
-        );
+        return Err(differs(&theirs_path.display().to_string()));
     }
     Ok(())
 }
