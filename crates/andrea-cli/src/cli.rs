@@ -80,7 +80,7 @@ pub enum Command {
         andrea train --resume runs/tiny/latest --steps 2000\n  \
         andrea train --init runs/tiny/latest --data mydata/ --out runs/finetune --lr 1e-4")]
     Train(Box<TrainArgs>),
-    /// Mean cross-entropy loss and perplexity of a checkpoint over a token shard.
+    /// Mean cross-entropy loss, perplexity and bits per byte of a checkpoint over token shards.
     #[command(
         after_help = "Example:\n  andrea eval --checkpoint runs/tiny/latest --data data/data_val_000000.bin --json"
     )]
@@ -171,7 +171,11 @@ pub struct DecodeArgs {
 
 #[derive(Debug, Args)]
 pub struct PrepareArgs {
-    /// Text files or directories (read recursively) to encode.
+    /// Files or directories (read recursively) to encode. By name: `.jsonl`/`.ndjson`
+    /// (JSON Lines, the text under --text-field: Hugging Face's `ds.to_json("x.jsonl")`),
+    /// `.parquet` (the string column --text-field: `ds.to_parquet("x.parquet")`), any
+    /// other file plain text; each may be compressed, named `.gz` or `.zst` after that
+    /// (`x.jsonl.gz`).
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// The tokenizer.json to encode with (copied into --out so `train` finds it).
@@ -193,6 +197,13 @@ pub struct PrepareArgs {
     /// At most this many tokens per shard.
     #[arg(long, default_value_t = 100_000_000)]
     pub shard_tokens: usize,
+    /// The JSON Lines field or Parquet column that holds the text.
+    #[arg(long, default_value = "text")]
+    pub text_field: String,
+    /// Do not start each document (a text file, a JSON line, a Parquet row) with
+    /// `<|endoftext|>` (GPT-2's and llm.c's separator, written by default).
+    #[arg(long)]
+    pub no_eot: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -329,16 +340,22 @@ pub struct EvalArgs {
     /// Checkpoint directory (a run's `latest` works).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// Token shard to evaluate on (or a directory of `<prefix>_val_NNNNNN.bin` shards).
+    /// Token shard to evaluate on (or a shard set's directory: its val shards).
     #[arg(long)]
     pub data: PathBuf,
-    /// Sequences per batch.
-    #[arg(long, default_value_t = 8, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
-    pub batch_size: usize,
-    /// Tokens per sequence (default: the model's context length).
+    /// Sequences per batch (default: the run's --batch-size, as its log's validation
+    /// loss reads them; 8 for a model without a training state).
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
+    pub batch_size: Option<usize>,
+    /// Tokens per sequence (default: the run's --seq-len; the model's context length for
+    /// a model without a training state).
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
-    /// Print one JSON object: {"loss", "perplexity", "tokens", "windows"}.
+    /// Read only the first N windows (the training log reads the first --eval-batches;
+    /// default: every full window of the data).
+    #[arg(long, value_name = "N")]
+    pub windows: Option<usize>,
+    /// Print one JSON object: {"loss", "perplexity", "bits_per_byte", "tokens", "bytes", "windows", ...}.
     #[arg(long)]
     pub json: bool,
 }

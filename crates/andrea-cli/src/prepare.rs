@@ -25,8 +25,11 @@ pub fn run(args: &PrepareArgs) -> Result<()> {
         prefix: args.prefix.clone(),
         shard_tokens: args.shard_tokens,
         val_fraction: args.val_fraction,
+        text_field: args.text_field.clone(),
+        eot_per_document: !args.no_eot,
         ..ShardOptions::default()
     };
+    let began = std::time::Instant::now();
     let set = prepare_shard_set(&tokenizer, &args.inputs, &args.out, &options).map_err(|e| {
         match e {
             // Already a whole sentence about the input or --out.
@@ -42,15 +45,19 @@ pub fn run(args: &PrepareArgs) -> Result<()> {
         );
     }
     let report = &set.shards;
+    let tokens = report.train_tokens + report.val_tokens;
+    let seconds = began.elapsed().as_secs_f64();
     eprintln!(
-        "{} files, {} bytes -> {} train tokens in {} shards, {} val tokens in {} shards, in {}",
+        "{} files, {} bytes -> {} train tokens in {} shards, {} val tokens in {} shards, in {} \
+         ({seconds:.1} s, {:.0} tokens/s)",
         report.files,
         report.bytes,
         report.train_tokens,
         report.train_shards.len(),
         report.val_tokens,
         report.val_shards.len(),
-        args.out.display()
+        args.out.display(),
+        tokens as f64 / seconds.max(1e-9)
     );
     Ok(())
 }

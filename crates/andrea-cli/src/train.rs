@@ -411,6 +411,14 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
             all
         })
         .unwrap_or_default();
+    if let Some(v) = &val {
+        say(format!(
+            "validation: the first {} of the {} windows of {b}x{t} in the validation data \
+             (--eval-batches); `andrea eval` reads them all",
+            eval_starts.len(),
+            v.all_windows(window, window - 1).len()
+        ));
+    }
     // This rank's micro-batches, read before the step in the order the step uses them.
     let mut batches = vec![MicroBatch::default(); settings.grad_accum];
     let rank = (ranks.world.rank(), ranks.size());

@@ -282,3 +282,48 @@ fn what_prepare_cannot_do_is_said_and_nothing_is_replaced() {
     assert!(err.contains("doc0.txt"), "{err}");
     assert_eq!(file_names(&dir.join("corpus")).len(), 3);
 }
+
+/// `--text-field` names the JSON Lines field; `--no-eot` drops the separator before
+/// each of the documents; a wrong field is named with the fields there are.
+#[test]
+fn json_lines_with_a_text_field_and_without_separators() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    let lines: String = (0..50)
+        .map(|i| format!("{{\"id\": {i}, \"content\": \"the cat sat on mat {i}.\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("docs.jsonl"), lines).unwrap();
+    let base = [
+        "prepare",
+        "docs.jsonl",
+        "--tokenizer",
+        "tokenizer.json",
+        "--val-fraction",
+        "0",
+    ];
+    let with = stderr(&ok(
+        dir,
+        &[&base[..], &["--out", "a", "--text-field", "content"]].concat(),
+    ));
+    let without = stderr(&ok(
+        dir,
+        &[
+            &base[..],
+            &["--out", "b", "--text-field", "content", "--no-eot"],
+        ]
+        .concat(),
+    ));
+    assert_eq!(
+        count_before(&with, "train tokens"),
+        count_before(&without, "train tokens") + 50
+    );
+    let err = fails_with(
+        dir,
+        &[&base[..], &["--out", "c"]].concat(),
+        "no field \"text\"",
+    );
+    assert!(
+        err.contains("id, content") || err.contains("content, id"),
+        "{err}"
+    );
+}

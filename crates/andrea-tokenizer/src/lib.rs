@@ -64,6 +64,7 @@
 mod bpe;
 pub mod byte_level;
 mod cache;
+mod documents;
 mod error;
 mod hf_json;
 pub mod input;
