@@ -77,14 +77,20 @@ fn jsonl(docs: &[String]) -> Vec<u8> {
 /// in two row groups, snappy-compressed.
 #[cfg(feature = "parquet")]
 fn write_parquet(path: &Path, docs: &[String]) {
+    write_parquet_as(path, docs, "optional")
+}
+
+/// [`write_parquet`] with `content` `optional` or `required` (then without the null).
+#[cfg(feature = "parquet")]
+fn write_parquet_as(path: &Path, docs: &[String], repetition: &str) {
     use parquet::basic::Compression;
     use parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
     use parquet::file::properties::WriterProperties;
     use parquet::file::writer::SerializedFileWriter;
     use std::sync::Arc;
-    let schema = parquet::schema::parser::parse_message_type(
-        "message doc { required int32 id; optional binary content (UTF8); }",
-    )
+    let schema = parquet::schema::parser::parse_message_type(&format!(
+        "message doc {{ required int32 id; {repetition} binary content (UTF8); }}"
+    ))
     .unwrap();
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
@@ -95,7 +101,8 @@ fn write_parquet(path: &Path, docs: &[String]) {
     for group in [&docs[..half], &docs[half..]] {
         let mut rg = writer.next_row_group().unwrap();
         let mut col = rg.next_column().unwrap().unwrap();
-        let ids: Vec<i32> = (0..=group.len() as i32).collect();
+        let rows = group.len() + usize::from(repetition == "optional");
+        let ids: Vec<i32> = (0..rows as i32).collect();
         col.typed::<Int32Type>()
             .write_batch(&ids, None, None)
             .unwrap();
@@ -105,8 +112,9 @@ fn write_parquet(path: &Path, docs: &[String]) {
         // A null first, then every document.
         let mut defs = vec![0i16];
         defs.extend(std::iter::repeat_n(1, group.len()));
+        let defs = (repetition == "optional").then_some(&defs[..]);
         col.typed::<ByteArrayType>()
-            .write_batch(&values, Some(&defs), None)
+            .write_batch(&values, defs, None)
             .unwrap();
         col.close().unwrap();
         rg.close().unwrap();
@@ -269,4 +277,25 @@ fn documents_go_whole_to_one_side_of_the_split() {
         "{} documents in val",
         count(&val)
     );
+}
+
+/// A required (non-nullable) string column reads as an optional one does.
+#[cfg(feature = "parquet")]
+#[test]
+fn a_required_parquet_column_reads_the_same() {
+    let tok = tokenizer();
+    let docs = documents();
+    let dir = tempfile::tempdir().unwrap();
+    let options = ShardOptions {
+        val_fraction: 0.0,
+        show_progress: false,
+        text_field: "content".into(),
+        ..ShardOptions::default()
+    };
+    let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+    write_parquet_as(&a, &docs, "optional");
+    write_parquet_as(&b, &docs, "required");
+    let ta = tokens(&tok, &[a], &dir.path().join("oa"), &options);
+    let tb = tokens(&tok, &[b], &dir.path().join("ob"), &options);
+    assert!(!ta.is_empty() && ta == tb);
 }
