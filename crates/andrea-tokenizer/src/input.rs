@@ -11,7 +11,6 @@
 use crate::error::{Error, Result};
 use crate::pretokenize::safe_cut;
 use crate::special::SpecialMatcher;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -174,13 +173,16 @@ pub(crate) struct BlockReader<'m> {
 }
 
 impl<'m> BlockReader<'m> {
+    /// Blocks of the file at `path` (the readers of the crate open files through
+    /// [`crate::documents`], which decompresses them).
+    #[cfg(test)]
     pub(crate) fn open(
         path: &Path,
         policy: InvalidUtf8,
         specials: Option<&'m SpecialMatcher>,
         block_size: usize,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         Ok(Self::from_reader(
             Box::new(file),
             path,

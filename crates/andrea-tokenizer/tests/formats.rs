@@ -299,3 +299,26 @@ fn a_required_parquet_column_reads_the_same() {
     let tb = tokens(&tok, &[b], &dir.path().join("ob"), &options);
     assert!(!ta.is_empty() && ta == tb);
 }
+
+/// A tokenizer learned from JSON Lines learns from the documents' text, not the JSON:
+/// the same merges as from the documents as text files.
+#[test]
+fn tokenizers_learn_the_same_from_json_lines_as_from_text_files() {
+    let docs = documents();
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::create_dir(&text).unwrap();
+    for (i, d) in docs.iter().enumerate() {
+        std::fs::write(text.join(format!("{i:03}.txt")), d).unwrap();
+    }
+    let jsonl_gz = compress(&dir.path().join("d.jsonl"), &jsonl(&docs), "gz");
+    let config = TrainConfig {
+        merges: 150,
+        show_progress: false,
+        text_field: "content".into(),
+        ..TrainConfig::default()
+    };
+    let (a, _) = andrea_tokenizer::train_from_files(&[text], &config).unwrap();
+    let (b, _) = andrea_tokenizer::train_from_files(&[jsonl_gz], &config).unwrap();
+    assert!(a.to_json_string() == b.to_json_string(), "different merges");
+}
