@@ -111,7 +111,7 @@ pub enum Command {
         andrea train --init runs/tiny/latest --data mydata/ --out runs/finetune --lr 1e-4"
     )]
     Train(WithBackend<Box<TrainArgs>>),
-    /// Mean cross-entropy loss and perplexity of a checkpoint over a token shard.
+    /// Mean cross-entropy loss, perplexity and bits per byte of a checkpoint over token shards.
     #[command(
         after_help = "Example:\n  andrea eval --checkpoint runs/tiny/latest --data data/data_val_000000.bin --json"
     )]
@@ -219,13 +219,21 @@ pub struct DecodeArgs {
 
 #[derive(Debug, Args)]
 pub struct PrepareArgs {
-    /// Text files or directories (read recursively) to encode.
+    /// Files or directories (read recursively) to encode. By name: `.jsonl`/`.ndjson`
+    /// (JSON Lines, the text under --text-field: Hugging Face's `ds.to_json("x.jsonl")`),
+    /// `.parquet` (the string column --text-field: `ds.to_parquet("x.parquet")`), any
+    /// other file plain text; each may be compressed, named `.gz` or `.zst` after that
+    /// (`x.jsonl.gz`).
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// The tokenizer.json to encode with (copied into --out so `train` finds it).
     #[arg(long)]
     pub tokenizer: PathBuf,
-    /// Directory for the shards (`<prefix>_train_000000.bin`, `<prefix>_val_000000.bin`).
+    /// Directory for the shard set: `<prefix>_train_000000.bin`, `<prefix>_val_000000.bin`,
+    /// `tokenizer.json` and `manifest.json` (shard names, token counts, the tokenizer's
+    /// fingerprint). Written next to it as `.<name>.tmp-<pid>` and renamed into place
+    /// whole, replacing an earlier set there; refused while another prepare writes it,
+    /// and if it holds files that are not a shard set's.
     #[arg(long)]
     pub out: PathBuf,
     /// Fraction of the input bytes, from the start, that goes to the validation shard.
@@ -237,6 +245,13 @@ pub struct PrepareArgs {
     /// At most this many tokens per shard.
     #[arg(long, default_value_t = 100_000_000)]
     pub shard_tokens: usize,
+    /// The JSON Lines field or Parquet column that holds the text.
+    #[arg(long, default_value = "text")]
+    pub text_field: String,
+    /// Do not start each document (a text file, a JSON line, a Parquet row) with
+    /// `<|endoftext|>` (GPT-2's and llm.c's separator, written by default).
+    #[arg(long)]
+    pub no_eot: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -246,6 +261,17 @@ pub enum LrSchedule {
     Constant,
     /// Linear warmup, then cosine decay to --min-lr at the last step.
     Cosine,
+}
+
+/// The order training reads its windows in (see `andrea train --help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataOrder {
+    /// Every row of every micro-batch its own window of seq_len + 1 tokens, drawn from a
+    /// seeded permutation of all windows, a new one each epoch.
+    Shuffle,
+    /// llm.c's order: the shards front to back, a micro-batch B·T + 1 consecutive tokens.
+    Sequential,
 }
 
 /// Every training setting; `None` means "from the config file, the resumed run, or the
@@ -354,8 +380,15 @@ pub struct TrainArgs {
     /// Keep only the newest N checkpoints of the run (0: keep all) [default: 0].
     #[arg(long)]
     pub keep_checkpoints: Option<usize>,
-    /// Read windows at random starts (seeded, resumable) instead of in order.
-    #[arg(long)]
+    /// The order of the training data. `shuffle` (the default): every row of every
+    /// micro-batch is its own window of seq_len + 1 tokens, and each epoch reads all
+    /// windows once, in a new seeded permutation (resumed exactly). `sequential`: the
+    /// shards front to back as llm.c reads them (the rows of a batch are neighbours; a
+    /// corpus of sections trains on one section after another).
+    #[arg(long, value_enum)]
+    pub data_order: Option<DataOrder>,
+    /// The same as --data-order shuffle.
+    #[arg(long, conflicts_with = "data_order")]
     pub shuffle: bool,
     /// Stop after this step with a checkpoint, as Ctrl-C would, without changing the
     /// schedule (which still runs to --steps): `--resume` continues from there.
@@ -372,16 +405,22 @@ pub struct EvalArgs {
     /// Checkpoint directory (a run's `latest` works).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// Token shard to evaluate on (or a directory of `<prefix>_val_NNNNNN.bin` shards).
+    /// Token shard to evaluate on (or a shard set's directory: its val shards).
     #[arg(long)]
     pub data: PathBuf,
-    /// Sequences per batch.
-    #[arg(long, default_value_t = 8, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
-    pub batch_size: usize,
-    /// Tokens per sequence [default: the model's context length].
+    /// Sequences per batch [default: the run's --batch-size, as its log's validation
+    /// loss reads them; 8 for a model without a training state].
+    #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
+    pub batch_size: Option<usize>,
+    /// Tokens per sequence [default: the run's --seq-len; the model's context length for
+    /// a model without a training state].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
-    /// Print one JSON object: {"loss", "perplexity", "tokens", "windows"}.
+    /// Read only the first N windows (the training log reads the first --eval-batches;
+    /// default: every full window of the data).
+    #[arg(long, value_name = "N")]
+    pub windows: Option<usize>,
+    /// Print one JSON object: {"loss", "perplexity", "bits_per_byte", "tokens", "bytes", "windows", ...}.
     #[arg(long)]
     pub json: bool,
 }

@@ -155,6 +155,8 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
         val_fraction: 0.05,
         prefix: "stories".into(),
         shard_tokens: 100_000_000,
+        text_field: "text".into(),
+        no_eot: false,
     })?;
     eprintln!("4/4 training {} for {} steps", config.display(), args.steps);
     let train = TrainArgs {

@@ -4,9 +4,10 @@
 //!
 //! * The global batch is `W × --batch-size × --grad-accum` windows. A step's windows are
 //!   numbered as one process with `--grad-accum W·A` reads them (`A = --grad-accum`);
-//!   rank r reads windows `r·A .. r·A + A` and skips the others' (the data position and
-//!   the shuffling RNG advance over all of them, on every rank). So the data position is
-//!   global and a checkpoint resumes on any world size with the same global batch.
+//!   rank r reads micro-batches `r·A .. r·A + A` and skips the others' (the data
+//!   position advances over all of them, on every rank: [`crate::data::DataStream`]). So
+//!   the data position is global and a checkpoint resumes on any world size with the
+//!   same global batch.
 //! * Each rank accumulates its own micro-batches, then [`GradientReducer`] averages the
 //!   gradients (bucketed `MPI_Allreduce`, pre-scaled by `1/W`); the step then clips by
 //!   the norm of that global mean gradient, identically on every rank. The logged loss
@@ -28,7 +29,6 @@
 //! `ANDREA_ALLREDUCE_BUCKET_FLOATS` sets the bucket size (default
 //! [`andrea_dist::DEFAULT_BUCKET_FLOATS`]).
 
-use andrea::model::rng::Rng;
 use andrea::{Backend, StepStats, Trainer};
 use andrea_dist::{GradientReducer, NcclMode, World, DEFAULT_BUCKET_FLOATS};
 use anyhow::{Context, Result};
@@ -88,31 +88,6 @@ impl Ranks {
     pub fn agree(&self, what: &str, value: &impl serde::Serialize) -> Result<()> {
         let json = serde_json::to_vec(value)?;
         Ok(self.world.agree(what, fnv1a64(&json))?)
-    }
-
-    /// This rank's windows of a step, one per micro-batch, in `windows` (see the module
-    /// docs); `pos` and `rng` advance over the whole global batch.
-    pub fn read_windows(
-        &self,
-        train: &ShardSet,
-        shuffle: bool,
-        (rng, pos): (&mut Rng, &mut DataPosition),
-        window: usize,
-        windows: &mut [Vec<u32>],
-    ) -> Result<()> {
-        let accum = windows.len();
-        for global in 0..self.size() * accum {
-            let mine = global / accum == self.world.rank();
-            match (shuffle, mine) {
-                (true, true) => train.random_window(rng, window, &mut windows[global % accum])?,
-                (true, false) => train.random_start(rng, window).map(drop)?,
-                (false, true) => {
-                    train.next_window(pos, window, window - 1, &mut windows[global % accum])?
-                }
-                (false, false) => train.skip_window(pos, window, window - 1)?,
-            }
-        }
-        Ok(())
     }
 
     /// One optimizer step over this rank's `micro_batches` and every other rank's:

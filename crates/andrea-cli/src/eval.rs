@@ -1,6 +1,11 @@
-//! `andrea eval`: the mean cross-entropy of a checkpoint over every full window of a
-//! shard (windows of `B·T + 1` tokens, each `B·T` further, as training reads them), and
-//! its perplexity `exp(loss)`.
+//! `andrea eval`: the mean cross-entropy of a checkpoint over every full window of the
+//! validation data (windows of `B·T + 1` tokens, each `B·T` further, in order: the
+//! windows the training log's validation loss reads the first `--eval-batches` of, with
+//! the run's `B` and `T` by default, so the two agree where they read the same windows),
+//! its perplexity `exp(loss)`, and bits per byte: the loss summed over the evaluated
+//! targets, in bits, over the bytes of text those targets decode to (special tokens
+//! such as `<|endoftext|>` count no bytes). Unlike the loss per token, bits per byte
+//! compare across tokenizers.
 
 use andrea::Backend;
 use anyhow::{Context, Result};
@@ -8,6 +13,7 @@ use anyhow::{Context, Result};
 use crate::checkpoint;
 use crate::cli::EvalArgs;
 use crate::data::{inputs_and_targets, DataPosition, ShardSet};
+use andrea_tokenizer::Tokenizer;
 
 /// Mean loss over the windows of `b·t + 1` tokens starting at `starts`, each window's
 /// loss by `loss(inputs, targets)` ([`andrea::Model::loss`] or
@@ -43,30 +49,64 @@ pub fn loss_sum(
     Ok(sum)
 }
 
+/// Bytes of text the targets of the windows at `starts` decode to (special tokens: none).
+fn target_bytes(
+    shards: &ShardSet,
+    starts: &[DataPosition],
+    window: usize,
+    tokenizer: &Tokenizer,
+) -> Result<u64> {
+    let mut buf = Vec::with_capacity(window);
+    let mut bytes = 0;
+    for start in starts {
+        let mut pos = *start;
+        shards.next_window(&mut pos, window, window - 1, &mut buf)?;
+        let (_, targets) = inputs_and_targets(&buf);
+        let text: Vec<u32> = targets
+            .iter()
+            .copied()
+            .filter(|&t| !tokenizer.is_special(t))
+            .collect();
+        bytes += tokenizer
+            .decode_bytes(&text)
+            .context("decoding the evaluated tokens")?
+            .len() as u64;
+    }
+    Ok(bytes)
+}
+
 pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
     let loaded = checkpoint::load(&args.checkpoint, backend)?;
     let config = loaded.model.config().clone();
-    let seq = args.seq_len.unwrap_or(config.context_length);
-    if seq == 0 || seq > config.context_length || args.batch_size == 0 {
+    let run = loaded.state.as_ref().map(|s| &s.settings);
+    let seq = args
+        .seq_len
+        .or(run.map(|s| s.seq_len))
+        .unwrap_or(config.context_length);
+    let batch = args.batch_size.or(run.map(|s| s.batch_size)).unwrap_or(8);
+    if seq == 0 || seq > config.context_length || batch == 0 {
         anyhow::bail!(
             "--seq-len must be in 1..={} (the model's context length) and --batch-size at least 1, \
-             got --seq-len {seq} --batch-size {}",
+             got --seq-len {seq} --batch-size {batch}",
             config.context_length,
-            args.batch_size
         );
     }
     if let Some(t) = &loaded.tokenizer {
         crate::data::check_tokenizer(&args.data, t, "evaluation")?;
     }
-    crate::limits::check_step(&config, args.batch_size, seq)?;
+    crate::limits::check_step(&config, batch, seq)?;
     let shards = ShardSet::open(&args.data, "val")?;
-    let window = args.batch_size * seq + 1;
+    let window = batch * seq + 1;
     shards.check(config.vocab_size, window, "evaluation")?;
-    let starts = shards.all_windows(window, window - 1);
+    let all = shards.all_windows(window, window - 1);
+    let mut starts = all.clone();
+    if let Some(n) = args.windows {
+        starts.truncate(n.max(1));
+    }
     // Only an activation arena: no gradients, no optimizer moments.
     let model = loaded.model;
     let mut evaluator = model
-        .evaluator(args.batch_size, seq)
+        .evaluator(batch, seq)
         .context("cannot set up the evaluation")?;
     let loss = mean_loss(evaluator.shape(), &shards, &starts, |x, y| {
         model.loss(&mut evaluator, x, y)
@@ -81,23 +121,63 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
     }
     let tokens = starts.len() * (window - 1);
     let perplexity = (loss as f64).exp();
+    let bytes = loaded
+        .tokenizer
+        .as_ref()
+        .map(|t| target_bytes(&shards, &starts, window, t))
+        .transpose()?;
+    let bits_per_byte =
+        bytes.map(|b| loss as f64 * tokens as f64 / (std::f64::consts::LN_2 * b.max(1) as f64));
+    // How this figure relates to the training log's validation loss.
+    let log = run.map(|s| {
+        let same_shape = s.batch_size == batch && s.seq_len == seq;
+        let read = s.eval_batches.min(all.len());
+        match (same_shape, read == starts.len()) {
+            (true, true) => "the windows the training log's validation loss reads".to_string(),
+            (true, false) => format!(
+                "the training log's validation loss reads the first {read} of these {} windows \
+                 (--eval-batches {}); --windows {read} reads the same",
+                all.len(),
+                s.eval_batches
+            ),
+            (false, _) => format!(
+                "the training log reads windows of {}x{} (--eval-batches {}); pass --batch-size {} \
+                 --seq-len {} --windows {read} to read the same",
+                s.batch_size, s.seq_len, s.eval_batches, s.batch_size, s.seq_len
+            ),
+        }
+    });
     if args.json {
         let obj = serde_json::json!({
             "loss": loss,
             "perplexity": perplexity,
+            "bits_per_byte": bits_per_byte,
             "tokens": tokens,
+            "bytes": bytes,
             "windows": starts.len(),
-            "batch_size": args.batch_size,
+            "windows_in_data": all.len(),
+            "batch_size": batch,
             "seq_len": seq,
             "checkpoint": loaded.dir,
         });
         println!("{obj}");
     } else {
+        let bpb = match bits_per_byte {
+            Some(b) => format!(", {b:.4} bits per byte"),
+            None => String::new(),
+        };
         println!(
-            "loss {loss:.4} (perplexity {perplexity:.2}) over {tokens} tokens in {} windows of {}x{seq}",
+            "loss {loss:.4} (perplexity {perplexity:.2}{bpb}) over {tokens} tokens{} in {} of {} windows of {batch}x{seq}",
+            bytes.map(|b| format!(" ({b} bytes of text)")).unwrap_or_default(),
             starts.len(),
-            args.batch_size
+            all.len(),
         );
+        if let Some(line) = log {
+            println!("note: {line}");
+        }
+        if bytes.is_none() {
+            println!("note: no bits per byte: the checkpoint has no tokenizer.json to decode the tokens with");
+        }
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
-//! `andrea prepare`: text files -> train/val token shards, plus a copy of the tokenizer
-//! next to them (where `andrea train` looks for it).
+//! `andrea prepare`: text files -> a shard set: train/val token shards, the tokenizer
+//! (where `andrea train` looks for it) and `manifest.json`, written into a temporary
+//! directory and renamed into place whole ([`andrea_tokenizer::shard_set`]).
 
-use andrea_tokenizer::{write_shards, ShardOptions, Tokenizer};
+use andrea_tokenizer::{prepare_shard_set, ShardOptions, Tokenizer};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::PrepareArgs;
@@ -26,30 +27,39 @@ pub fn run(args: &PrepareArgs) -> Result<()> {
         prefix: args.prefix.clone(),
         shard_tokens: args.shard_tokens,
         val_fraction: args.val_fraction,
+        text_field: args.text_field.clone(),
+        eot_per_document: !args.no_eot,
         ..ShardOptions::default()
     };
-    let report = write_shards(&tokenizer, &args.inputs, &args.out, &options)
-        .context("cannot write the token shards")?;
-    if report.train_tokens == 0 {
-        bail!(
-            "the input holds no text to train on ({} files, {} bytes): give text files or directories holding some",
-            report.files,
-            report.bytes
+    let began = std::time::Instant::now();
+    let set = prepare_shard_set(&tokenizer, &args.inputs, &args.out, &options).map_err(|e| {
+        match e {
+            // Already a whole sentence about the input or --out.
+            andrea_tokenizer::Error::Invalid(message) => anyhow::anyhow!(message),
+            e => anyhow::Error::new(e)
+                .context(format!("cannot write the shard set {}", args.out.display())),
+        }
+    })?;
+    for p in &set.removed {
+        eprintln!(
+            "removed {}, left by a prepare that did not finish",
+            p.display()
         );
     }
-    let copy = args.out.join("tokenizer.json");
-    tokenizer
-        .save(&copy)
-        .with_context(|| format!("cannot write {}", copy.display()))?;
+    let report = &set.shards;
+    let tokens = report.train_tokens + report.val_tokens;
+    let seconds = began.elapsed().as_secs_f64();
     eprintln!(
-        "{} files, {} bytes -> {} train tokens in {} shards, {} val tokens in {} shards, in {}",
+        "{} files, {} bytes -> {} train tokens in {} shards, {} val tokens in {} shards, in {} \
+         ({seconds:.1} s, {:.0} tokens/s)",
         report.files,
         report.bytes,
         report.train_tokens,
         report.train_shards.len(),
         report.val_tokens,
         report.val_shards.len(),
-        args.out.display()
+        args.out.display(),
+        tokens as f64 / seconds.max(1e-9)
     );
     Ok(())
 }

@@ -12,7 +12,7 @@ use andrea::{ModelConfig, OptimizerConfig, ScheduleConfig};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{LrSchedule, TrainArgs};
+use crate::cli::{DataOrder, LrSchedule, TrainArgs};
 use crate::limits;
 
 /// A config file as the CLI reads it.
@@ -42,6 +42,7 @@ pub struct TrainingTable {
     pub eval_batches: Option<usize>,
     pub sample_every: Option<u64>,
     pub checkpoint_every: Option<u64>,
+    pub data_order: Option<DataOrder>,
 }
 
 impl FileConfig {
@@ -96,8 +97,12 @@ pub struct TrainSettings {
     pub sample_every: u64,
     pub checkpoint_every: u64,
     pub log_every: u64,
-    /// Windows at random starts instead of in order.
-    #[serde(default)]
+    /// The order of the training windows; see [`TrainSettings::data_order`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_order: Option<DataOrder>,
+    /// Checkpoints written before `data_order` existed say `shuffle` instead (and read
+    /// in order without it).
+    #[serde(default, skip_serializing)]
     pub shuffle: bool,
     /// Newest checkpoints kept (0: all).
     #[serde(default)]
@@ -133,6 +138,7 @@ impl TrainSettings {
             sample_every: 500,
             checkpoint_every: 500,
             log_every: 10,
+            data_order: Some(DataOrder::Shuffle),
             shuffle: false,
             total_batch_tokens: None,
             keep_checkpoints: 0,
@@ -167,6 +173,9 @@ impl TrainSettings {
             set(&mut self.eval_batches, t.eval_batches);
             set(&mut self.sample_every, t.sample_every);
             set(&mut self.checkpoint_every, t.checkpoint_every);
+            if t.data_order.is_some() {
+                self.data_order = t.data_order;
+            }
         }
     }
 
@@ -206,8 +215,10 @@ impl TrainSettings {
         set(&mut self.checkpoint_every, a.checkpoint_every);
         set(&mut self.log_every, a.log_every);
         set(&mut self.keep_checkpoints, a.keep_checkpoints);
-        if a.shuffle {
-            self.shuffle = true;
+        if a.data_order.is_some() {
+            self.data_order = a.data_order;
+        } else if a.shuffle {
+            self.data_order = Some(DataOrder::Shuffle);
         }
         if let Some(total) = a.total_batch_tokens {
             // Checked in `validate`: 0 marks a total that B·T does not divide.
@@ -333,6 +344,16 @@ impl TrainSettings {
                 };
                 schedule.lr(self.lr, step)
             }
+        }
+    }
+
+    /// The order of the training windows (a checkpoint from before the setting existed:
+    /// shuffled if it says `shuffle`, else sequential, its default then).
+    pub fn data_order(&self) -> DataOrder {
+        match (self.data_order, self.shuffle) {
+            (Some(order), _) => order,
+            (None, true) => DataOrder::Shuffle,
+            (None, false) => DataOrder::Sequential,
         }
     }
 

@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::checkpoint::{self, TrainingState};
 use crate::cli::TrainArgs;
-use crate::data::{inputs_and_targets, DataPosition, ShardSet};
+use crate::data::{DataPosition, DataStream, MicroBatch, ShardSet};
 use crate::dist::Ranks;
 use crate::generate;
 use crate::metrics::{Metric, Metrics, Progress, METRICS_FILE, PLOT_FILE};
@@ -77,6 +77,16 @@ fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B
             );
         }
         let tokenizer = loaded.tokenizer()?.clone();
+        if state.settings.data_order.is_none()
+            && state.settings.shuffle
+            && args.data_order.is_none()
+        {
+            note(
+                "this checkpoint drew its shuffled windows at random starts (an older andrea); \
+                  the run goes on with each epoch a permutation of all windows, from the first"
+                    .into(),
+            );
+        }
         let mut settings = state.settings.clone();
         if let Some(cut) = settings.apply_args(args) {
             note(cut);
@@ -392,9 +402,10 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
             .load_optimizer_state(dir.join(checkpoint::OPTIMIZER_FILE))
             .with_context(|| format!("cannot load the optimizer state of {}", dir.display()))?;
         pos = state.data_position;
-        train.check_position(pos)?;
         rng = Rng::from_state(state.rng_state);
     }
+    let mut data = DataStream::new(&train, settings.data_order(), (b, t), settings.seed)?;
+    data.check_position(pos)?;
     let start = trainer.steps();
     let cfg = trainer.model().config().clone();
     ranks.agree("the settings", &settings)?;
@@ -431,6 +442,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
         train.total_tokens(),
         trainer.memory()
     ));
+    say(data.describe());
 
     let stop = Arc::new(AtomicBool::new(false));
     crate::stop::install(stop.clone())?;
@@ -454,18 +466,26 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
             all
         })
         .unwrap_or_default();
-    // One window per micro-batch, read before the step in the order the step uses them.
-    let mut windows = vec![Vec::with_capacity(window); settings.grad_accum];
+    if let Some(v) = &val {
+        say(format!(
+            "validation: the first {} of the {} windows of {b}x{t} in the validation data \
+             (--eval-batches); `andrea eval` reads them all",
+            eval_starts.len(),
+            v.all_windows(window, window - 1).len()
+        ));
+    }
+    // This rank's micro-batches, read before the step in the order the step uses them.
+    let mut batches = vec![MicroBatch::default(); settings.grad_accum];
+    let rank = (ranks.world.rank(), ranks.size());
     let mut step = start;
     let mut interrupted = false;
     let began_run = Instant::now();
     while step < settings.steps {
         let began = Instant::now();
         let lr = settings.lr_at(step);
-        let stream = (&mut rng, &mut pos);
-        ranks.read_windows(&train, settings.shuffle, stream, window, &mut windows)?;
-        let micro_batches: Vec<(&[u32], &[u32])> =
-            windows.iter().map(|w| inputs_and_targets(w)).collect();
+        let epoch = pos.epoch;
+        data.read_step(&mut pos, rank, &mut batches)?;
+        let micro_batches: Vec<(&[u32], &[u32])> = batches.iter().map(MicroBatch::pair).collect();
         // A NaN or infinite loss or gradient norm is an error naming the step; nothing
         // is written after it.
         let (loss, stats) = ranks
@@ -475,6 +495,19 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
                 anyhow::anyhow!("{e}; {}", last_good(&out))
             })?;
         step = stats.step;
+        if pos.epoch > epoch {
+            progress.println(&format!(
+                "step {step}: epoch {} done ({} windows); epoch {} begins{}",
+                pos.epoch,
+                data.windows_per_epoch(),
+                pos.epoch + 1,
+                if settings.data_order() == crate::data::DataOrder::Shuffle {
+                    ", in a new order"
+                } else {
+                    ""
+                }
+            ));
+        }
         let elapsed = began.elapsed().as_secs_f64();
         let mut m = Metric {
             step,

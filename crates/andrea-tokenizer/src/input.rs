@@ -11,7 +11,6 @@
 use crate::error::{Error, Result};
 use crate::pretokenize::safe_cut;
 use crate::special::SpecialMatcher;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -159,7 +158,7 @@ pub(crate) struct Block {
 
 /// Streams one file in blocks that end at safe cuts, checking UTF-8 on the way.
 pub(crate) struct BlockReader<'m> {
-    file: File,
+    file: Box<dyn Read + 'm>,
     path: PathBuf,
     policy: InvalidUtf8,
     specials: Option<&'m SpecialMatcher>,
@@ -174,14 +173,34 @@ pub(crate) struct BlockReader<'m> {
 }
 
 impl<'m> BlockReader<'m> {
+    /// Blocks of the file at `path` (the readers of the crate open files through
+    /// [`crate::documents`], which decompresses them).
+    #[cfg(test)]
     pub(crate) fn open(
         path: &Path,
         policy: InvalidUtf8,
         specials: Option<&'m SpecialMatcher>,
         block_size: usize,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        Ok(BlockReader {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        Ok(Self::from_reader(
+            Box::new(file),
+            path,
+            policy,
+            specials,
+            block_size,
+        ))
+    }
+
+    /// Blocks of what `file` reads (a decompressor, say); `path` names it in errors.
+    pub(crate) fn from_reader(
+        file: Box<dyn Read + 'm>,
+        path: &Path,
+        policy: InvalidUtf8,
+        specials: Option<&'m SpecialMatcher>,
+        block_size: usize,
+    ) -> Self {
+        BlockReader {
             file,
             path: path.to_path_buf(),
             policy,
@@ -192,7 +211,7 @@ impl<'m> BlockReader<'m> {
             checked: 0,
             eof: false,
             first: true,
-        })
+        }
     }
 
     /// Reads until `buf` holds `want` bytes or the file ends; returns bytes read.

@@ -54,7 +54,8 @@
 //!   [`Tokenizer::stream_decoder`]): bytes exactly, or text with invalid UTF-8 replaced by
 //!   U+FFFD as `tokenizers` does.
 //! - **Shards** ([`write_shards`], [`TokenShard`]): llm.c's format (DESIGN.md), train/val
-//!   split by input bytes, a progress bar.
+//!   split by input bytes, a progress bar; [`prepare_shard_set`] writes a whole set
+//!   (shards, `tokenizer.json`, a [`Manifest`]) as one unit.
 //!
 //! Errors ([`Error`]) name the file and byte offset of invalid UTF-8, the unknown id in
 //! decode, and the field of a malformed `tokenizer.json`; nothing a user passes in
@@ -63,6 +64,7 @@
 mod bpe;
 pub mod byte_level;
 mod cache;
+mod documents;
 mod error;
 mod hf_json;
 pub mod input;
@@ -70,6 +72,7 @@ mod learn;
 pub mod pretokenize;
 mod progress;
 pub mod sample_text;
+pub mod shard_set;
 pub mod shards;
 mod special;
 mod tokenizer;
@@ -81,6 +84,9 @@ pub use rayon;
 
 pub use error::{Error, Result};
 pub use input::{collect_files, InvalidUtf8};
+pub use shard_set::{
+    fingerprint, prepare_shard_set, Manifest, SetReport, ShardEntry, MANIFEST_FILE,
+};
 pub use shards::{
     check_prefix, parse_shard_name, shard_name, write_shards, ShardOptions, ShardReport, TokenShard,
 };

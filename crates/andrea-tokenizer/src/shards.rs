@@ -7,15 +7,20 @@
 //! `<prefix>_train_000000.bin`, ... and hold at most [`ShardOptions::shard_tokens`]
 //! tokens each. Each file is written to a temporary name and renamed when complete.
 //!
-//! The split: the first [`ShardOptions::val_fraction`] of the input bytes (cut at a
-//! position that does not change tokenization) go to val, the rest to train, so the split
-//! is deterministic and needs one streaming pass. As in llm.c, every input file (one
-//! document) starts with `<|endoftext|>` when [`ShardOptions::eot_per_file`] is set, and
-//! `<|endoftext|>` written in the text between documents is recognised as the token
-//! when [`ShardOptions::special_tokens_in_text`] is set.
+//! The inputs are text files, JSON Lines and Parquet files, compressed or not (see
+//! [`crate::documents`]), streamed: memory does not grow with the corpus.
+//!
+//! The split: the first [`ShardOptions::val_fraction`] of the input bytes on disk go to
+//! val, the rest to train, so the split is deterministic and needs one streaming pass. A
+//! text file is cut at a position that does not change tokenization; a JSON line or a
+//! Parquet value (a document) goes whole to the side where it starts. As in llm.c, every
+//! document (a text file, a JSON line, a Parquet value) starts with `<|endoftext|>` when
+//! [`ShardOptions::eot_per_document`] is set, and `<|endoftext|>` written in the text is
+//! recognised as the token when [`ShardOptions::special_tokens_in_text`] is set.
 
+use crate::documents::{read_documents, Piece, ReadOptions};
 use crate::error::{Error, Result};
-use crate::input::{chunk_ends, collect_files, find_cut_in, total_size, BlockReader, InvalidUtf8};
+use crate::input::{chunk_ends, collect_files, find_cut_in, total_size, InvalidUtf8};
 use crate::progress::bytes_bar;
 use crate::tokenizer::Tokenizer;
 use rayon::prelude::*;
@@ -84,8 +89,11 @@ pub struct ShardOptions {
     pub shard_tokens: usize,
     /// The fraction of input bytes, from the start, that goes to val (0 for none).
     pub val_fraction: f64,
-    /// Start every input file with `<|endoftext|>`.
-    pub eot_per_file: bool,
+    /// Start every document (a text file, a JSON line, a Parquet value) with
+    /// `<|endoftext|>`.
+    pub eot_per_document: bool,
+    /// The JSON Lines field or Parquet column holding the text.
+    pub text_field: String,
     /// Recognise special-token strings in the text.
     pub special_tokens_in_text: bool,
     pub invalid_utf8: InvalidUtf8,
@@ -98,7 +106,8 @@ impl Default for ShardOptions {
             prefix: "data".into(),
             shard_tokens: 100_000_000,
             val_fraction: 0.1,
-            eot_per_file: true,
+            eot_per_document: true,
+            text_field: "text".into(),
             special_tokens_in_text: true,
             invalid_utf8: InvalidUtf8::Error,
             show_progress: true,
@@ -231,15 +240,16 @@ pub fn write_shards<P: AsRef<Path>>(
             options.val_fraction
         )));
     }
-    let eot = match (options.eot_per_file, tokenizer.eot_id()) {
-        (true, Some(id)) => Some(id),
-        (true, None) => {
-            return Err(Error::Invalid(
-                "eot_per_file needs a vocabulary with <|endoftext|>; this one has none".into(),
-            ))
-        }
-        (false, _) => None,
-    };
+    let eot =
+        match (options.eot_per_document, tokenizer.eot_id()) {
+            (true, Some(id)) => Some(id),
+            (true, None) => return Err(Error::Invalid(
+                "documents are separated by <|endoftext|>, which this vocabulary does not have: \
+                 use a tokenizer with it, or write the documents without separators (--no-eot)"
+                    .into(),
+            )),
+            (false, _) => None,
+        };
     let files = collect_files(inputs)?;
     std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
     let total = total_size(&files);
@@ -255,39 +265,49 @@ pub fn write_shards<P: AsRef<Path>>(
     );
     let special = options.special_tokens_in_text && !tokenizer.special_tokens().is_empty();
     let matcher = special.then(|| tokenizer.matcher());
-    let bar = bytes_bar(options.show_progress, total, "encoding");
-    let mut bytes_read = 0;
-
+    let bar = tokens_bar(options.show_progress, total);
+    let read = ReadOptions {
+        text_field: &options.text_field,
+        invalid_utf8: options.invalid_utf8,
+        specials: matcher,
+        block_bytes: BLOCK_BYTES,
+    };
+    let mut batch = Batch::default();
+    let mut encode = |batch: &mut Batch| -> Result<()> {
+        batch.encode(tokenizer, special, eot, [&mut val, &mut train])?;
+        let tokens = val.total + train.total;
+        let per_s = tokens as f64 / bar.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("{tokens} tokens, {per_s:.0} tokens/s"));
+        Ok(())
+    };
+    let (mut bytes_read, mut done) = (0, 0);
     for path in &files {
-        let mut reader = BlockReader::open(path, options.invalid_utf8, matcher, BLOCK_BYTES)?;
-        while let Some(block) = reader.next_block()? {
-            let bytes = &block.bytes;
-            // The val budget may end inside this block: cut it there.
+        read_documents(path, &read, &mut |piece: Piece| {
+            // The val budget may end inside this piece: cut a text block there, or
+            // give a document to the side where it starts.
+            let len = piece.bytes.len();
             let split = if val_bytes_left == 0 {
                 0
-            } else if val_bytes_left >= bytes.len() as u64 {
-                bytes.len()
+            } else if val_bytes_left >= piece.disk || !piece.cuttable {
+                len
             } else {
-                find_cut_in(bytes, val_bytes_left as usize, matcher).unwrap_or(bytes.len())
+                let at =
+                    (len as u128 * val_bytes_left as u128 / piece.disk.max(1) as u128) as usize;
+                find_cut_in(&piece.bytes, at, matcher).unwrap_or(len)
             };
-            let mut start_of_file = block.first;
-            for (range, writer) in [(0..split, &mut val), (split..bytes.len(), &mut train)] {
-                if range.is_empty() {
-                    continue;
-                }
-                let mut ids = Vec::new();
-                if start_of_file {
-                    ids.extend(eot);
-                }
-                encode_block(tokenizer, &bytes[range], special, start_of_file, &mut ids);
-                writer.write(&ids)?;
-                start_of_file = false;
+            val_bytes_left = val_bytes_left.saturating_sub(piece.disk);
+            bytes_read += len as u64;
+            bar.inc(piece.disk);
+            batch.push(piece, split);
+            if batch.bytes >= BLOCK_BYTES {
+                encode(&mut batch)?;
             }
-            val_bytes_left = val_bytes_left.saturating_sub(split as u64);
-            bytes_read += bytes.len() as u64;
-            bar.inc(bytes.len() as u64);
-        }
+            Ok(())
+        })?;
+        done += std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        bar.set_position(done);
     }
+    encode(&mut batch)?;
     bar.finish_and_clear();
     val.finish_shard()?;
     train.finish_shard()?;
@@ -301,21 +321,82 @@ pub fn write_shards<P: AsRef<Path>>(
     })
 }
 
-/// Encodes a block in parallel chunks, in order.
-fn encode_block(tok: &Tokenizer, bytes: &[u8], special: bool, at_start: bool, out: &mut Vec<u32>) {
-    let matcher = special.then(|| tok.matcher());
-    let ends = chunk_ends(bytes, CHUNK_BYTES, matcher);
-    let parts: Vec<Vec<u32>> = (0..ends.len())
-        .into_par_iter()
-        .map(|k| {
-            let lo = if k == 0 { 0 } else { ends[k - 1] };
-            let mut v = Vec::with_capacity((ends[k] - lo) / 3);
-            tok.encode_bytes_into(&bytes[lo..ends[k]], special, at_start && k == 0, &mut v);
-            v
-        })
-        .collect();
-    for p in parts {
-        out.extend_from_slice(&p);
+/// A progress bar over the input bytes on disk, with the tokens written and their rate.
+fn tokens_bar(show: bool, total: u64) -> indicatif::ProgressBar {
+    let bar = bytes_bar(show, total, "encoding");
+    if show {
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "encoding [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta}) {msg}",
+        ) {
+            bar.set_style(style);
+        }
+    }
+    bar
+}
+
+/// Pieces read but not yet encoded, each split into its val and train parts: encoded
+/// together, so that many short documents still fill every thread.
+#[derive(Default)]
+struct Batch {
+    /// `(0 for val or 1 for train, bytes, starts a document)`.
+    items: Vec<(usize, Vec<u8>, bool)>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn push(&mut self, piece: Piece, split: usize) {
+        self.bytes += piece.bytes.len();
+        let mut bytes = piece.bytes;
+        let train = bytes.split_off(split);
+        let mut start = piece.document_start;
+        for (side, part) in [(0, bytes), (1, train)] {
+            if !part.is_empty() {
+                self.items.push((side, part, start));
+                start = false;
+            }
+        }
+    }
+
+    /// Encodes every item in parallel chunks and writes them in order: `<|endoftext|>`
+    /// (`eot`) before each document's first.
+    fn encode(
+        &mut self,
+        tok: &Tokenizer,
+        special: bool,
+        eot: Option<u32>,
+        writers: [&mut SplitWriter; 2],
+    ) -> Result<()> {
+        let matcher = special.then(|| tok.matcher());
+        let mut chunks = Vec::new();
+        for (i, (_, bytes, _)) in self.items.iter().enumerate() {
+            let mut lo = 0;
+            for end in chunk_ends(bytes, CHUNK_BYTES, matcher) {
+                chunks.push((i, lo, end));
+                lo = end;
+            }
+        }
+        let items = &self.items;
+        let parts: Vec<Vec<u32>> = chunks
+            .par_iter()
+            .map(|&(i, lo, hi)| {
+                let (_, bytes, start) = &items[i];
+                let mut v = Vec::with_capacity((hi - lo) / 3 + 1);
+                tok.encode_bytes_into(&bytes[lo..hi], special, *start && lo == 0, &mut v);
+                v
+            })
+            .collect();
+        for (&(i, lo, _), ids) in chunks.iter().zip(parts) {
+            let (side, _, start) = &items[i];
+            if *start && lo == 0 {
+                if let Some(eot) = eot {
+                    writers[*side].write(&[eot])?;
+                }
+            }
+            writers[*side].write(&ids)?;
+        }
+        self.items.clear();
+        self.bytes = 0;
+        Ok(())
     }
 }
 

@@ -19,8 +19,9 @@
 //! text, unless [`TrainConfig::split_special_tokens`] is off.
 
 use crate::byte_level::{BYTE_ID, BYTE_ORDER};
+use crate::documents::{read_documents, ReadOptions};
 use crate::error::{Error, Result};
-use crate::input::{chunk_ends, collect_files, total_size, BlockReader, InvalidUtf8};
+use crate::input::{chunk_ends, collect_files, total_size, InvalidUtf8};
 use crate::learn::{learn, Word};
 use crate::pretokenize::pieces;
 use crate::progress::{bytes_bar, count_bar};
@@ -51,6 +52,9 @@ pub struct TrainConfig {
     pub invalid_utf8: InvalidUtf8,
     /// Show progress bars on stderr (only drawn when stderr is a terminal).
     pub show_progress: bool,
+    /// The JSON Lines field or Parquet column holding the text (see
+    /// [`crate::write_shards`] for the formats read).
+    pub text_field: String,
 }
 
 impl Default for TrainConfig {
@@ -62,6 +66,7 @@ impl Default for TrainConfig {
             split_special_tokens: true,
             invalid_utf8: InvalidUtf8::Error,
             show_progress: true,
+            text_field: "text".into(),
         }
     }
 }
@@ -132,12 +137,18 @@ impl PieceCounts {
         bar: &indicatif::ProgressBar,
     ) -> Result<()> {
         let matcher = matcher(config);
-        let mut reader =
-            BlockReader::open(path, config.invalid_utf8, matcher.as_ref(), BLOCK_BYTES)?;
-        while let Some(block) = reader.next_block()? {
-            self.add_block(&block.bytes, matcher.as_ref());
-            bar.inc(block.bytes.len() as u64);
-        }
+        let options = ReadOptions {
+            text_field: &config.text_field,
+            invalid_utf8: config.invalid_utf8,
+            specials: matcher.as_ref(),
+            block_bytes: BLOCK_BYTES,
+        };
+        // A text file's blocks, or one JSON line's or Parquet value's document at a time.
+        read_documents(path, &options, &mut |piece| {
+            self.add_block(&piece.bytes, matcher.as_ref());
+            bar.inc(piece.disk);
+            Ok(())
+        })?;
         self.files += 1;
         Ok(())
     }
@@ -290,8 +301,9 @@ pub(crate) fn for_each_piece<'a>(
     }
 }
 
-/// Trains on files and directories (see [`crate::input::collect_files`]), each file one
-/// text.
+/// Trains on files and directories (see [`crate::input::collect_files`]): a text file is
+/// one text, a JSON Lines or Parquet file (compressed or not, as [`crate::write_shards`]
+/// reads them) one text per document.
 ///
 /// ```no_run
 /// use andrea_tokenizer::{train_from_files, TrainConfig};

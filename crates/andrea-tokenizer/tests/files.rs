@@ -202,7 +202,7 @@ fn invalid_utf8_is_reported_with_file_and_offset() {
     let out = dir.path().join("shards");
     let options = ShardOptions {
         invalid_utf8: InvalidUtf8::Bytes,
-        eot_per_file: false,
+        eot_per_document: false,
         val_fraction: 0.0,
         show_progress: false,
         ..ShardOptions::default()

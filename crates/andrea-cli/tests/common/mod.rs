@@ -224,3 +224,50 @@ pub fn plain_model(dir: &Path) -> PathBuf {
     }
     plain
 }
+
+/// Waits until `cond` holds (or fails the test after two minutes).
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `alt.json` in `dir`: another tokenizer of the same vocabulary size as
+/// `tokenizer.json`, learned from `corpus/` reversed (in `alt/`).
+pub fn reversed_tokenizer(dir: &Path) {
+    let alt = dir.join("alt");
+    std::fs::create_dir_all(&alt).unwrap();
+    for e in std::fs::read_dir(dir.join("corpus")).unwrap() {
+        let p = e.unwrap().path();
+        let text: String = std::fs::read_to_string(&p).unwrap().chars().rev().collect();
+        std::fs::write(alt.join(p.file_name().unwrap()), text).unwrap();
+    }
+    let alt_tok = [
+        "tokenizer",
+        "train",
+        "alt",
+        "--merges",
+        "50",
+        "--out",
+        "alt.json",
+    ];
+    ok(dir, &alt_tok);
+}
+
+/// The number before `word` in `text` ("123 train tokens" -> 123).
+pub fn count_before(text: &str, word: &str) -> u64 {
+    let at = text
+        .find(word)
+        .unwrap_or_else(|| panic!("{word:?} in {text}"));
+    text[..at]
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
