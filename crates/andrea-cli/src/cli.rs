@@ -380,11 +380,11 @@ pub struct TrainArgs {
     /// Keep only the newest N checkpoints of the run (0: keep all) [default: 0].
     #[arg(long)]
     pub keep_checkpoints: Option<usize>,
-    /// The order of the training data. `shuffle` (the default): every row of every
-    /// micro-batch is its own window of seq_len + 1 tokens, and each epoch reads all
-    /// windows once, in a new seeded permutation (resumed exactly). `sequential`: the
-    /// shards front to back as llm.c reads them (the rows of a batch are neighbours; a
-    /// corpus of sections trains on one section after another).
+    /// The order of the training data. `shuffle`: every row of every micro-batch is its
+    /// own window of seq_len + 1 tokens, and each epoch reads all windows once, in a new
+    /// seeded permutation (resumed exactly). `sequential`: the shards front to back as
+    /// llm.c reads them (the rows of a batch are neighbours; a corpus of sections trains
+    /// on one section after another) [default: the resumed run's order, else shuffle].
     #[arg(long, value_enum)]
     pub data_order: Option<DataOrder>,
     /// The same as --data-order shuffle.
@@ -416,8 +416,8 @@ pub struct EvalArgs {
     /// a model without a training state].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_SEQ }>)]
     pub seq_len: Option<usize>,
-    /// Read only the first N windows (the training log reads the first --eval-batches;
-    /// default: every full window of the data).
+    /// Read only the first N windows (the training log reads the first --eval-batches)
+    /// [default: every full window of the data].
     #[arg(long, value_name = "N")]
     pub windows: Option<usize>,
     /// Print one JSON object: {"loss", "perplexity", "bits_per_byte", "tokens", "bytes", "windows", ...}.

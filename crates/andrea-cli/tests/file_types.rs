@@ -103,7 +103,7 @@ fn outputs_that_are_not_regular_files_are_refused_and_kept() {
         let link = format!("{name}-link");
         std::os::unix::fs::symlink(&name, dir.join(&link)).unwrap();
         refused_and_kept(dir, &tokenizer_train(&link), &name, what);
-        // The shards' directory, and the files written into it.
+        // The shards' directory, and files of its name inside it.
         refused_and_kept(dir, &prepare_args(&name, "data"), &name, what);
         std::fs::create_dir_all(dir.join("shards")).unwrap();
         for file in [
@@ -113,7 +113,14 @@ fn outputs_that_are_not_regular_files_are_refused_and_kept() {
         ] {
             let p = format!("shards/{file}");
             std::fs::rename(dir.join(&name), dir.join(&p)).unwrap();
-            refused_and_kept(dir, &prepare_args("shards", "data"), &p, what);
+            // A shard set is written elsewhere and renamed into place whole, so a folder
+            // holding anything but an earlier set is refused before anything is written.
+            refused_and_kept(
+                dir,
+                &prepare_args("shards", "data"),
+                &p,
+                "not part of a shard set",
+            );
             std::fs::rename(dir.join(&p), dir.join(&name)).unwrap();
         }
         // The run directory, and the files andrea keeps in it under fixed names.
