@@ -45,10 +45,9 @@ fn randn(n: usize, seed: u64) -> Vec<f32> {
 
 /// The source and destination of a reference copy of `n` floats, both starting on a 4 KiB
 /// boundary. Two `Vec`s land wherever the allocator puts them, and where the destination
-/// sat 16 bytes past the source modulo 4 KiB the copy's loads aliased its recent stores
-/// (same low 12 address bits): on the Zen 3 host that made the 2-thread copy of a 9.4 MB
-/// footprint 16 times slower (4.4 against 70-88 GB/s) and flattered every op compared
-/// with it (benches/results/20261202T1230Z-zen3-ops). A reference runs at its best.
+/// sits 16 bytes past the source modulo 4 KiB the copy's loads alias its recent stores
+/// (same low 12 address bits), which can make the copy many times slower and flatter
+/// every op compared with it. A reference runs at its best.
 struct CopyPair {
     src: Vec<f32>,
     dst: Vec<f32>,

@@ -156,15 +156,49 @@ pub(crate) mod huge_pages {
     pub(crate) const MIN_BYTES: usize = 8 << 20;
     const HUGE: usize = 2 << 20;
 
-    /// Whether `ANDREA_HUGEPAGES` leaves the advice on (anything but `0`, `off`, `false`).
+    /// Whether `ANDREA_HUGEPAGES` leaves the advice on ([`parse`]), read once.
     pub(crate) fn enabled() -> bool {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *ON.get_or_init(|| {
-            !matches!(
-                std::env::var("ANDREA_HUGEPAGES").as_deref().map(str::trim),
-                Ok("0") | Ok("off") | Ok("false")
-            )
+            let value = std::env::var("ANDREA_HUGEPAGES").ok();
+            let (on, warning) = parse(value.as_deref());
+            if let Some(w) = warning {
+                eprintln!("andrea-cpu: {w}");
+            }
+            on
         })
+    }
+
+    /// The advice is on when the variable is unset, `1`, `on` or `true`, off for `0`,
+    /// `off` or `false`; anything else leaves it on with a warning to print, as a
+    /// misspelt `ANDREA_SIMD` does.
+    fn parse(value: Option<&str>) -> (bool, Option<String>) {
+        let Some(value) = value else {
+            return (true, None);
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "0" | "off" | "false" => (false, None),
+            "1" | "on" | "true" => (true, None),
+            _ => (
+                true,
+                Some(format!(
+                    "ignoring ANDREA_HUGEPAGES={value:?} (expected 0, off, false, 1, on or \
+                     true); the advice stays on"
+                )),
+            ),
+        }
+    }
+
+    #[cfg(test)]
+    #[test]
+    fn a_value_that_means_nothing_is_ignored_with_a_warning() {
+        assert_eq!(parse(None), (true, None));
+        assert_eq!(parse(Some(" OFF ")), (false, None));
+        assert_eq!(parse(Some("0")), (false, None));
+        assert_eq!(parse(Some("true")), (true, None));
+        let (on, warning) = parse(Some("banana"));
+        assert!(on);
+        assert!(warning.unwrap().contains("ANDREA_HUGEPAGES=\"banana\""));
     }
 
     /// Advises `MADV_HUGEPAGE` for the whole 2 MiB pages inside `[ptr, ptr + bytes)`.

@@ -29,7 +29,7 @@
 //! level (read once per process), to test or measure the narrower kernels on a wider CPU;
 //! `.ci/run` runs the CPU tests under each cap. [`andrea_core::MemoryOps::name`] reports
 //! the level and the kernels in use, e.g. `cpu (2 threads, avx2, gemm avx2, attention
-//! fused-avx2)`.
+//! fused-avx2)`, or `cpu (8 threads, aarch64, gemm crate, attention blocked)` on ARM.
 //!
 //! | job | `baseline` | `avx2` | `avx512` | aarch64 |
 //! |---|---|---|---|---|

@@ -86,7 +86,7 @@ impl GemmKernel {
     /// The kernel's name, as the backend's name reports it.
     pub(crate) fn name(self) -> &'static str {
         match self {
-            GemmKernel::GemmCrate => "gemm",
+            GemmKernel::GemmCrate => "crate",
             GemmKernel::Avx2 => "avx2",
             GemmKernel::Avx512 => "avx512",
         }

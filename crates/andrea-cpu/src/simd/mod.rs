@@ -91,6 +91,8 @@ pub(crate) enum Level {
 impl Level {
     pub(crate) fn name(self) -> &'static str {
         match self {
+            // Off x86 the baseline is the target's own (NEON on aarch64).
+            Level::Baseline if !cfg!(target_arch = "x86_64") => std::env::consts::ARCH,
             Level::Baseline => "baseline",
             Level::Avx2 => "avx2",
             Level::Avx512 => "avx512",
