@@ -183,6 +183,9 @@ pub struct TokenizerTrainArgs {
     /// Merge a pair only if it occurs at least this often.
     #[arg(long, default_value_t = 1)]
     pub min_frequency: u64,
+    /// The JSON Lines field or Parquet column that holds the text.
+    #[arg(long, default_value = "text")]
+    pub text_field: String,
 }
 
 #[derive(Debug, Args)]

@@ -107,6 +107,7 @@ pub fn write_corpus(dir: &Path, bytes: usize, files: usize, seed: u64) -> Result
         // Streamed story by story: memory stays small whatever --corpus-bytes is.
         let path = dir.join(format!("stories_{f:02}.txt"));
         let what = || format!("cannot write {}", path.display());
+        andrea_fs::check_output_file(&path).with_context(what)?;
         let mut w = std::io::BufWriter::new(std::fs::File::create(&path).with_context(what)?);
         let mut written = 0;
         while written < bytes / files {
@@ -128,6 +129,8 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
     // Made first, so that a backend that cannot start fails before any work.
     let train_backend = backend()?;
     let out = &args.out;
+    andrea_fs::check_output_dir(out)
+        .with_context(|| format!("--out {}: name a new or existing directory", out.display()))?;
     let mut config = args.config.clone();
     if !config.exists() && config == Path::new(DEFAULT_CONFIG) {
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
@@ -145,6 +148,7 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
         out: tok.clone(),
         merges: args.merges,
         min_frequency: 2,
+        text_field: "text".into(),
     })?;
     eprintln!("3/4 encoding it into token shards");
     let data = out.join("data");

@@ -160,6 +160,12 @@ fn dispatch<B: andrea::Backend>(
 
 fn main() {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Tokenizer(_) | Command::Eval(_) | Command::Generate(_) | Command::Info(_)
+    ) {
+        end_quietly_at_a_closed_pipe();
+    }
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -168,4 +174,16 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// A command whose output another program reads (`andrea tokenizer encode ... | head -1`)
+/// ends at a closed pipe as Unix tools do, by `SIGPIPE`, instead of a panic in
+/// `println!` (Rust ignores `SIGPIPE`, so a write to a closed pipe is an error). Training
+/// and preparing keep Rust's default: their work is on disk, not on stdout.
+fn end_quietly_at_a_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }

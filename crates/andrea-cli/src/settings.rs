@@ -62,6 +62,16 @@ impl FileConfig {
                 e.to_string().trim_end()
             )
         })?;
+        // A [schedule] table sets the run's length; without `total_steps` it would be the
+        // library's default of 1 step, which no one writing the table means.
+        if cfg.schedule.is_some() && !schedule_names_total_steps(&text) {
+            anyhow::bail!(
+                "{}: the [schedule] table has no total_steps: add `total_steps = N` (the \
+                 step at which the cosine reaches its floor; --steps overrides it) or leave \
+                 the table out",
+                path.display()
+            );
+        }
         let checked = cfg.model.validate().and_then(|()| {
             cfg.optimizer.as_ref().map_or(Ok(()), |o| o.validate())?;
             cfg.schedule.as_ref().map_or(Ok(()), |s| s.validate())
@@ -69,6 +79,15 @@ impl FileConfig {
         checked.with_context(|| format!("in the config file {}", path.display()))?;
         Ok(cfg)
     }
+}
+
+/// Whether the config text's `[schedule]` table has a `total_steps` key.
+fn schedule_names_total_steps(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| {
+        t.get("schedule")
+            .and_then(|s| s.as_table())
+            .is_some_and(|s| s.contains_key("total_steps"))
+    })
 }
 
 /// Every setting of a training run, resolved. Saved in each checkpoint so that
@@ -385,6 +404,21 @@ mod tests {
         assert!((s.lr_at(10) - 0.1).abs() < 1e-6);
         s.lr_schedule = LrSchedule::Constant;
         assert_eq!(s.lr_at(9), 1.0);
+    }
+
+    #[test]
+    fn a_schedule_without_total_steps_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let model =
+            "[model]\nvocab_size = 10\ncontext_length = 8\nd_model = 8\nn_layer = 1\nn_head = 1\n";
+        std::fs::write(&path, format!("{model}[schedule]\nmin_lr_ratio = 0.2\n")).unwrap();
+        let err = FileConfig::read(&path).unwrap_err().to_string();
+        assert!(err.contains("no total_steps"), "{err}");
+        std::fs::write(&path, format!("{model}[schedule]\ntotal_steps = 50\n")).unwrap();
+        let mut s = TrainSettings::defaults(8);
+        s.apply_file(&FileConfig::read(&path).unwrap());
+        assert_eq!(s.steps, 50);
     }
 
     /// A config of a small model with `tables`, and the default settings with it applied.

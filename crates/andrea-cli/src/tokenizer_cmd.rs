@@ -36,6 +36,7 @@ pub fn train(args: &TokenizerTrainArgs) -> Result<()> {
     let config = TrainConfig {
         merges: args.merges,
         min_frequency: args.min_frequency,
+        text_field: args.text_field.clone(),
         ..TrainConfig::default()
     };
     let (tokenizer, report) = train_from_files(&args.inputs, &config)

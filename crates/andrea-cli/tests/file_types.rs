@@ -123,6 +123,8 @@ fn outputs_that_are_not_regular_files_are_refused_and_kept() {
             );
             std::fs::rename(dir.join(&p), dir.join(&name)).unwrap();
         }
+        // The demo's directory.
+        refused_and_kept(dir, &["demo", "--out", &name], &name, what);
         // The run directory, and the files andrea keeps in it under fixed names.
         fn train(out: &str) -> Vec<&str> {
             [TRAIN_TINY, &["--out", out, "--steps", "2"]].concat()
@@ -178,10 +180,20 @@ fn inputs_that_are_not_regular_files_are_refused_at_once() {
                 "r",
             ],
             vec!["bench", "train", "--config", &name],
+            vec![
+                "prepare",
+                &name,
+                "--tokenizer",
+                "tokenizer.json",
+                "--out",
+                "p",
+            ],
         ] {
             refused_and_kept(dir, &args, &name, what);
         }
-        assert!(!dir.join("t.json").exists() && !dir.join("r").exists());
+        for out in ["t.json", "r", "p"] {
+            assert!(!dir.join(out).exists(), "{out} was written");
+        }
     }
 }
 

@@ -368,7 +368,8 @@ pub struct OptimizerConfig {
     /// Decoupled weight decay, applied to 2-D tensors only (matmul weights, embeddings).
     pub weight_decay: f32,
     /// Clip the global gradient norm to this value (`torch.nn.utils.clip_grad_norm_`);
-    /// `None` or absent: no clipping.
+    /// `None`: no clipping. Absent from a config file it is the default, 1.0 (a config
+    /// cannot turn clipping off; the command line's `--grad-clip 0` does).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grad_clip: Option<f32>,
 }
@@ -421,7 +422,10 @@ impl OptimizerConfig {
             if !(c > 0.0 && c.is_finite()) {
                 return Err(invalid(
                     "optimizer.grad_clip",
-                    format!("must be a positive number (omit it for no clipping), got {c}"),
+                    format!(
+                        "must be a positive number (clipping off: `--grad-clip 0` on the \
+                         command line), got {c}"
+                    ),
                 ));
             }
         }

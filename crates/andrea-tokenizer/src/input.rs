@@ -32,6 +32,9 @@ pub fn collect_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         let p = p.as_ref();
+        // A FIFO would block the read forever and a device never end: a named input is a
+        // regular file or a directory (inside a directory only regular files are read).
+        andrea_fs::check_input(p).map_err(|e| Error::io(p, e))?;
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         if meta.is_dir() {
             walk(p, &mut out)?;
@@ -413,6 +416,11 @@ mod tests {
             .collect();
         assert_eq!(names, ["a.txt", "b.txt", "sub/c.txt"]);
         assert!(collect_files(&[dir.path().join("missing")]).is_err());
+        // A device named as an input is refused before anything reads it.
+        let err = collect_files(&[Path::new("/dev/zero")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{err}");
         let empty = tempfile::tempdir().unwrap();
         assert!(matches!(
             collect_files(&[empty.path()]),
