@@ -208,16 +208,18 @@ pub(crate) mod huge_pages {
         }
         let start = (ptr as usize).next_multiple_of(HUGE);
         let end = (ptr as usize + bytes) / HUGE * HUGE;
-        if end <= start {
-            return;
-        }
         #[cfg(target_os = "linux")]
-        // SAFETY: the range lies inside one live allocation of ours; MADV_HUGEPAGE is
-        // advice that changes no contents and no access rights. Its result is ignored:
-        // a kernel without THP answers EINVAL and the memory stays as it was.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        if start < end {
+            // SAFETY: the range lies inside one live allocation of ours; MADV_HUGEPAGE is
+            // advice that changes no contents and no access rights. Its result is
+            // ignored: a kernel without THP answers EINVAL and the memory stays as it was.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
         }
+        // Other systems have no transparent huge pages to advise.
+        #[cfg(not(target_os = "linux"))]
+        let _ = (start, end);
     }
 }
 

@@ -134,9 +134,7 @@ fn open(path: &Path, compression: Compression) -> Result<(Box<dyn Read>, DiskSha
     let reader: Box<dyn Read> = match compression {
         Compression::None => Box::new(counted),
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(counted)),
-        Compression::Zstd => Box::new(
-            zstd::stream::read::Decoder::with_buffer(counted).map_err(|e| Error::io(path, e))?,
-        ),
+        Compression::Zstd => Box::new(ZstdFrames::new(counted).map_err(|e| Error::io(path, e))?),
     };
     let share = DiskShare {
         compressed: compression != Compression::None,
@@ -144,6 +142,53 @@ fn open(path: &Path, compression: Compression) -> Result<(Box<dyn Read>, DiskSha
         given: 0,
     };
     Ok((reader, share))
+}
+
+/// Every frame of a zstd stream, one after another (`zstd -c a b > x.zst` concatenates
+/// frames; ruzstd's decoder reads one). Pure Rust, so the crate builds for any target
+/// without a C compiler.
+struct ZstdFrames<R: BufRead> {
+    frame: Option<ruzstd::decoding::StreamingDecoder<R, ruzstd::decoding::FrameDecoder>>,
+}
+
+impl<R: BufRead> ZstdFrames<R> {
+    fn new(source: R) -> std::io::Result<Self> {
+        Ok(ZstdFrames {
+            frame: Some(Self::frame(source)?),
+        })
+    }
+
+    fn frame(
+        source: R,
+    ) -> std::io::Result<ruzstd::decoding::StreamingDecoder<R, ruzstd::decoding::FrameDecoder>>
+    {
+        ruzstd::decoding::StreamingDecoder::new(source).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not a zstd stream: {e}"),
+            )
+        })
+    }
+}
+
+impl<R: BufRead> Read for ZstdFrames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let Some(frame) = self.frame.as_mut() else {
+                return Ok(0);
+            };
+            let n = frame.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // This frame is done: another follows unless the input is.
+            let mut source = self.frame.take().expect("a frame").into_inner();
+            if source.fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            self.frame = Some(Self::frame(source)?);
+        }
+    }
 }
 
 /// Calls `sink` with every piece of every document of `path`, in order.
@@ -316,11 +361,15 @@ fn read_parquet(
         file
     };
     let failed = |e: parquet::errors::ParquetError| {
-        bad(
-            path,
-            "Parquet".into(),
-            format!("{e}: is it a Parquet file?"),
-        )
+        let text = e.to_string();
+        let hint = if text.to_ascii_lowercase().contains("zstd") {
+            "its pages are zstd-compressed, which andrea does not read: export it again \
+             with snappy, gzip or lz4 (`ds.to_parquet(path)` and pandas write snappy), or as \
+             JSON Lines"
+        } else {
+            "is it a Parquet file?"
+        };
+        bad(path, "Parquet".into(), format!("{text}: {hint}"))
     };
     let reader = SerializedFileReader::new(file).map_err(failed)?;
     let meta = reader.metadata();
