@@ -13,12 +13,17 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn mkfifo(path: &Path) {
-    let made = Command::new("mkfifo")
-        .arg(path)
-        .status()
-        .expect("mkfifo runs");
-    assert!(made.success());
+/// A corpus large enough (75 MB, over a second to encode) that `prepare` is still
+/// encoding it well after its temporary directory appears; the test stops or kills it as
+/// soon as it sees that directory (polled every 20 ms). A FIFO would hold it
+/// deterministically, but inputs that are not regular files are refused.
+fn large_corpus(dir: &Path) -> &'static str {
+    let mut text = String::new();
+    for i in 0..2_000_000 {
+        text.push_str(&format!("the first writer's text, line {i}. "));
+    }
+    std::fs::write(dir.join("large.txt"), text).unwrap();
+    "large.txt"
 }
 
 /// `andrea prepare <input> ... --out data`, started in the background.
@@ -109,23 +114,20 @@ fn a_new_corpus_replaces_the_old_set_whole() {
 }
 
 /// Defect 2: two prepares into one `--out` at once both exited 0 and mixed their shards.
-/// The first here waits on a named pipe for its input, holding the set's lock.
+/// The first here is stopped (SIGSTOP) while it holds the set's lock.
+#[cfg(unix)]
 #[test]
 fn a_second_prepare_into_the_same_out_is_refused_while_the_first_runs() {
     let tmp = prepared("50");
     let dir = tmp.path();
-    mkfifo(&dir.join("pipe.txt"));
-    let first = spawn_prepare(dir, "pipe.txt");
+    let first = spawn_prepare(dir, large_corpus(dir));
     wait_for_temporary(dir);
+    signal(first.id(), "STOP");
     let second = prepare_args("data", "data");
     let err = refused(&second, andrea(dir, &second), "another `andrea prepare`");
     assert!(err.contains(&first.id().to_string()), "{err}");
     // The first goes on and installs its set.
-    std::fs::write(
-        dir.join("pipe.txt"),
-        "the first writer's text. ".repeat(400),
-    )
-    .unwrap();
+    signal(first.id(), "CONT");
     let out = first.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let report = stderr(&out);
@@ -152,8 +154,7 @@ fn a_killed_prepare_leaves_the_old_set_and_the_next_removes_its_leftovers() {
     let tmp = prepared("50");
     let dir = tmp.path();
     let manifest = bytes(dir.join("data/manifest.json"));
-    mkfifo(&dir.join("pipe.txt"));
-    let mut first = spawn_prepare(dir, "pipe.txt");
+    let mut first = spawn_prepare(dir, large_corpus(dir));
     wait_for_temporary(dir);
     signal(first.id(), "KILL");
     first.wait().unwrap();
