@@ -253,6 +253,25 @@ __device__ __forceinline__ unsigned f32_to_tf32(float x) {
 #endif
 }
 
+// One FP32 -> BF16 (nearest, ties to even; NaN stays NaN), as its 16 bits.
+__device__ __forceinline__ unsigned short bf16_bits(float x) {
+#ifdef ANDREA_CUDA_EMU
+    return (unsigned short)(emu_pack_bf16x2(x, 0.0f) & 0xffffu);
+#else
+    unsigned short r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    return r;
+#endif
+}
+
+// BF16 bits -> FP32 (exact).
+__device__ __forceinline__ float bf16_to_float(unsigned short b) {
+    unsigned u = (unsigned)b << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
 // Two FP32 -> one b32 of two BF16 (nearest, ties to even); `lo` in the lower half.
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 #ifdef ANDREA_CUDA_EMU

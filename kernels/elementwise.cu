@@ -1,4 +1,4 @@
-// Residual add, scale and strided copy.
+// Residual add, scale, strided copy and the BF16 conversions.
 //
 // Launch (all three): 1-D grid-stride; block 256; grid min(ceil(n / (256·VEC)), 8192)
 // as chosen by plan::elementwise. VEC = 4 uses 16-byte float4 loads and stores; the host
@@ -9,6 +9,10 @@
 //   scale: x[i] *= alpha
 //   copy:  dst[b,i,j] = src[b,i,j] for any strides (KV-cache appends, row gathers);
 //          the flat index runs j fastest so contiguous rows are coalesced.
+//   f32_to_bf16: dst[i] = bf16(src[i])  (cvt.rn: nearest, ties to even)
+//   bf16_to_f32: dst[i] = float(src[i]) (exact)
+//          one element a thread (VEC = 1): 6 bytes an element, bound by memory
+//          (H200 at ~4.3 TB/s: 6 MB, ~1.4 µs, per million elements; an estimate).
 #include "common.cuh"
 
 template <int VEC>
@@ -65,4 +69,12 @@ extern "C" __global__ void copy_strided(const float* src, float* dst, int batch,
         long long b = r / rows;
         dst[b * d_bs + i * d_rs + j * d_cs] = src[b * s_bs + i * s_rs + j * s_cs];
     }
+}
+
+extern "C" __global__ void f32_to_bf16(const float* src, unsigned short* dst, long long n) {
+    GRID_STRIDE(i, n) { dst[i] = bf16_bits(src[i]); }
+}
+
+extern "C" __global__ void bf16_to_f32(const unsigned short* src, float* dst, long long n) {
+    GRID_STRIDE(i, n) { dst[i] = bf16_to_float(src[i]); }
 }

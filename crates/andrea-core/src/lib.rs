@@ -17,27 +17,30 @@ pub mod config;
 pub mod error;
 pub mod fused;
 pub mod ops;
+pub mod precision;
 pub mod tensor;
 pub mod timed;
 
 pub use config::{Config, ConfigError, ModelConfig, OptimizerConfig, ScheduleConfig};
 pub use error::{Error, Result};
 pub use ops::{
-    clip_stats, AdamWStep, AttentionOps, AttentionShape, Backend, DecodeBlock, DecodeBlockOf,
-    DecodeOps, DeviceRegion, ElementwiseOps, EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps,
-    LinearOf, LinearParams, LossOps, Mat, MemoryOps, NormOutputs, NormParams, OptimOps, SoftmaxOps,
-    Tensor, IGNORE_INDEX,
+    clip_stats, AdamWStep, AttentionOps, AttentionShape, Backend, Bf16Mat, Bf16Tensor, DecodeBlock,
+    DecodeBlockOf, DecodeOps, DeviceRegion, ElementwiseOps, EmbeddingOps, HeadsOf, Ids,
+    LayerNormOps, LinalgOps, LinearOf, LinearParams, LossOps, Mat, MemoryOps, NormOutputs,
+    NormParams, OptimOps, SoftmaxOps, Tensor, IGNORE_INDEX,
 };
+pub use precision::{bf16, round_bf16, MatmulPrecision};
 pub use tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 
 /// The [`Backend`] supertrait and its ten op-family traits (so that the ops of a
 /// concrete backend are callable), with the types their signatures use.
 pub mod prelude {
     pub use crate::ops::{
-        AdamWStep, AttentionOps, AttentionShape, Backend, DecodeBlock, DecodeBlockOf, DecodeOps,
-        DeviceRegion, ElementwiseOps, EmbeddingOps, HeadsOf, Ids, LayerNormOps, LinalgOps,
-        LinearOf, LinearParams, LossOps, Mat, MemoryOps, NormOutputs, NormParams, OptimOps,
-        SoftmaxOps, Tensor, IGNORE_INDEX,
+        AdamWStep, AttentionOps, AttentionShape, Backend, Bf16Mat, Bf16Tensor, DecodeBlock,
+        DecodeBlockOf, DecodeOps, DeviceRegion, ElementwiseOps, EmbeddingOps, HeadsOf, Ids,
+        LayerNormOps, LinalgOps, LinearOf, LinearParams, LossOps, Mat, MemoryOps, NormOutputs,
+        NormParams, OptimOps, SoftmaxOps, Tensor, IGNORE_INDEX,
     };
+    pub use crate::precision::{bf16, MatmulPrecision};
     pub use crate::tensor::{DeviceMemory, Heads, Matrix, Shape, View};
 }

@@ -317,6 +317,7 @@ macro_rules! timed_ops {
     (@types MemoryOps) => {
         type Buffer = B::Buffer;
         type IdBuffer = B::IdBuffer;
+        type Bf16Buffer = B::Bf16Buffer;
     };
     (@types $family:ident) => {};
 
@@ -369,6 +370,9 @@ macro_rules! timed_ops {
     (@work upload_ids $src:ident $dst:ident) => { floats($src.len()) };
     (@work fill $dst:ident $value:ident) => { floats($dst.numel()) };
     (@work copy $src:ident $dst:ident) => { floats(2 * $src.batch * $src.rows * $src.cols) };
+    // Four bytes read or written and two the other way per element.
+    (@work to_bf16 $src:ident $dst:ident) => { Work::Bytes(6.0 * $src.numel() as f64) };
+    (@work to_f32 $src:ident $dst:ident) => { Work::Bytes(6.0 * $src.numel() as f64) };
     // Products: `2·M·N·K`.
     (@work matmul $a:ident $b:ident $bias:ident $c:ident) => { matmul_flops(&$a, &$c) };
     (@work matmul_add $a:ident $b:ident $bias:ident $c:ident) => { matmul_flops(&$a, &$c) };

@@ -24,6 +24,8 @@ pub unsafe trait ZeroBits: Copy {}
 unsafe impl ZeroBits for f32 {}
 // SAFETY: as above.
 unsafe impl ZeroBits for u32 {}
+// SAFETY: as above (BF16's zero is all-zero bits).
+unsafe impl ZeroBits for andrea_core::bf16 {}
 
 /// `u32` token ids in host memory.
 pub type CpuIds = CpuBuffer<u32>;

@@ -1,7 +1,7 @@
 //! The memory ops on host memory: allocation, upload, download, fill, copy (the
 //! `andrea_core::MemoryOps` of [`CpuBackend`]), and the backend's name.
 
-use andrea_core::{check, Ids, Mat, MemoryOps, Result, Tensor};
+use andrea_core::{bf16, check, Bf16Tensor, Ids, Mat, MemoryOps, Result, Tensor};
 
 use crate::buffer::{read, write, CpuBuffer, CpuIds, SendPtr};
 use crate::CpuBackend;
@@ -9,6 +9,7 @@ use crate::CpuBackend;
 impl MemoryOps for CpuBackend {
     type Buffer = CpuBuffer;
     type IdBuffer = CpuIds;
+    type Bf16Buffer = CpuBuffer<bf16>;
 
     fn name(&self) -> String {
         format!(
@@ -26,6 +27,10 @@ impl MemoryOps for CpuBackend {
 
     fn alloc_ids(&self, len: usize) -> Result<CpuIds> {
         CpuIds::try_zeros(len).ok_or_else(|| host_out_of_memory(len, 4))
+    }
+
+    fn alloc_bf16(&self, len: usize) -> Result<CpuBuffer<bf16>> {
+        CpuBuffer::try_zeros(len).ok_or_else(|| host_out_of_memory(len, 2))
     }
 
     fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
@@ -66,6 +71,22 @@ impl MemoryOps for CpuBackend {
         // SAFETY: checked in bounds; the only argument.
         let y = unsafe { write(&dst) };
         self.run(|| crate::elementwise::fill(y, value));
+        Ok(())
+    }
+
+    fn to_bf16(&self, src: Tensor<'_, Self>, dst: Bf16Tensor<'_, Self>) -> Result<()> {
+        check::convert("to_bf16", &src, &dst)?;
+        // SAFETY: checked in bounds; buffers of different element types are distinct.
+        let (x, y) = unsafe { (read(&src), write(&dst)) };
+        self.run(|| crate::elementwise::convert::to_bf16(x, y));
+        Ok(())
+    }
+
+    fn to_f32(&self, src: Bf16Tensor<'_, Self>, dst: Tensor<'_, Self>) -> Result<()> {
+        check::convert("to_f32", &src, &dst)?;
+        // SAFETY: as in `to_bf16`.
+        let (x, y) = unsafe { (read(&src), write(&dst)) };
+        self.run(|| crate::elementwise::convert::to_f32(x, y));
         Ok(())
     }
 

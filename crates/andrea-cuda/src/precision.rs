@@ -17,16 +17,9 @@
 //! BF16, kernels/attention.cu for FP32) unless `ANDREA_CUDA_ATTENTION=simt|mma` or
 //! `CudaBackend::set_attention_kernels` forces one: [`crate::plan::attention`].
 
-/// Operand precision of the large matrix products.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MatmulPrecision {
-    /// FP32 FMA, no tensor cores.
-    Fp32,
-    /// Tensor cores, operands rounded to TF32 (10-bit mantissa), FP32 accumulation.
-    Tf32,
-    /// Tensor cores, operands rounded to BF16 (7-bit mantissa), FP32 accumulation.
-    Bf16,
-}
+/// Operand precision of the large matrix products: the same type, and meaning, on every
+/// backend ([`andrea_core::precision`]).
+pub use andrea_core::MatmulPrecision;
 
 /// The arithmetic the backend's kernels use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -506,6 +506,7 @@ macro_rules! compare_ops {
     (@types MemoryOps) => {
         type Buffer = Pair<A::Buffer, B::Buffer>;
         type IdBuffer = Pair<A::IdBuffer, B::IdBuffer>;
+        type Bf16Buffer = Pair<A::Bf16Buffer, B::Bf16Buffer>;
     };
     (@types $family:ident) => {};
 
@@ -522,6 +523,26 @@ macro_rules! compare_ops {
     (@op alloc_ids ($len:ident: $ty:ty) -> $ret:ty) => {
         fn alloc_ids(&self, $len: $ty) -> $ret {
             Ok(Pair { a: self.a.alloc_ids($len)?, b: self.b.alloc_ids($len)? })
+        }
+    };
+    (@op alloc_bf16 ($len:ident: $ty:ty) -> $ret:ty) => {
+        fn alloc_bf16(&self, $len: $ty) -> $ret {
+            Ok(Pair { a: self.a.alloc_bf16($len)?, b: self.b.alloc_bf16($len)? })
+        }
+    };
+    // A BF16 output, compared widened: each side converts its result back to FP32 in a
+    // buffer of its own, and those are compared.
+    (@op to_bf16 ($src:ident: $s:ty, $dst:ident: $d:ty) -> $ret:ty) => {
+        fn to_bf16(&self, $src: $s, $dst: $d) -> $ret {
+            let wide = self.alloc($dst.numel())?;
+            let ((sa, sb), (da, db)) = ($src.split(), $dst.split());
+            let (wa, wb) = View::whole(&wide).split();
+            self.op(
+                "to_bf16",
+                || self.a.to_bf16(sa, da).and_then(|()| self.a.to_f32(da, wa)),
+                || self.b.to_bf16(sb, db).and_then(|()| self.b.to_f32(db, wb)),
+                &[("dst (widened)", View::whole(&wide))],
+            )
         }
     };
     // `A`'s elements go to the caller; `B`'s to a buffer of their own. The device-side
@@ -640,6 +661,7 @@ macro_rules! compare_ops {
     (@outputs upload_ids $src:ident $dst:ident) => { [] };
     (@outputs fill $dst:ident $value:ident) => { [("dst", $dst)] };
     (@outputs copy $src:ident $dst:ident) => { [("dst", span($dst.buf, $dst.extent()))] };
+    (@outputs to_f32 $src:ident $dst:ident) => { [("dst", $dst)] };
     (@outputs matmul $a:ident $b:ident $bias:ident $c:ident) => {
         [("c", span($c.buf, $c.extent()))]
     };

@@ -79,7 +79,7 @@ macro_rules! __suite_functions {
     ($callback:ident ! ($($args:tt)*)) => {
         $crate::$callback! {
             ($($args)*)
-            memory copy
+            memory bf16_conversion copy
             matmul bias_backward linear_gelu matmul_gelu_backward
             add scale gelu gelu_backward
             layernorm layernorm_backward residual_layernorm

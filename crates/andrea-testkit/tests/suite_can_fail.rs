@@ -47,6 +47,8 @@ enum Fault {
     /// `decode_blocks` adds the MLP's output to the block's input `x` instead of
     /// `residual_2` (the attention's contribution dropped from the residual stream).
     StackDropsAttention,
+    /// `to_bf16` cuts the lower 16 bits instead of rounding to nearest even.
+    TruncatesBf16,
 }
 
 struct Faulty {
@@ -96,6 +98,7 @@ macro_rules! faulty_ops {
     (@types MemoryOps) => {
         type Buffer = NaiveBuffer<f32>;
         type IdBuffer = NaiveBuffer<u32>;
+        type Bf16Buffer = NaiveBuffer<bf16>;
     };
     (@types $family:ident) => {};
 
@@ -123,6 +126,7 @@ macro_rules! faulty_ops {
     (@op adamw_scaled $($s:tt)*) => { faulty_ops!(@planted adamw_scaled $($s)*); };
     (@op decode_attention $($s:tt)*) => { faulty_ops!(@planted decode_attention $($s)*); };
     (@op decode_blocks $($s:tt)*) => { faulty_ops!(@planted decode_blocks $($s)*); };
+    (@op to_bf16 $($s:tt)*) => { faulty_ops!(@planted to_bf16 $($s)*); };
     // Fused ops: the traits' defaults, built from `Faulty`'s ops (a GELU or softmax fault
     // reaches them).
     (@op linear_gelu $($sig:tt)*) => {};
@@ -527,6 +531,22 @@ impl Planted<'_> {
         }
         Ok(())
     }
+
+    fn to_bf16(&self, src: Tensor<'_, Faulty>, dst: Bf16Tensor<'_, Faulty>) -> Result<()> {
+        if self.fault != Fault::TruncatesBf16 {
+            return self.inner.to_bf16(src, dst);
+        }
+        check::convert("to_bf16", &src, &dst)?;
+        // The values cut to their upper 16 bits are BF16 values: rounding keeps them.
+        let cut: Vec<f32> = self
+            .get(src)?
+            .into_iter()
+            .map(|x| f32::from_bits(x.to_bits() & 0xffff_0000))
+            .collect();
+        let tmp = self.inner.alloc(cut.len())?;
+        self.inner.upload(&cut, View::whole(&tmp))?;
+        self.inner.to_bf16(View::whole(&tmp), dst)
+    }
 }
 
 type SuiteFn =
@@ -620,6 +640,12 @@ const CASES: &[(Fault, &str, SuiteFn, &str)] = &[
         "bad_input_linalg",
         suite::bad_input_linalg,
         "panicked",
+    ),
+    (
+        Fault::TruncatesBf16,
+        "bf16_conversion",
+        suite::bf16_conversion,
+        "to_bf16",
     ),
     (
         Fault::AcceptsOverlap,

@@ -18,7 +18,7 @@
 /// so that a type wrapping a backend (a decorator, a backend with a planted fault)
 /// implements every op from one list: its macro matches
 /// `$($family:ident { $(fn $op:ident $args:tt -> $ret:ty;)* })*`, writes
-/// `impl $family for Wrapper { .. }` (with `MemoryOps`'s two buffer types), and turns each
+/// `impl $family for Wrapper { .. }` (with `MemoryOps`'s three buffer types), and turns each
 /// op into a method, typically by forwarding `$args` (`($($arg:ident: $ty:ty),*)`) to the
 /// wrapped backend. An op the wrapper treats specially gets an arm of its own ahead of
 /// the forwarding one, matched by the op's name (`(@op gelu $($sig:tt)*) => { .. }`);
@@ -38,6 +38,7 @@ macro_rules! for_each_op {
                 fn name() -> String;
                 fn alloc(len: usize) -> Result<Self::Buffer>;
                 fn alloc_ids(len: usize) -> Result<Self::IdBuffer>;
+                fn alloc_bf16(len: usize) -> Result<Self::Bf16Buffer>;
                 fn upload(src: &[f32], dst: Tensor<'_, Self>) -> Result<()>;
                 fn download(src: Tensor<'_, Self>, dst: &mut [f32]) -> Result<()>;
                 fn upload_ids(src: &[u32], dst: Ids<'_, Self>) -> Result<()>;
@@ -49,6 +50,8 @@ macro_rules! for_each_op {
                 ) -> Result<bool>;
                 fn fill(dst: Tensor<'_, Self>, value: f32) -> Result<()>;
                 fn copy(src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()>;
+                fn to_bf16(src: Tensor<'_, Self>, dst: Bf16Tensor<'_, Self>) -> Result<()>;
+                fn to_f32(src: Bf16Tensor<'_, Self>, dst: Tensor<'_, Self>) -> Result<()>;
             }
             LinalgOps {
                 fn matmul(

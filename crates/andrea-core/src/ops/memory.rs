@@ -1,6 +1,6 @@
 //! Memory: buffers, transfers between host and device, `fill` and the strided `copy`.
 
-use super::{Ids, Mat, Tensor};
+use super::{Bf16Tensor, Ids, Mat, Tensor};
 use crate::error::Result;
 use crate::tensor::DeviceMemory;
 
@@ -21,6 +21,9 @@ pub trait MemoryOps: Sized {
     type Buffer: DeviceMemory + Send;
     /// Device memory holding `u32` token ids.
     type IdBuffer: DeviceMemory + Send;
+    /// Device memory holding [`crate::bf16`] elements: what a backend stores in BF16 (a
+    /// weight copy, activations); see [`crate::precision`].
+    type Bf16Buffer: DeviceMemory + Send;
 
     /// A short human-readable description ("cpu (2 threads, avx512)", "cuda: NVIDIA H200").
     fn name(&self) -> String;
@@ -29,6 +32,8 @@ pub trait MemoryOps: Sized {
     fn alloc(&self, len: usize) -> Result<Self::Buffer>;
     /// A zero-filled buffer of `len` token ids.
     fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer>;
+    /// A zero-filled buffer of `len` bfloat16 elements.
+    fn alloc_bf16(&self, len: usize) -> Result<Self::Bf16Buffer>;
     /// Copies host floats into `dst` (`src.len()` must equal `dst.numel()`).
     fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()>;
     /// Copies `src` to host memory (`dst.len()` must equal `src.numel()`).
@@ -64,6 +69,12 @@ pub trait MemoryOps: Sized {
     /// `dst[b,i,j] = src[b,i,j]` for matrices of equal sizes and any strides
     /// (appending keys and values to a KV cache, gathering a row of logits).
     fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()>;
+    /// `dst[i] = src[i]` rounded to BF16, to nearest with ties to even
+    /// ([`crate::round_bf16`]): values beyond BF16's largest become infinities, NaN stays
+    /// NaN. Views of equal element counts.
+    fn to_bf16(&self, src: Tensor<'_, Self>, dst: Bf16Tensor<'_, Self>) -> Result<()>;
+    /// `dst[i] = src[i]` widened to FP32 (exact). Views of equal element counts.
+    fn to_f32(&self, src: Bf16Tensor<'_, Self>, dst: Tensor<'_, Self>) -> Result<()>;
 }
 
 /// Argument checks of the memory ops.
@@ -131,6 +142,29 @@ pub mod check {
     pub fn fill<M: DeviceMemory>(dst: &View<'_, M>) -> Result<ElementwiseDims> {
         view("fill", "dst", dst)?;
         Ok(ElementwiseDims { len: dst.numel() })
+    }
+
+    /// [`super::MemoryOps::to_bf16`] and [`super::MemoryOps::to_f32`] (named `op`):
+    /// two views of one element count. They lie in buffers of different element types,
+    /// so they cannot overlap.
+    pub fn convert<S: DeviceMemory, D: DeviceMemory>(
+        op: &'static str,
+        src: &View<'_, S>,
+        dst: &View<'_, D>,
+    ) -> Result<ElementwiseDims> {
+        view(op, "src", src)?;
+        view(op, "dst", dst)?;
+        if src.numel() != dst.numel() {
+            return Err(Error::SizeMismatch {
+                op,
+                what: "element count",
+                a: "src",
+                a_size: src.numel(),
+                b: "dst",
+                b_size: dst.numel(),
+            });
+        }
+        Ok(ElementwiseDims { len: src.numel() })
     }
 
     /// [`super::MemoryOps::copy`].

@@ -3,7 +3,7 @@
 //!
 //! | family | trait | ops |
 //! |---|---|---|
-//! | [`memory`] | [`MemoryOps`] | buffers, `upload`/`download`, `synchronize`, `fill`, `copy` |
+//! | [`memory`] | [`MemoryOps`] | buffers (`f32`, token ids, `bf16`), `upload`/`download`, `synchronize`, `fill`, `copy`, `to_bf16`/`to_f32` |
 //! | [`linalg`] | [`LinalgOps`] | `matmul`, `matmul_add`, `bias_backward`; fused `linear_gelu`, `matmul_gelu_backward`, `mlp_forward` (generation) |
 //! | [`elementwise`] | [`ElementwiseOps`] | `add`, `scale`, `gelu`, `gelu_backward` |
 //! | [`layernorm`] | [`LayerNormOps`] | `layernorm`, `layernorm_backward`; fused `residual_layernorm` |
@@ -73,6 +73,10 @@ use crate::tensor::{Heads, Matrix, View};
 pub type Tensor<'a, B> = View<'a, <B as MemoryOps>::Buffer>;
 /// A `u32` token-id view into backend `B`'s memory.
 pub type Ids<'a, B> = View<'a, <B as MemoryOps>::IdBuffer>;
+/// A `bf16` tensor view into backend `B`'s memory ([`crate::precision`]).
+pub type Bf16Tensor<'a, B> = View<'a, <B as MemoryOps>::Bf16Buffer>;
+/// A strided `bf16` matrix in backend `B`'s memory.
+pub type Bf16Mat<'a, B> = Matrix<'a, <B as MemoryOps>::Bf16Buffer>;
 /// A strided `f32` matrix in backend `B`'s memory.
 pub type Mat<'a, B> = Matrix<'a, <B as MemoryOps>::Buffer>;
 /// Attention heads in backend `B`'s memory.

@@ -1,6 +1,8 @@
-//! Elementwise kernels: GELU and its backward, the residual add, scaling.
+//! Elementwise kernels: GELU and its backward, the residual add, scaling, the BF16
+//! conversions.
 //! Memory-bound: each is one pass over its operands, cut into fixed-size chunks.
 
+pub(crate) mod convert;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod gelu;
 

@@ -30,6 +30,17 @@ pub struct CudaIds {
     pub(crate) staged_at: Cell<Option<u64>>,
 }
 
+/// `bf16` elements in device memory, as their 16 bits.
+pub struct CudaBf16 {
+    pub(crate) buf: DeviceBuffer<u16>,
+}
+
+impl DeviceMemory for CudaBf16 {
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+}
+
 impl DeviceMemory for CudaBuffer {
     fn len(&self) -> usize {
         self.buf.len()
@@ -46,8 +57,10 @@ fn base<T: DeviceCopy>(b: &DeviceBuffer<T>) -> CuDevicePtr {
     b.as_device_ptr().as_raw()
 }
 
-/// Device address of a buffer's element 0.
+/// Device address of a buffer's element 0, and the size of its elements.
 pub(crate) trait DeviceBase {
+    /// Bytes per element.
+    const ELEMENT_BYTES: u64 = 4;
     fn base(&self) -> CuDevicePtr;
 }
 
@@ -63,9 +76,16 @@ impl DeviceBase for CudaIds {
     }
 }
 
-/// Device address of element `offset` of `buf` (4-byte elements).
+impl DeviceBase for CudaBf16 {
+    const ELEMENT_BYTES: u64 = 2;
+    fn base(&self) -> CuDevicePtr {
+        base(&self.buf)
+    }
+}
+
+/// Device address of element `offset` of `buf`.
 pub(crate) fn addr<M: DeviceBase>(buf: &M, offset: usize) -> CuDevicePtr {
-    buf.base() + 4 * offset as u64
+    buf.base() + M::ELEMENT_BYTES * offset as u64
 }
 
 /// Device address of a view's first element.

@@ -1,8 +1,9 @@
 //! Memory: buffers, host transfers, `fill` and the strided `copy`.
 
-use andrea_core::{check, DeviceRegion, Ids, Mat, MemoryOps, Result, Tensor};
+use andrea_core::{check, Bf16Tensor, DeviceRegion, Ids, Mat, MemoryOps, Result, Tensor};
 
-use super::buffer::{addr, CudaBuffer, CudaIds};
+use super::buffer::{addr, ptr, CudaBf16, CudaBuffer, CudaIds};
+use super::driver::CuDevicePtr;
 use super::launch::Args;
 use super::{driver, CudaBackend};
 use crate::plan::{elementwise, int, long};
@@ -10,6 +11,7 @@ use crate::plan::{elementwise, int, long};
 impl MemoryOps for CudaBackend {
     type Buffer = CudaBuffer;
     type IdBuffer = CudaIds;
+    type Bf16Buffer = CudaBf16;
 
     fn name(&self) -> String {
         let (major, minor) = self.compute_capability;
@@ -48,6 +50,12 @@ impl MemoryOps for CudaBackend {
             host: std::cell::RefCell::new(vec![0; len]),
             staging: std::cell::RefCell::new(staging),
             staged_at: std::cell::Cell::new(None),
+        })
+    }
+
+    fn alloc_bf16(&self, len: usize) -> Result<CudaBf16> {
+        Ok(CudaBf16 {
+            buf: self.alloc_buffer(len)?,
         })
     }
 
@@ -119,5 +127,30 @@ impl MemoryOps for CudaBackend {
                 .long(ds[1])
                 .long(ds[2]),
         )
+    }
+
+    fn to_bf16(&self, src: Tensor<'_, Self>, dst: Bf16Tensor<'_, Self>) -> Result<()> {
+        let n = check::convert("to_bf16", &src, &dst)?.len;
+        self.convert("to_bf16", "f32_to_bf16", ptr(&src), ptr(&dst), n)
+    }
+
+    fn to_f32(&self, src: Bf16Tensor<'_, Self>, dst: Tensor<'_, Self>) -> Result<()> {
+        let n = check::convert("to_f32", &src, &dst)?.len;
+        self.convert("to_f32", "bf16_to_f32", ptr(&src), ptr(&dst), n)
+    }
+}
+
+impl CudaBackend {
+    /// Launches the conversion `kernel` over `n` elements (one element a thread).
+    fn convert(
+        &self,
+        op: &'static str,
+        kernel: &'static str,
+        src: CuDevicePtr,
+        dst: CuDevicePtr,
+        n: usize,
+    ) -> Result<()> {
+        let l = elementwise::launch(op, kernel, kernel, n, &[1])?;
+        self.launch(&l, Args::new().ptr(src).ptr(dst).long(long(n)))
     }
 }

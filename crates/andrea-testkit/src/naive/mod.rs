@@ -124,6 +124,7 @@ impl NaiveBackend {
 impl MemoryOps for NaiveBackend {
     type Buffer = NaiveBuffer<f32>;
     type IdBuffer = NaiveBuffer<u32>;
+    type Bf16Buffer = NaiveBuffer<bf16>;
 
     fn name(&self) -> String {
         "naive (f32 loops on the host)".into()
@@ -134,6 +135,10 @@ impl MemoryOps for NaiveBackend {
     }
 
     fn alloc_ids(&self, len: usize) -> Result<Self::IdBuffer> {
+        alloc_zeroed(len)
+    }
+
+    fn alloc_bf16(&self, len: usize) -> Result<Self::Bf16Buffer> {
         alloc_zeroed(len)
     }
 
@@ -164,6 +169,20 @@ impl MemoryOps for NaiveBackend {
     fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
         check::copy(&src, &dst)?;
         scatter(&dst, &gather(&src));
+        Ok(())
+    }
+
+    fn to_bf16(&self, src: Tensor<'_, Self>, dst: Bf16Tensor<'_, Self>) -> Result<()> {
+        check::convert("to_bf16", &src, &dst)?;
+        let narrow: Vec<bf16> = read(&src).into_iter().map(bf16::from_f32).collect();
+        dst.buf.data.borrow_mut()[dst.range()].copy_from_slice(&narrow);
+        Ok(())
+    }
+
+    fn to_f32(&self, src: Bf16Tensor<'_, Self>, dst: Tensor<'_, Self>) -> Result<()> {
+        check::convert("to_f32", &src, &dst)?;
+        let wide: Vec<f32> = read(&src).into_iter().map(bf16::to_f32).collect();
+        write(&dst, &wide);
         Ok(())
     }
 }

@@ -43,6 +43,19 @@ pub fn gelu_backward(dx: &mut [f64], x: &[f64], dout: &[f64]) {
     }
 }
 
+/// `x` rounded to BF16 (nearest, ties to even) as an `f32`, from its bits: the upper 16
+/// bits, plus one where the lower 16 are more than half or exactly half with an odd upper
+/// part (a carry into the exponent is the right result, up to infinity). NaN stays NaN.
+pub fn round_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return f32::NAN;
+    }
+    let bits = x.to_bits();
+    let (upper, lower) = (bits >> 16, bits & 0xffff);
+    let up = lower > 0x8000 || (lower == 0x8000 && upper & 1 == 1);
+    f32::from_bits((upper + up as u32) << 16)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,7 @@ mod softmax;
 mod fd;
 
 pub use attention::{attention_backward, attention_forward};
-pub use elementwise::{add, gelu, gelu_backward, gelu_scalar, scale};
+pub use elementwise::{add, gelu, gelu_backward, gelu_scalar, round_bf16, scale};
 pub use embedding::{embedding, embedding_backward};
 pub use layernorm::{layernorm, layernorm_backward};
 pub use loss::softmax_cross_entropy;

@@ -43,7 +43,7 @@ pub use embedding::{embedding, embedding_backward};
 pub use layernorm::{layernorm, layernorm_backward, residual_layernorm};
 pub use linalg::{bias_backward, copy, linear_gelu, matmul, matmul_gelu_backward};
 pub use loss::softmax_cross_entropy;
-pub use memory::memory;
+pub use memory::{bf16_conversion, memory};
 pub use optim::{adamw, adamw_scaled, clip_scale, sum_squares};
 pub use softmax::{softmax, softmax_backward};
 
@@ -69,29 +69,10 @@ pub struct Config {
     pub operands: Operands,
 }
 
-/// The operand format a backend's attention products round to (accumulation is FP32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Operands {
-    /// FP32 operands: the suite's FP32 tolerances, every head size.
-    #[default]
-    Fp32,
-    /// TF32 tensor cores (10-bit mantissa).
-    Tf32,
-    /// BF16 tensor cores (7-bit mantissa).
-    Bf16,
-}
-
-impl Operands {
-    /// The unit roundoff the operand bound is derived from: 0 for FP32 (the FP32
-    /// tolerance alone), 2⁻¹¹ for TF32, 2⁻⁸ for BF16.
-    pub fn unit_roundoff(self) -> f64 {
-        match self {
-            Self::Fp32 => 0.0,
-            Self::Tf32 => 2f64.powi(-11),
-            Self::Bf16 => 2f64.powi(-8),
-        }
-    }
-}
+/// The operand format a backend's attention products round to (accumulation is FP32):
+/// `Fp32` keeps the suite's FP32 tolerances and every head size; `Tf32` and `Bf16` are
+/// tensor-core formats (10- and 7-bit mantissas).
+pub type Operands = andrea_core::MatmulPrecision;
 
 impl Config {
     /// Cases per op unless `PROPTEST_CASES` says otherwise.
