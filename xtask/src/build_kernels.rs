@@ -86,7 +86,7 @@ pub fn normalize(ptx: &str) -> String {
         .join("\n")
 }
 
-fn sources(root: &Path) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn sources(root: &Path) -> Result<Vec<PathBuf>, String> {
     let dir = root.join("kernels");
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| format!("reading {}: {e}", dir.display()))?
@@ -98,7 +98,7 @@ fn sources(root: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(v)
 }
 
-fn stem(p: &Path) -> String {
+pub(crate) fn stem(p: &Path) -> String {
     p.file_stem()
         .unwrap_or_default()
         .to_string_lossy()
@@ -126,10 +126,12 @@ fn compile(tc: &Toolchain, src: &Path, out: &Path) -> Result<(), String> {
 
 /// Where `build-kernels` leaves the fatbins (relative to the workspace root).
 pub const FATBIN_DIR: &str = "target/kernels-fatbin";
+/// Where `build-kernels --check` builds them (its scratch folder's `fatbin/`).
+pub const CHECK_FATBIN_DIR: &str = "target/xtask/ptx-build/fatbin";
 
 /// Packs `ptx` (compute_80) into a fatbin with machine code for every [`REPORT_ARCHS`]
 /// entry and the PTX itself.
-fn fatbin(tc: &Toolchain, ptx: &Path, out: &Path) -> Result<u64, String> {
+pub(crate) fn fatbin(tc: &Toolchain, ptx: &Path, out: &Path) -> Result<u64, String> {
     let codes = REPORT_ARCHS
         .iter()
         .copied()
@@ -172,7 +174,7 @@ pub fn fatbins_only(root: &Path, dir: &Path) -> Result<(), String> {
 }
 
 /// `f` of every item, on as many threads as there are cores, results in the items' order.
-fn in_parallel<T: Sync, R: Send>(
+pub(crate) fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> R + Sync,
 ) -> Result<Vec<R>, String> {
@@ -295,7 +297,7 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
         std::fs::create_dir_all(&ptx_dir).map_err(|e| format!("{}: {e}", ptx_dir.display()))?;
     }
     let fat_dir = if check {
-        tmp.join("fatbin")
+        root.join(CHECK_FATBIN_DIR)
     } else {
         root.join(FATBIN_DIR)
     };

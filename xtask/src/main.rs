@@ -6,6 +6,9 @@
 //!   benchmarks of the same run).
 //! * `build-kernels [--check]`: kernels/*.cu to the committed PTX of andrea-cuda, with
 //!   ptxas register/spill reports for sm_80 and sm_90 ([`build_kernels`]).
+//! * `sass-report [--json] [--check]`: registers, spills, shared memory and the
+//!   tensor-core main loops' instructions per HMMA, read from the kernels' machine code
+//!   ([`sass_report`]).
 //! * `cuda-stub`: a libcuda link stub so the `cuda` feature builds and tests without
 //!   CUDA ([`cuda_stub`]).
 //! * `cuda-emu`: a libcuda that runs the kernels on the CPU, so the backend's tests run
@@ -19,6 +22,10 @@ mod cuda_emu;
 mod cuda_stub;
 mod gpu_bundle;
 mod nvcc;
+mod sass;
+mod sass_loops;
+mod sass_report;
+mod sass_thresholds;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +35,10 @@ const HELP: &str = "usage: cargo xtask <task>
 tasks:
   bench-report [DIR]      table of criterion medians (default DIR: target/criterion)
   build-kernels [--check] compile kernels/*.cu to crates/andrea-cuda/ptx (--check: verify only)
+  sass-report [--json] [--check]
+                          per kernel (sm_90, sm_80): registers, spills, shared memory, and the
+                          tensor-core main loop's instructions per HMMA, from the machine code
+                          (--check: hold them to kernels/sass-thresholds.tsv)
   cuda-stub               build target/cuda-stub/lib64/libcuda.so (CUDA_LIBRARY_PATH=target/cuda-stub)
   cuda-emu                build target/cuda-emu/lib64/libcuda.so: kernels emulated on the CPU
   gpu-bundle [--ptx-only] [--dev]
@@ -49,6 +60,7 @@ fn main() -> ExitCode {
             Some("--check") => build_kernels::run(&root(), true),
             Some(other) => Err(format!("build-kernels: unknown argument `{other}`")),
         },
+        Some("sass-report") => sass_report::Options::parse(&args[1..]).and_then(sass_report::run),
         Some("cuda-stub") => cuda_stub::run(&root()),
         Some("cuda-emu") => cuda_emu::run_task(&root()),
         Some("gpu-bundle") => {
