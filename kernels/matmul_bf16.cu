@@ -45,8 +45,9 @@
 //
 // Faults (tests only): in the emulator's build (ANDREA_CUDA_EMU) bits 4.. of a_mode
 // plant 1 = the fragment reads ignore the swizzle, 2 = the wait lets a stage be read
-// before it lands (a skipped pipeline stage), 3 = the .trans fragment reads take the
-// next row of each 8 × 8 block; nvcc's build compiles the fault as the constant 0.
+// before it lands (a skipped pipeline stage), 3 = the .trans fragment reads (of A when
+// A is M-contiguous, else of B) take the next row of each 8 × 8 block; nvcc's build
+// compiles the fault as the constant 0.
 //
 // Expected time (an estimate, not measured; `cargo xtask sass-report` gives the loop's
 // instructions per HMMA): a block's main loop per K tile is 64 HMMA per warp and
@@ -221,7 +222,10 @@ __device__ __forceinline__ void matmul_bf16(MATMUL_PARAMS) {
     int read = 0, write = 2 * STAGE;  // element offsets of the stages read and refilled
     const char* base = reinterpret_cast<const char*>(smem);
     const int a_off = gemm_frag_off<AKC, GEMM_BM>(lane, wm * WTM, (lane >> 3) & 1, lane >> 4, fault);
-    const int b_off = gemm_frag_off<BKC, GEMM_BN>(lane, wn * WTN, lane >> 4, (lane >> 3) & 1, fault);
+    // Fault 3 on one operand only: the same wrong row in both would permute K alike in
+    // A and B and leave every product unchanged.
+    const int b_off = gemm_frag_off<BKC, GEMM_BN>(lane, wn * WTN, lane >> 4, (lane >> 3) & 1,
+                                                  !AKC && fault == 3 ? 0 : fault);
     for (int kt = 0; kt < ktiles; ++kt) {
         if (fault == 2) cp_async_wait<GEMM_STAGES - 1>();
         else cp_async_wait<GEMM_STAGES - 2>();
