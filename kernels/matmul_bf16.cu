@@ -49,26 +49,25 @@
 // A is M-contiguous, else of B) take the next row of each 8 × 8 block; nvcc's build
 // compiles the fault as the constant 0.
 //
-// Expected time (an estimate, not measured; `cargo xtask sass-report` gives the loop's
-// instructions per HMMA): a block's main loop per K tile is 64 HMMA per warp and
-// ~2.5 instructions per HMMA (sm_90), under the ~4 a sub-partition issues per HMMA of
-// tensor work, so the loop is bound by the tensor pipe, not by issue. Shared memory per
-// K16 step of a 128 × 128 block: 8 warps × 6 ldmatrix.x4 × 512 B = 24 KiB read (half
-// of matmul_mma.cu's FP32 reads) against 128·128·16·2 = 524 kFLOP: 192 clk of the SM's
-// 128 B/clk for ~140 clk of tensor work at ~3750 BF16 FLOP/clk/SM (H100 SXM 989 TFLOP/s
-// dense, 132 SMs, 1.98 GHz) — so shared-memory bandwidth binds mma.sync kernels at
-// ~73% of the tensor peak (~720 TFLOP/s) before wave quantisation; wgmma (sm_90a)
-// reads shared memory without the register file and is what closes that gap.
-// Per ANDREA-120M product at 16 × 1024 tokens (FLOPs; bytes of BF16 operands + FP32 C;
-// time at ~720 TFLOP/s; every one is compute-bound, intensity > 300 FLOP/B):
-//   qkv       16384 × 2304 × 768   58.0 GFLOP  ~0.08 ms   (H200: the same; 4.8 TB/s)
+// Expected time (an estimate, not measured; the arithmetic is benches/README.md's "GPU"
+// model: H100 SXM or H200, 989.4 TFLOP/s dense BF16, 132 SMs at 4096 FLOP/clk, 1.83 GHz).
+// `cargo xtask sass-report`: the main loop is 2.4-2.6 instructions per HMMA (64 HMMA per
+// warp and K tile), under the ~4 a sub-partition issues per HMMA of tensor work, so issue
+// does not bind. Shared memory does: per K16 step a 128 × 128 block reads 8 warps × 6
+// ldmatrix.x4 × 512 B = 24 KiB (half of matmul_mma.cu's FP32 reads), 192 clk at
+// 128 B/clk, against 2·128·128·16 / 4096 = 128 clk of tensor work: 67 % of the peak,
+// ~660 TFLOP/s before wave quantisation; wgmma (sm_90a) reads shared memory without the
+// register file and is what would lift it. Per ANDREA-120M product at 16 × 1024 tokens
+// (all compute-bound: BF16 operands and an FP32 C are > 300 FLOP per byte):
+//   qkv       16384 × 2304 × 768   58.0 GFLOP  ~0.09 ms
 //   attn_proj 16384 × 768 × 768    19.3        ~0.03 ms
-//   fc        16384 × 3072 × 768   77.3        ~0.11 ms
-//   fc_proj   16384 × 768 × 3072   77.3        ~0.11 ms
-//   lm_head   16384 × 8512 × 768  214          ~0.30 ms
-//   The dX and dW products have the same FLOPs (dW by split-K over K = 16384); the
-//   f32_to_bf16 conversions in front add 6 bytes per operand element (~0.02 ms per
-//   [16384, 768] activation at ~3.3 TB/s on an H100) until activations are stored in BF16.
+//   fc        16384 × 3072 × 768   77.3        ~0.12 ms
+//   fc_proj   16384 × 768 × 3072   77.3        ~0.12 ms
+//   lm_head   16384 × 8512 × 768  214          ~0.32 ms
+// The dX and dW products have the same FLOPs (dW by split-K over K = 16384). The
+// f32_to_bf16 conversions in front cost 6 B per operand element, ~0.025 ms per
+// [16384, 768] activation at ~3.0 TB/s (H100; ~0.018 ms on an H200), until activations
+// are stored in BF16.
 #include "common.cuh"
 #include "matmul_epilogue.cuh"
 

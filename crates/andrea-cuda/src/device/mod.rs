@@ -96,7 +96,7 @@ pub struct CudaBackend {
     decode: DecodeAttention,
     /// A planted fault for the decode tests (0: none; kernels/attention_decode.cu).
     decode_fault: u8,
-    /// `ANDREA_CUDA_MATMUL` (default `mma`), or [`CudaBackend::set_matmul_impl`].
+    /// `ANDREA_CUDA_MATMUL` (default `bf16`), or [`CudaBackend::set_matmul_impl`].
     matmul_impl: MatmulImpl,
     /// `ANDREA_CUDA_MMA_STORE` (default `staged`), or [`CudaBackend::set_mma_store`].
     mma_store: MmaStore,

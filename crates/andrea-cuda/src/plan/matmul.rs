@@ -816,8 +816,101 @@ mod tests {
                 assert_eq!(a100.blocks_per_sm(k), on_a100, "{k:?} on an A100");
             }
         }
+        // kernels/matmul_bf16.cu: 96 KiB and <= 128 registers, as the 128x128 mma tile.
+        for l in GemmLayout::ALL {
+            assert_eq!(
+                h.blocks_per_sm(MatmulKernel::Bf16(l)),
+                2,
+                "{l:?} on an H200"
+            );
+            assert_eq!(
+                a100.blocks_per_sm(MatmulKernel::Bf16(l)),
+                1,
+                "{l:?} on an A100"
+            );
+        }
         assert_eq!(a100.sms, 108);
         assert_eq!(h.clone().with_sms(1).blocks_per_sm(MatmulKernel::Simt), 4);
+    }
+
+    /// The layouts kernels/matmul_bf16.cu takes, the model's products among them, and what
+    /// falls back to the mma kernels: a row stride or batch stride that is not a multiple of
+    /// 8, K mod 8 ≠ 0 with a K-contiguous operand, an operand with no contiguous dimension;
+    /// other precisions and kernel choices never run it.
+    #[test]
+    fn gemm_layouts_and_fallbacks() {
+        let op = |rows, cols, rs, cs| Operand {
+            offset: 3,
+            batch: 1,
+            rows,
+            cols,
+            bs: 0,
+            rs,
+            cs,
+        };
+        let l = |a_k, b_k| Some(GemmLayout { a_k, b_k });
+        let x = op(260, 128, 128, 1);
+        // x·W, x·Wᵀ (wte [323, 128] as Wᵀ), Xᵀ·dY (K = 260), Aᵀ·Bᵀ.
+        assert_eq!(gemm_layout(&x, &op(128, 384, 384, 1), 1), l(true, false));
+        assert_eq!(gemm_layout(&x, &op(128, 323, 1, 128), 1), l(true, true));
+        let xt = op(128, 260, 1, 128);
+        assert_eq!(gemm_layout(&xt, &op(260, 384, 384, 1), 1), l(false, false));
+        let xt264 = op(128, 264, 1, 128);
+        assert_eq!(
+            gemm_layout(&xt264, &op(264, 194, 1, 264), 1),
+            l(false, true)
+        );
+        // K = 260 with B K-contiguous: the first tile starts 60 elements early, not on a
+        // 16-byte chunk.
+        assert_eq!(gemm_layout(&xt, &op(260, 194, 1, 264), 1), None);
+        // dlogits [260, 323] as Aᵀ: rows of 323; dlogits·wte: K = 323 with A K-contiguous.
+        assert_eq!(
+            gemm_layout(&op(323, 260, 1, 323), &op(260, 128, 128, 1), 1),
+            None
+        );
+        assert_eq!(
+            gemm_layout(&op(260, 323, 328, 1), &op(323, 128, 128, 1), 1),
+            None
+        );
+        assert_eq!(
+            gemm_layout(&op(260, 128, 256, 2), &op(128, 384, 384, 1), 1),
+            None
+        );
+        let batched = Operand {
+            batch: 2,
+            bs: 260 * 128 + 4,
+            ..x
+        };
+        assert_eq!(gemm_layout(&batched, &op(128, 384, 384, 1), 2), None);
+        let gpu = h200();
+        let w = op(128, 384, 384, 1);
+        let pick = |p, imp| choose_for(&x, &w, 1, p, imp, &gpu);
+        assert_eq!(
+            pick(MatmulPrecision::Bf16, MatmulImpl::Bf16),
+            MatmulKernel::Bf16(GemmLayout {
+                a_k: true,
+                b_k: false
+            })
+        );
+        assert!(matches!(
+            pick(MatmulPrecision::Bf16, MatmulImpl::Mma),
+            MatmulKernel::MmaBf16(_)
+        ));
+        assert!(matches!(
+            pick(MatmulPrecision::Tf32, MatmulImpl::Bf16),
+            MatmulKernel::MmaTf32(_)
+        ));
+        assert_eq!(
+            pick(MatmulPrecision::Fp32, MatmulImpl::Bf16),
+            MatmulKernel::Simt
+        );
+        // A split of K = 16384 (dW) into slices of a multiple of the K step, 64.
+        let s = split(768, 768, 16384, MatmulKernel::Bf16(GemmLayout::ALL[3]), 3)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.k_slice % 64, 0);
+        assert_eq!(MatmulImpl::parse("").unwrap(), MatmulImpl::Bf16);
+        assert_eq!(MatmulImpl::parse("bf16").unwrap(), MatmulImpl::Bf16);
     }
 
     fn contiguous(offset: usize, rows: usize, cols: usize) -> Operand {
