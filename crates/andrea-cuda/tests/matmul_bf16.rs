@@ -147,6 +147,94 @@ mod tests {
         }
     }
 
+    /// Views the model's contiguous tensors never make: batched, at offsets that are not
+    /// 16-byte aligned (the BF16 copies start aligned), rows padded (stride > size), and
+    /// an M- or N-contiguous dimension that is not a multiple of 8 (M = 130 and N = 194
+    /// inside rows of 136 and 200: the last 16-byte chunk partly zero-filled).
+    #[test]
+    fn bf16_gemm_strided_views() {
+        use andrea_core::{LinalgOps, Matrix, MemoryOps};
+        let name = "bf16_gemm_strided_views";
+        let Some(be) = cuda(name, Precision::BF16) else {
+            return;
+        };
+        let (m, n, k, batch) = (130, 194, 200, 2);
+        // (offset, batch stride, row stride, column stride) of B [K, N] and of A [M, K].
+        let b_st = (2, 200 * 200, 200, 1);
+        for a_t in [false, true] {
+            let a_st = match a_t {
+                true => (3, 200 * 136, 1, 136),
+                false => (5, 130 * 208, 208, 1),
+            };
+            let len = |s: (usize, usize, usize, usize), rows: usize, cols: usize| {
+                s.0 + (batch - 1) * s.1 + (rows - 1) * s.2 + (cols - 1) * s.3 + 1
+            };
+            let a = common::data(41, len(a_st, m, k), -1.0, 1.0);
+            let b = common::data(42, len(b_st, k, n), -1.0, 1.0);
+            let (ab, bb) = (common::buf(&be, &a), common::buf(&be, &b));
+            let cb = be.alloc(batch * m * n).unwrap();
+            let view = |buf, s: (usize, usize, usize, usize), rows, cols| Matrix {
+                buf,
+                offset: s.0,
+                batch,
+                rows,
+                cols,
+                batch_stride: s.1,
+                row_stride: s.2,
+                col_stride: s.3,
+            };
+            let op = |s: (usize, usize, usize, usize), rows, cols| mm::Operand {
+                offset: s.0,
+                batch,
+                rows,
+                cols,
+                bs: s.1,
+                rs: s.2,
+                cs: s.3,
+            };
+            let kernel = mm::choose_for(
+                &op(a_st, m, k),
+                &op(b_st, k, n),
+                batch,
+                Precision::BF16.matmul,
+                be.matmul_impl(),
+                be.matmul_gpu(),
+            );
+            let layout = GemmLayout {
+                a_k: !a_t,
+                b_k: false,
+            };
+            assert_eq!(kernel, MatmulKernel::Bf16(layout));
+            be.matmul(
+                view(&ab, a_st, m, k),
+                view(&bb, b_st, k, n),
+                None,
+                view(&cb, (0, m * n, n, 1), m, n),
+            )
+            .unwrap();
+            let got = common::read(&be, &cb);
+            let at = |h: &[f32], s: (usize, usize, usize, usize), bi, r, c| {
+                h[s.0 + bi * s.1 + r * s.2 + c * s.3] as f64
+            };
+            let (mut want, mut mag) = (Vec::new(), Vec::new());
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let p = (0..k).map(|kk| at(&a, a_st, bi, i, kk) * at(&b, b_st, bi, kk, j));
+                        let (sum, abs) = p.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
+                        want.push(sum as f32);
+                        mag.push(abs);
+                    }
+                }
+            }
+            let u24 = 1.0 / 16_777_216.0;
+            common::compare(&format!("{name} {layout:?}"), &got, &want, |i| {
+                2.0 * ((2.0 * U_BF16 + (k + 2) as f64 * u24) * mag[i] + 1e-6)
+            })
+            .unwrap();
+        }
+    }
+
     /// Split-K (grid z is the K slice, slices of a multiple of 64, the last one short) in
     /// the two layouts the dW and forward products use.
     #[test]
