@@ -26,7 +26,7 @@ mod tests {
 
     use andrea_core::{LinalgOps, MemoryOps, View};
     use andrea_cuda::plan::matmul::{self as mm, MatmulKernel};
-    use andrea_cuda::{CudaBackend, MatmulImpl, MmaStore, MmaTile, Precision};
+    use andrea_cuda::{MatmulImpl, MmaStore, MmaTile, Precision};
     use andrea_testkit::device::Skipped;
     use common::matmul::{check, Case};
     use common::{buf, compare, cuda, data, read};
