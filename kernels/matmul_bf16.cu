@@ -18,8 +18,8 @@
 //
 // Copies: each thread moves 4 chunks of 16 bytes per operand and K tile by cp.async.cg,
 // at addresses computed once before the loop and advanced by 64 · (K stride) per tile;
-// chunks past M or N are zero-filled (src_bytes fixed per chunk for the whole loop, the
-// pointer clamped to a valid row). The K remainder is the *first* tile: tile t covers
+// chunks past M or N are zero-filled (src_bytes fixed per chunk for the whole loop: 0
+// for a row past the operand, whose address is then never read). The K remainder is the *first* tile: tile t covers
 // k in [64·t - s, 64·t - s + 64), s = 64·ceil(K / 64) - K, so only tile 0 masks
 // k < 0 (a separate instantiation of the copy, in the prologue) and the main loop's
 // copies take no bound check at all.

@@ -306,25 +306,6 @@ mod tests {
         }
     }
 
-    /// Sets the emulator's warp order for this thread's launches (`andrea_emu_set_warp_order`
-    /// in xtask/cuda-emu/emu_runtime.cpp: 0 lockstep, 1 serial); false on a real driver,
-    /// which has no such symbol.
-    fn set_warp_order(serial: bool) -> bool {
-        use std::ffi::{c_char, c_int, c_void};
-        extern "C" {
-            fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-        }
-        // SAFETY: dlsym with RTLD_DEFAULT (null on glibc) and a NUL-terminated name.
-        let f = unsafe { dlsym(std::ptr::null_mut(), c"andrea_emu_set_warp_order".as_ptr()) };
-        if f.is_null() {
-            return false;
-        }
-        // SAFETY: the emulator defines it as `void (int)`.
-        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(f) };
-        f(c_int::from(serial));
-        true
-    }
-
     /// The staged store's planted faults (kernels/matmul_mma.cu) fail the comparison: 3, each
     /// staged row read from the row below, under either warp order; 4, no barrier before the
     /// staging writes overwrite the pipeline's stages, and 5, no barrier between the staging
@@ -338,7 +319,7 @@ mod tests {
         let Some(mut be) = cuda(name, precision) else {
             return;
         };
-        if !set_warp_order(false) {
+        if !common::set_warp_order(false) {
             Skipped::new(name, "the warp order is the emulator's").print();
             return;
         }
@@ -357,7 +338,7 @@ mod tests {
                 accumulate: false,
             };
             for serial in [false, true] {
-                set_warp_order(serial);
+                common::set_warp_order(serial);
                 be.plant_mma_fault(0);
                 check(&be, name, &c, u_op, 9).unwrap();
                 for (fault, what) in [
@@ -379,7 +360,7 @@ mod tests {
                 }
             }
             be.plant_mma_fault(0);
-            set_warp_order(false);
+            common::set_warp_order(false);
         }
     }
 }
