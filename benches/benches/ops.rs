@@ -15,7 +15,8 @@
 //! `cuda-bf16` for the GEMMs, and the group `attention_gpu` (B 16, T 1024, 12 heads of
 //! 64) with `cuda-{tf32,bf16}-{mma,simt}`: the tensor-core attention kernels and the SIMT
 //! ones, per precision; `cuda-tf32-wmma` and `cuda-bf16-wmma` time the GEMMs on the older
-//! WMMA kernels next to the default mma.sync ones (`ANDREA_CUDA_MATMUL`). Each iteration
+//! WMMA kernels next to the default ones (`ANDREA_CUDA_MATMUL`: mma.sync for TF32,
+//! kernels/matmul_bf16.cu for BF16; gpu_check's GEMM rows time all three). Each iteration
 //! ends with `synchronize`, so GPU times are of finished work. Without a device the
 //! columns are skipped with a printed message; on a
 //! GPU machine, `-- cuda-` runs only them (the bench binary in `cargo xtask gpu-bundle`).

@@ -12,6 +12,10 @@
 //!
 //! [`MatmulPrecision::Bf16`] rounds operands to bfloat16 (8-bit significand) instead:
 //! twice the tensor-core rate of TF32 on Ampere and Hopper, and eight times the error.
+//! Its products run kernels/matmul_bf16.cu on BF16 copies of the operands that each
+//! product makes first (`f32_to_bf16`, 6 bytes per element; they go once activations are
+//! stored in BF16), where the operands' layout allows it, else kernels/matmul_mma.cu
+//! ([`crate::plan::matmul::gemm_layout`]).
 //!
 //! Attention follows the same operand precision (kernels/attention_mma.cu for TF32 and
 //! BF16, kernels/attention.cu for FP32) unless `ANDREA_CUDA_ATTENTION=simt|mma` or

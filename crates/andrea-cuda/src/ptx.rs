@@ -35,7 +35,7 @@ macro_rules! modules {
 
 modules! {
     "adamw" "attention" "attention_decode" "attention_mma" "bias" "elementwise" "embedding" "gelu" "layernorm"
-    "loss" "matmul" "matmul_mma" "norm" "softmax" "tc_selftest"
+    "loss" "matmul" "matmul_bf16" "matmul_mma" "norm" "softmax" "tc_selftest"
 }
 
 mod embedded {

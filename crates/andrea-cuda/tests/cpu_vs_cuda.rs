@@ -212,11 +212,23 @@ mod tests {
     /// max |gelu'| (<= 1.13).
     #[test]
     fn linear_gelu_fast_vs_cpu() {
-        let Some(gpu) = cuda("linear_gelu_fast_vs_cpu", Precision::FAST) else {
+        linear_gelu_vs_cpu("linear_gelu_fast_vs_cpu", Precision::FAST, 300);
+    }
+
+    /// N = 304: W's rows are a multiple of 8 elements, so kernels/matmul_bf16.cu runs it.
+    #[test]
+    fn linear_gelu_bf16_vs_cpu() {
+        linear_gelu_vs_cpu("linear_gelu_bf16_vs_cpu", Precision::BF16, 304);
+    }
+
+    /// `linear_gelu` (x [256, 192]·W [192, n] + bias, GELU by tanh.approx) against the CPU.
+    fn linear_gelu_vs_cpu(name: &str, precision: Precision, n: usize) {
+        let Some(gpu) = cuda(name, precision) else {
             return;
         };
         let host = cpu();
-        let (m, k, n) = (256usize, 192usize, 300usize);
+        let u = unit_roundoff(precision.matmul);
+        let (m, k) = (256usize, 192usize);
         let x = data(1, m * k, -1.0, 1.0);
         let w = data(2, k * n, -1.0, 1.0);
         let bias = data(3, n, -1.0, 1.0);
@@ -248,11 +260,11 @@ mod tests {
             let mag: f64 = (0..k)
                 .map(|kk| (x[i * k + kk] * w[kk * n + j]).abs() as f64)
                 .sum();
-            2.0 * ((2.0 / 2048.0 + 2.0 * k as f64 * U24) * (mag + 1.0) + 1e-6)
+            2.0 * ((2.0 * u + 2.0 * k as f64 * U24) * (mag + 1.0) + 1e-6)
         };
-        compare("linear_gelu pre (TF32)", &got_pre, &want_pre, mm).unwrap();
+        compare(&format!("{name} pre"), &got_pre, &want_pre, mm).unwrap();
         compare(
-            "linear_gelu out (TF32, tanh.approx)",
+            &format!("{name} out (tanh.approx)"),
             &got_out,
             &want_out,
             |i| 1.13 * mm(i) + gelu_bound(got_pre[i]),

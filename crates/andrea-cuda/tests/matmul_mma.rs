@@ -26,71 +26,12 @@ mod tests {
 
     use andrea_core::{LinalgOps, MemoryOps, View};
     use andrea_cuda::plan::matmul::{self as mm, MatmulKernel};
-    use andrea_cuda::{CudaBackend, MatmulImpl, MmaStore, MmaTile, Precision};
+    use andrea_cuda::{MatmulImpl, MmaStore, MmaTile, Precision};
     use andrea_testkit::device::Skipped;
-    use common::matmul::{inputs, run, Case, Inputs};
+    use common::matmul::{check, Case};
     use common::{buf, compare, cuda, data, read};
 
     const U24: f64 = 1.0 / 16_777_216.0;
-
-    fn a_at(c: &Case, x: &Inputs, i: usize, kk: usize) -> f64 {
-        (if c.transpose_a {
-            x.a[kk * c.m + i]
-        } else {
-            x.a[i * c.k + kk]
-        }) as f64
-    }
-
-    fn b_at(c: &Case, x: &Inputs, kk: usize, j: usize) -> f64 {
-        (if c.transpose_b {
-            x.b[j * c.k + kk]
-        } else {
-            x.b[kk * c.n + j]
-        }) as f64
-    }
-
-    fn exact(c: &Case, x: &Inputs) -> (Vec<f32>, Vec<f64>) {
-        let mut want = Vec::with_capacity(c.m * c.n);
-        let mut mag = Vec::with_capacity(c.m * c.n);
-        for i in 0..c.m {
-            for j in 0..c.n {
-                let mut s = 0.0;
-                let mut m = 0.0;
-                for kk in 0..c.k {
-                    let p = a_at(c, x, i, kk) * b_at(c, x, kk, j);
-                    s += p;
-                    m += p.abs();
-                }
-                let extra = if c.bias { x.bias[j] as f64 } else { 0.0 }
-                    + if c.accumulate {
-                        x.c0[i * c.n + j] as f64
-                    } else {
-                        0.0
-                    };
-                want.push((s + extra) as f32);
-                mag.push(m + 2.0 * extra.abs());
-            }
-        }
-        (want, mag)
-    }
-
-    /// The product of `c` on `be` against the exact one; the result, when within the bound.
-    fn check(
-        be: &CudaBackend,
-        name: &str,
-        c: &Case,
-        u_op: f64,
-        seed: u64,
-    ) -> Result<Vec<f32>, String> {
-        let x = inputs(c, seed);
-        let got = run(be, c, &x);
-        let (want, mag) = exact(c, &x);
-        let k = c.k as f64;
-        compare(name, &got, &want, |i| {
-            2.0 * ((2.0 * u_op + k * U24) * mag[i] + 2.0 * U24 * mag[i] + 1e-6)
-        })?;
-        Ok(got)
-    }
 
     /// The smallest K ≡ 4 (mod 32) (three or more whole K steps and a tail of 4) that takes
     /// an `[m, K]·[K, n]` product past the plan's tensor-core threshold.
@@ -365,25 +306,6 @@ mod tests {
         }
     }
 
-    /// Sets the emulator's warp order for this thread's launches (`andrea_emu_set_warp_order`
-    /// in xtask/cuda-emu/emu_runtime.cpp: 0 lockstep, 1 serial); false on a real driver,
-    /// which has no such symbol.
-    fn set_warp_order(serial: bool) -> bool {
-        use std::ffi::{c_char, c_int, c_void};
-        extern "C" {
-            fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-        }
-        // SAFETY: dlsym with RTLD_DEFAULT (null on glibc) and a NUL-terminated name.
-        let f = unsafe { dlsym(std::ptr::null_mut(), c"andrea_emu_set_warp_order".as_ptr()) };
-        if f.is_null() {
-            return false;
-        }
-        // SAFETY: the emulator defines it as `void (int)`.
-        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(f) };
-        f(c_int::from(serial));
-        true
-    }
-
     /// The staged store's planted faults (kernels/matmul_mma.cu) fail the comparison: 3, each
     /// staged row read from the row below, under either warp order; 4, no barrier before the
     /// staging writes overwrite the pipeline's stages, and 5, no barrier between the staging
@@ -397,7 +319,7 @@ mod tests {
         let Some(mut be) = cuda(name, precision) else {
             return;
         };
-        if !set_warp_order(false) {
+        if !common::set_warp_order(false) {
             Skipped::new(name, "the warp order is the emulator's").print();
             return;
         }
@@ -416,7 +338,7 @@ mod tests {
                 accumulate: false,
             };
             for serial in [false, true] {
-                set_warp_order(serial);
+                common::set_warp_order(serial);
                 be.plant_mma_fault(0);
                 check(&be, name, &c, u_op, 9).unwrap();
                 for (fault, what) in [
@@ -438,7 +360,7 @@ mod tests {
                 }
             }
             be.plant_mma_fault(0);
-            set_warp_order(false);
+            common::set_warp_order(false);
         }
     }
 }

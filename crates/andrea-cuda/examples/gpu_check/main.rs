@@ -207,6 +207,13 @@ fn gemm(flags: &Flags) -> Res<bool> {
     let runs = PRECISIONS.iter().flat_map(|&(label, precision)| {
         let imps: &[(&str, MatmulImpl)] = if precision == Precision::FP32 {
             &[("simt", MatmulImpl::Mma)]
+        } else if precision.matmul == MatmulPrecision::Bf16 {
+            // kernels/matmul_bf16.cu (the default) next to the kernels it replaces.
+            &[
+                ("bf16", MatmulImpl::Bf16),
+                ("mma", MatmulImpl::Mma),
+                ("wmma", MatmulImpl::Wmma),
+            ]
         } else {
             &[("mma", MatmulImpl::Mma), ("wmma", MatmulImpl::Wmma)]
         };
@@ -244,7 +251,24 @@ fn gemm(flags: &Flags) -> Res<bool> {
             let flops = 2.0 * (m * k * n) as f64;
             // Split-K as the backend plans it (ANDREA_CUDA_SPLIT_K, default auto); a split
             // product is timed unsplit too, so one run compares both.
-            let kernel = split_plan::choose(m, n, k, 1, precision.matmul, imp, be.matmul_gpu());
+            // The operands as `mat` lays them out (transposed: stored the other way round).
+            let operand = |rows: usize, cols: usize, t: bool| split_plan::Operand {
+                offset: 0,
+                batch: 1,
+                rows,
+                cols,
+                bs: 0,
+                rs: if t { 1 } else { cols },
+                cs: if t { rows } else { 1 },
+            };
+            let kernel = split_plan::choose_for(
+                &operand(m, k, ta),
+                &operand(k, n, tb),
+                1,
+                precision.matmul,
+                imp,
+                be.matmul_gpu(),
+            );
             let slices = match be.split_k() {
                 SplitK::Off => 1,
                 SplitK::Auto => split_plan::split_count(m, n, k, 1, kernel, be.matmul_gpu()),

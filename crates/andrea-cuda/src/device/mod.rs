@@ -96,12 +96,13 @@ pub struct CudaBackend {
     decode: DecodeAttention,
     /// A planted fault for the decode tests (0: none; kernels/attention_decode.cu).
     decode_fault: u8,
-    /// `ANDREA_CUDA_MATMUL` (default `mma`), or [`CudaBackend::set_matmul_impl`].
+    /// `ANDREA_CUDA_MATMUL` (default `bf16`), or [`CudaBackend::set_matmul_impl`].
     matmul_impl: MatmulImpl,
     /// `ANDREA_CUDA_MMA_STORE` (default `staged`), or [`CudaBackend::set_mma_store`].
     mma_store: MmaStore,
     /// A planted fault for the mma kernels' tests (0: none).
     mma_fault: u8,
+    gemm_fault: u8,
     sync_each_launch: bool,
     functions: HashMap<&'static str, CuFunction>,
     /// How each kernel module was loaded.
@@ -194,7 +195,7 @@ impl CudaBackend {
         };
         let matmul_impl = match std::env::var("ANDREA_CUDA_MATMUL") {
             Ok(v) => MatmulImpl::parse(&v)?,
-            Err(_) => MatmulImpl::Mma,
+            Err(_) => MatmulImpl::Bf16,
         };
         let mma_store = match std::env::var("ANDREA_CUDA_MMA_STORE") {
             Ok(v) => MmaStore::parse(&v)?,
@@ -227,6 +228,7 @@ impl CudaBackend {
             matmul_impl,
             mma_store,
             mma_fault: 0,
+            gemm_fault: 0,
             sync_each_launch: std::env::var_os("ANDREA_CUDA_SYNC").is_some_and(|v| v != "0"),
             functions,
             scratch: RefCell::new(None),
@@ -331,7 +333,8 @@ impl CudaBackend {
     }
 
     /// Which tensor-core matmul kernels TF32 and BF16 products use; the default comes
-    /// from `ANDREA_CUDA_MATMUL=wmma|mma|mma128x128|mma128x64|mma64x64` (default `mma`).
+    /// from `ANDREA_CUDA_MATMUL=bf16|wmma|mma|mma128x128|mma128x64|mma64x64` (default
+    /// `bf16`).
     pub fn matmul_impl(&self) -> MatmulImpl {
         self.matmul_impl
     }
@@ -361,6 +364,15 @@ impl CudaBackend {
     #[doc(hidden)]
     pub fn plant_mma_fault(&mut self, fault: u8) {
         self.mma_fault = fault;
+    }
+
+    /// Tests only: plants a fault in kernels/matmul_bf16.cu, compiled only into the
+    /// emulator's build of it (1: the fragment reads ignore the shared-memory swizzle; 2:
+    /// the pipeline reads a stage before its copies land; 3: the `.trans` fragment reads
+    /// take the next row of each 8 × 8 block; 0: none), to show that the tests catch it.
+    #[doc(hidden)]
+    pub fn plant_gemm_fault(&mut self, fault: u8) {
+        self.gemm_fault = fault;
     }
 
     /// Multiprocessors on the GPU.

@@ -4,6 +4,7 @@
 use andrea_core::{check, LinalgOps, Mat, Result, Tensor};
 
 use super::buffer::addr;
+use super::driver;
 use super::launch::Args;
 use super::CudaBackend;
 use crate::plan::{self, int, long, matmul, reduce};
@@ -59,6 +60,7 @@ impl CudaBackend {
     fn a_mode_arg(&self, p: &matmul::MatmulPlan) -> i32 {
         let fault = match p.kernel {
             matmul::MatmulKernel::MmaTf32(_) | matmul::MatmulKernel::MmaBf16(_) => self.mma_fault,
+            matmul::MatmulKernel::Bf16(_) => self.gemm_fault,
             _ => 0,
         };
         p.a_mode as i32 | (fault as i32) << 4
@@ -88,12 +90,14 @@ impl CudaBackend {
             &self.matmul_gpu,
         )?;
         let gelu_mode = gelu.mode(self.precision.approx_tanh);
+        let (a_at, b_at, ws) = self.matmul_operands(&p, c.batch, (a, &ao), (b, &bo))?;
         if let Some(s) = &p.split {
             return self.matmul_split_launch(
                 &p,
                 s,
-                (a, &ao),
-                (b, &bo),
+                ws,
+                (a_at(0), &ao),
+                (b_at(0), &bo),
                 bias,
                 (c, &co),
                 accumulate,
@@ -102,15 +106,14 @@ impl CudaBackend {
             );
         }
         for (b0, l) in &p.launches {
-            let at = |o: &matmul::Operand, buf| addr(buf, o.offset + b0 * o.bs);
             let (gelu_out, gelu_in) = gelu.ptrs(*b0, co.bs);
             self.launch(
                 l,
                 Args::new()
-                    .ptr(at(&ao, a.buf))
-                    .ptr(at(&bo, b.buf))
+                    .ptr(a_at(b0 * ao.bs))
+                    .ptr(b_at(b0 * bo.bs))
                     .ptr(bias.map(|t| addr(t.buf, t.offset)).unwrap_or(0))
-                    .ptr(at(&co, c.buf))
+                    .ptr(addr(c.buf, co.offset + b0 * co.bs))
                     .ptr(gelu_out)
                     .ptr(gelu_in)
                     .int(p.m)
@@ -135,23 +138,83 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Split-K: the product kernel over each K slice (grid z) into the workspace, then
-    /// the reduce summing the slices in order into `c` with the epilogue. Only planned for
-    /// a single batch entry.
+    /// Where the product kernel reads its operands, as functions of an element offset
+    /// from the operand's first element, and the split-K workspace (0 without a split),
+    /// all in one scratch request: `[A in BF16 | B in BF16 | workspace]`. The BF16 kernels
+    /// (kernels/matmul_bf16.cu) read BF16 copies made here by f32_to_bf16 (the to_bf16
+    /// kernel) over each operand's span, strides kept, each copy starting 16-byte aligned;
+    /// the other kernels read the FP32 operands in place. The copies go once activations
+    /// are stored in BF16.
+    #[allow(clippy::type_complexity)]
+    fn matmul_operands(
+        &self,
+        p: &matmul::MatmulPlan,
+        batch: usize,
+        (a, ao): (Mat<'_, Self>, &matmul::Operand),
+        (b, bo): (Mat<'_, Self>, &matmul::Operand),
+    ) -> Result<(
+        impl Fn(usize) -> u64,
+        impl Fn(usize) -> u64,
+        driver::CuDevicePtr,
+    )> {
+        let bf16 = matches!(p.kernel, matmul::MatmulKernel::Bf16(_));
+        let (a_span, b_span) = match bf16 {
+            true => (matmul::span(ao, batch), matmul::span(bo, batch)),
+            false => (0, 0),
+        };
+        let (a_len, b_len) = (matmul::bf16_scratch(a_span), matmul::bf16_scratch(b_span));
+        let ws_len = p.split.map_or(0, |s| s.workspace);
+        let base = match a_len + b_len + ws_len {
+            0 => 0,
+            len => self.scratch(len)?,
+        };
+        let (a_copy, b_copy) = (base, base + 4 * a_len as u64);
+        if bf16 {
+            self.convert(
+                "matmul",
+                "f32_to_bf16",
+                addr(a.buf, ao.offset),
+                a_copy,
+                a_span,
+            )?;
+            self.convert(
+                "matmul",
+                "f32_to_bf16",
+                addr(b.buf, bo.offset),
+                b_copy,
+                b_span,
+            )?;
+        }
+        let at = move |buf: u64, copy: u64, offset: usize| {
+            move |rel: usize| match bf16 {
+                true => copy + 2 * rel as u64,
+                false => buf + 4 * (offset + rel) as u64,
+            }
+        };
+        Ok((
+            at(addr(a.buf, 0), a_copy, ao.offset),
+            at(addr(b.buf, 0), b_copy, bo.offset),
+            base + 4 * (a_len + b_len) as u64,
+        ))
+    }
+
+    /// Split-K: the product kernel over each K slice (grid z) into the workspace `ws`,
+    /// then the reduce summing the slices in order into `c` with the epilogue. Only
+    /// planned for a single batch entry; `a` and `b` are the operands' device addresses.
     #[allow(clippy::too_many_arguments)]
     fn matmul_split_launch(
         &self,
         p: &matmul::MatmulPlan,
         s: &matmul::Split,
-        (a, ao): (Mat<'_, Self>, &matmul::Operand),
-        (b, bo): (Mat<'_, Self>, &matmul::Operand),
+        ws: driver::CuDevicePtr,
+        (a, ao): (u64, &matmul::Operand),
+        (b, bo): (u64, &matmul::Operand),
         bias: Option<Tensor<'_, Self>>,
         (c, co): (Mat<'_, Self>, &matmul::Operand),
         accumulate: bool,
         gelu: Gelu<'_>,
         gelu_mode: i32,
     ) -> Result<()> {
-        let ws = self.scratch(s.workspace)?;
         let (gelu_out, gelu_in) = gelu.ptrs(0, 0);
         let ks = s.k_slice as usize;
         let (m, n) = (co.rows, co.cols);
@@ -159,8 +222,8 @@ impl CudaBackend {
             self.launch(
                 l,
                 Args::new()
-                    .ptr(addr(a.buf, ao.offset))
-                    .ptr(addr(b.buf, bo.offset))
+                    .ptr(a)
+                    .ptr(b)
                     .ptr(0)
                     .ptr(ws)
                     .ptr(0)
@@ -262,7 +325,8 @@ impl LinalgOps for CudaBackend {
         self.op_matmul(a, b, bias, c, true)
     }
 
-    /// The split-K workspace the plan gives this product (0 when it does not split).
+    /// The scratch the plan gives this product: the split-K workspace (0 when it does not
+    /// split) and, for the BF16 kernels, the operands' BF16 copies.
     fn matmul_scratch_len(&self, m: usize, k: usize, n: usize) -> usize {
         let kernel = matmul::choose(
             m,
@@ -273,10 +337,17 @@ impl LinalgOps for CudaBackend {
             self.matmul_impl,
             &self.matmul_gpu,
         );
-        match matmul::split_of(m, n, k, 1, kernel, self.split_k, &self.matmul_gpu) {
-            Ok(Some(s)) => s.workspace,
+        let copies = match kernel {
+            matmul::MatmulKernel::Bf16(_) => {
+                matmul::bf16_scratch(m * k) + matmul::bf16_scratch(k * n)
+            }
             _ => 0,
-        }
+        };
+        copies
+            + match matmul::split_of(m, n, k, 1, kernel, self.split_k, &self.matmul_gpu) {
+                Ok(Some(s)) => s.workspace,
+                _ => 0,
+            }
     }
 
     fn bias_backward(&self, dout: Tensor<'_, Self>, dbias: Tensor<'_, Self>) -> Result<()> {

@@ -142,7 +142,7 @@ impl MemoryOps for CudaBackend {
 
 impl CudaBackend {
     /// Launches the conversion `kernel` over `n` elements (one element a thread).
-    fn convert(
+    pub(super) fn convert(
         &self,
         op: &'static str,
         kernel: &'static str,

@@ -56,23 +56,27 @@ impl MmaTile {
 }
 
 /// Which tensor-core kernels products use in a TF32 or BF16 precision
-/// (`ANDREA_CUDA_MATMUL`): the WMMA kernels of kernels/matmul.cu, or the mma.sync
+/// (`ANDREA_CUDA_MATMUL`): the WMMA kernels of kernels/matmul.cu, the mma.sync
 /// kernels of kernels/matmul_mma.cu with the tile the plan picks ([`mma_tile`]) or a
-/// fixed one (to compare tiles on one GPU, and for tests). FP32 products use
+/// fixed one (to compare tiles on one GPU, and for tests), or (`Bf16`, the default) the
+/// BF16-operand kernels of kernels/matmul_bf16.cu for BF16 products whose operands they
+/// take ([`gemm_layout`]; the others, and TF32 products, run `Mma`). FP32 products use
 /// matmul_simt either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatmulImpl {
     Wmma,
     Mma,
     MmaFixed(MmaTile),
+    Bf16,
 }
 
 impl MatmulImpl {
-    /// `wmma`, `mma` (the default) or `mma128x128` / `mma128x64` / `mma64x64`.
+    /// `bf16` (the default), `wmma`, `mma` or `mma128x128` / `mma128x64` / `mma64x64`.
     pub fn parse(s: &str) -> Result<MatmulImpl> {
         match s.trim() {
             "wmma" => Ok(MatmulImpl::Wmma),
-            "mma" | "" => Ok(MatmulImpl::Mma),
+            "mma" => Ok(MatmulImpl::Mma),
+            "bf16" | "" => Ok(MatmulImpl::Bf16),
             t => MmaTile::ALL
                 .into_iter()
                 .find(|x| t.strip_prefix("mma") == Some(x.label()))
@@ -80,7 +84,9 @@ impl MatmulImpl {
                 .ok_or_else(|| {
                     andrea_core::Error::invalid(
                         "ANDREA_CUDA_MATMUL",
-                        format!("`{s}`: expected wmma, mma, mma128x128, mma128x64 or mma64x64"),
+                        format!(
+                            "`{s}`: expected bf16, wmma, mma, mma128x128, mma128x64 or mma64x64"
+                        ),
                     )
                 }),
         }
@@ -129,6 +135,39 @@ pub enum MatmulKernel {
     TensorBf16,
     MmaTf32(MmaTile),
     MmaBf16(MmaTile),
+    /// kernels/matmul_bf16.cu: BF16 operands in memory, 128 × 128 tiles.
+    Bf16(GemmLayout),
+}
+
+/// Which dimension of each operand is contiguous, for kernels/matmul_bf16.cu (one kernel
+/// per pair): `a_k`: A `[M, K]` has `cs = 1` (else `rs = 1`); `b_k`: B `[K, N]` has
+/// `rs = 1` (else `cs = 1`). The model's x·W is `a_k`, `!b_k`; x·Wᵀ (dX, lm_head) `a_k`,
+/// `b_k`; Xᵀ·dY (dW) `!a_k`, `!b_k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmLayout {
+    pub a_k: bool,
+    pub b_k: bool,
+}
+
+impl GemmLayout {
+    pub const ALL: [GemmLayout; 4] = [
+        GemmLayout {
+            a_k: true,
+            b_k: true,
+        },
+        GemmLayout {
+            a_k: true,
+            b_k: false,
+        },
+        GemmLayout {
+            a_k: false,
+            b_k: true,
+        },
+        GemmLayout {
+            a_k: false,
+            b_k: false,
+        },
+    ];
 }
 
 impl MatmulKernel {
@@ -144,6 +183,12 @@ impl MatmulKernel {
             MatmulKernel::MmaBf16(T128x128) => "matmul_mma_bf16_128x128",
             MatmulKernel::MmaBf16(T128x64) => "matmul_mma_bf16_128x64",
             MatmulKernel::MmaBf16(T64x64) => "matmul_mma_bf16_64x64",
+            MatmulKernel::Bf16(l) => match (l.a_k, l.b_k) {
+                (true, true) => "matmul_bf16_128x128_ak_bk",
+                (true, false) => "matmul_bf16_128x128_ak_bn",
+                (false, true) => "matmul_bf16_128x128_am_bk",
+                (false, false) => "matmul_bf16_128x128_am_bn",
+            },
         }
     }
 
@@ -172,6 +217,7 @@ impl MatmulKernel {
                 let (bm, bn) = t.dims();
                 (bm, bn, MMA_BK)
             }
+            MatmulKernel::Bf16(_) => (128, 128, GEMM_BK),
         }
     }
 
@@ -187,6 +233,7 @@ impl MatmulKernel {
     pub fn smem(self) -> u32 {
         match self {
             MatmulKernel::MmaTf32(t) | MatmulKernel::MmaBf16(t) => mma_smem(t),
+            MatmulKernel::Bf16(_) => GEMM_SMEM,
             _ => 0,
         }
     }
@@ -202,8 +249,60 @@ impl MatmulKernel {
             v.push(MatmulKernel::MmaTf32(t));
             v.push(MatmulKernel::MmaBf16(t));
         }
+        v.extend(GemmLayout::ALL.map(MatmulKernel::Bf16));
         v
     }
+}
+
+/// The K step of kernels/matmul_bf16.cu.
+pub const GEMM_BK: usize = 64;
+/// Its dynamic shared memory: 3 stages of BF16 128 × 64 tiles of A and B (96 KiB),
+/// which the staged output tile (128 × 136 floats) reuses.
+pub const GEMM_SMEM: u32 = (3 * (128 + 128) * GEMM_BK * 2) as u32;
+
+/// The layout kernels/matmul_bf16.cu takes `a: [batch, M, K]`, `b: [batch, K, N]` in
+/// (its BF16 copies keep the strides and start at a 16-byte boundary), or `None`: each
+/// operand has a contiguous dimension (stride 1), every other stride of it is a multiple
+/// of 8 elements (so every 8-element chunk starts 16-byte aligned), and K is a multiple
+/// of 8 when an operand is K-contiguous (the remainder tile is masked in whole chunks).
+pub fn gemm_layout(a: &Operand, b: &Operand, batch: usize) -> Option<GemmLayout> {
+    let aligned = |strides: &[(usize, usize)]| {
+        strides
+            .iter()
+            .all(|&(size, stride)| size <= 1 || stride.is_multiple_of(8))
+    };
+    let batch_ok = |o: &Operand| batch <= 1 || o.bs.is_multiple_of(8);
+    let a_k = if a.cs == 1 && aligned(&[(a.rows, a.rs)]) {
+        true
+    } else if a.rs == 1 && aligned(&[(a.cols, a.cs)]) {
+        false
+    } else {
+        return None;
+    };
+    let b_k = if b.cs == 1 && aligned(&[(b.rows, b.rs)]) {
+        false
+    } else if b.rs == 1 && aligned(&[(b.cols, b.cs)]) {
+        true
+    } else {
+        return None;
+    };
+    let k_ok = !(a_k || b_k) || a.cols.is_multiple_of(8);
+    (batch_ok(a) && batch_ok(b) && k_ok).then_some(GemmLayout { a_k, b_k })
+}
+
+/// Elements from an operand's first to its last element, inclusive: what its BF16 copy
+/// converts (the layout kept, the strides unchanged).
+pub fn span(o: &Operand, batch: usize) -> usize {
+    if o.rows == 0 || o.cols == 0 || batch == 0 {
+        return 0;
+    }
+    (batch - 1) * o.bs + (o.rows - 1) * o.rs + (o.cols - 1) * o.cs + 1
+}
+
+/// Floats of scratch a BF16 copy of `elems` elements takes, rounded up to 16 bytes so the
+/// next region stays aligned.
+pub fn bf16_scratch(elems: usize) -> usize {
+    elems.div_ceil(8) * 4
 }
 
 /// The K step of the mma kernels.
@@ -332,7 +431,31 @@ pub fn choose(
         (MatmulPrecision::Tf32, MatmulImpl::Wmma) => MatmulKernel::TensorTf32,
         (MatmulPrecision::Bf16, MatmulImpl::Wmma) => MatmulKernel::TensorBf16,
         (MatmulPrecision::Tf32, _) => MatmulKernel::MmaTf32(tile()),
+        (MatmulPrecision::Bf16, MatmulImpl::Bf16) => MatmulKernel::Bf16(GemmLayout {
+            a_k: true,
+            b_k: false,
+        }),
         (MatmulPrecision::Bf16, _) => MatmulKernel::MmaBf16(tile()),
+    }
+}
+
+/// [`choose`] for the operands `a` and `b`: a `Bf16` kernel with their layout, or the mma
+/// kernel where [`gemm_layout`] does not take them.
+pub fn choose_for(
+    a: &Operand,
+    b: &Operand,
+    batch: usize,
+    precision: MatmulPrecision,
+    imp: MatmulImpl,
+    gpu: &MatmulGpu,
+) -> MatmulKernel {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    match choose(m, n, k, batch, precision, imp, gpu) {
+        MatmulKernel::Bf16(_) => match gemm_layout(a, b, batch) {
+            Some(l) => MatmulKernel::Bf16(l),
+            None => MatmulKernel::MmaBf16(mma_tile(m, n, batch, precision, gpu)),
+        },
+        kernel => kernel,
     }
 }
 
@@ -570,7 +693,7 @@ pub fn plan(
 ) -> Result<MatmulPlan> {
     const OP: &str = "matmul";
     let (m, k, n) = (a.rows, a.cols, b.cols);
-    let kernel = choose(m, n, k, batch, precision, imp, gpu);
+    let kernel = choose_for(a, b, batch, precision, imp, gpu);
     let (bm, bn, _) = kernel.tile();
     let split = split_of(m, n, k, batch, kernel, split_k, gpu)?;
     let mut launches = Vec::new();
@@ -693,8 +816,101 @@ mod tests {
                 assert_eq!(a100.blocks_per_sm(k), on_a100, "{k:?} on an A100");
             }
         }
+        // kernels/matmul_bf16.cu: 96 KiB and <= 128 registers, as the 128x128 mma tile.
+        for l in GemmLayout::ALL {
+            assert_eq!(
+                h.blocks_per_sm(MatmulKernel::Bf16(l)),
+                2,
+                "{l:?} on an H200"
+            );
+            assert_eq!(
+                a100.blocks_per_sm(MatmulKernel::Bf16(l)),
+                1,
+                "{l:?} on an A100"
+            );
+        }
         assert_eq!(a100.sms, 108);
         assert_eq!(h.clone().with_sms(1).blocks_per_sm(MatmulKernel::Simt), 4);
+    }
+
+    /// The layouts kernels/matmul_bf16.cu takes, the model's products among them, and what
+    /// falls back to the mma kernels: a row stride or batch stride that is not a multiple of
+    /// 8, K mod 8 ≠ 0 with a K-contiguous operand, an operand with no contiguous dimension;
+    /// other precisions and kernel choices never run it.
+    #[test]
+    fn gemm_layouts_and_fallbacks() {
+        let op = |rows, cols, rs, cs| Operand {
+            offset: 3,
+            batch: 1,
+            rows,
+            cols,
+            bs: 0,
+            rs,
+            cs,
+        };
+        let l = |a_k, b_k| Some(GemmLayout { a_k, b_k });
+        let x = op(260, 128, 128, 1);
+        // x·W, x·Wᵀ (wte [323, 128] as Wᵀ), Xᵀ·dY (K = 260), Aᵀ·Bᵀ.
+        assert_eq!(gemm_layout(&x, &op(128, 384, 384, 1), 1), l(true, false));
+        assert_eq!(gemm_layout(&x, &op(128, 323, 1, 128), 1), l(true, true));
+        let xt = op(128, 260, 1, 128);
+        assert_eq!(gemm_layout(&xt, &op(260, 384, 384, 1), 1), l(false, false));
+        let xt264 = op(128, 264, 1, 128);
+        assert_eq!(
+            gemm_layout(&xt264, &op(264, 194, 1, 264), 1),
+            l(false, true)
+        );
+        // K = 260 with B K-contiguous: the first tile starts 60 elements early, not on a
+        // 16-byte chunk.
+        assert_eq!(gemm_layout(&xt, &op(260, 194, 1, 264), 1), None);
+        // dlogits [260, 323] as Aᵀ: rows of 323; dlogits·wte: K = 323 with A K-contiguous.
+        assert_eq!(
+            gemm_layout(&op(323, 260, 1, 323), &op(260, 128, 128, 1), 1),
+            None
+        );
+        assert_eq!(
+            gemm_layout(&op(260, 323, 328, 1), &op(323, 128, 128, 1), 1),
+            None
+        );
+        assert_eq!(
+            gemm_layout(&op(260, 128, 256, 2), &op(128, 384, 384, 1), 1),
+            None
+        );
+        let batched = Operand {
+            batch: 2,
+            bs: 260 * 128 + 4,
+            ..x
+        };
+        assert_eq!(gemm_layout(&batched, &op(128, 384, 384, 1), 2), None);
+        let gpu = h200();
+        let w = op(128, 384, 384, 1);
+        let pick = |p, imp| choose_for(&x, &w, 1, p, imp, &gpu);
+        assert_eq!(
+            pick(MatmulPrecision::Bf16, MatmulImpl::Bf16),
+            MatmulKernel::Bf16(GemmLayout {
+                a_k: true,
+                b_k: false
+            })
+        );
+        assert!(matches!(
+            pick(MatmulPrecision::Bf16, MatmulImpl::Mma),
+            MatmulKernel::MmaBf16(_)
+        ));
+        assert!(matches!(
+            pick(MatmulPrecision::Tf32, MatmulImpl::Bf16),
+            MatmulKernel::MmaTf32(_)
+        ));
+        assert_eq!(
+            pick(MatmulPrecision::Fp32, MatmulImpl::Bf16),
+            MatmulKernel::Simt
+        );
+        // A split of K = 16384 (dW) into slices of a multiple of the K step, 64.
+        let s = split(768, 768, 16384, MatmulKernel::Bf16(GemmLayout::ALL[3]), 3)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.k_slice % 64, 0);
+        assert_eq!(MatmulImpl::parse("").unwrap(), MatmulImpl::Bf16);
+        assert_eq!(MatmulImpl::parse("bf16").unwrap(), MatmulImpl::Bf16);
     }
 
     fn contiguous(offset: usize, rows: usize, cols: usize) -> Operand {

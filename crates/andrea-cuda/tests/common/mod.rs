@@ -128,3 +128,22 @@ pub fn attention_pass<B: Backend>(
     .expect("attention_backward");
     vec![read(be, &o), read(be, &dx)]
 }
+
+/// Sets the emulator's warp order for this thread's launches (`andrea_emu_set_warp_order`
+/// in xtask/cuda-emu/emu_runtime.cpp: 0 lockstep, 1 serial); false on a real driver,
+/// which has no such symbol.
+pub fn set_warp_order(serial: bool) -> bool {
+    use std::ffi::{c_char, c_int, c_void};
+    extern "C" {
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+    // SAFETY: dlsym with RTLD_DEFAULT (null on glibc) and a NUL-terminated name.
+    let f = unsafe { dlsym(std::ptr::null_mut(), c"andrea_emu_set_warp_order".as_ptr()) };
+    if f.is_null() {
+        return false;
+    }
+    // SAFETY: the emulator defines it as `void (int)`.
+    let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(f) };
+    f(c_int::from(serial));
+    true
+}
