@@ -160,23 +160,23 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
             "seq_len": seq,
             "checkpoint": loaded.dir,
         });
-        println!("{obj}");
+        outln!("{obj}")?;
     } else {
         let bpb = match bits_per_byte {
             Some(b) => format!(", {b:.4} bits per byte"),
             None => String::new(),
         };
-        println!(
+        outln!(
             "loss {loss:.4} (perplexity {perplexity:.2}{bpb}) over {tokens} tokens{} in {} of {} windows of {batch}x{seq}",
             bytes.map(|b| format!(" ({b} bytes of text)")).unwrap_or_default(),
             starts.len(),
             all.len(),
-        );
+        )?;
         if let Some(line) = log {
-            println!("note: {line}");
+            outln!("note: {line}")?;
         }
         if bytes.is_none() {
-            println!("note: no bits per byte: the checkpoint has no tokenizer.json to decode the tokens with");
+            outln!("note: no bits per byte: the checkpoint has no tokenizer.json to decode the tokens with")?;
         }
     }
     Ok(())
