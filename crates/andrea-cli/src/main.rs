@@ -11,7 +11,7 @@
 //! | `andrea tokenizer encode/decode` | text <-> ids (`--json`) |
 //! | `andrea prepare <inputs> --tokenizer --out` | llm.c token shards (train/val) + a copy of the tokenizer |
 //! | `andrea train --config/--init/--resume` | the training run ([`train`]) |
-//! | `andrea eval --checkpoint --data` | mean loss and perplexity over every full window |
+//! | `andrea eval --checkpoint [--data]` | mean loss and perplexity over every full window (the run's val data by default) |
 //! | `andrea generate --checkpoint --prompt` | streams sampled text until `<|endoftext|>` |
 //! | `andrea info --config/--checkpoint` | parameters, FLOPs per token, training memory |
 //! | `andrea bench train\|decode --config` | tokens per second (`--json`: one object with `tokens_per_s`) |
