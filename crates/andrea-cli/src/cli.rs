@@ -578,7 +578,6 @@ mod tests {
         "train --total-batch-tokens",
         "train --stop-at",
         "eval --checkpoint",
-        "eval --data",
         "generate --checkpoint",
         "info --config",
         "info --checkpoint",
