@@ -173,12 +173,12 @@ fn tokenizer_train_and_prepare_stopped_at_any_moment_leave_whole_files() {
                 .status();
             let _ = child.wait_with_output();
             // Stopped before its first set was in place, `prepare` leaves no `p` at all.
-            let made = if dir.join(out).is_dir() {
+            let names = if dir.join(out).is_dir() {
                 file_names(&dir.join(out))
             } else {
                 Vec::new()
             };
-            for name in made {
+            for name in names {
                 if name.starts_with('.') {
                     continue; // a temporary file, never a result
                 }
