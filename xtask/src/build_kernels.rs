@@ -5,15 +5,17 @@
 //!
 //! It also packs each committed PTX into a fatbin, `target/kernels-fatbin/<name>.fatbin`:
 //! sm_80 and sm_90 machine code assembled from that PTX, plus the PTX itself for newer
-//! GPUs. Not committed; `cargo xtask gpu-bundle` builds andrea-cuda with
+//! GPUs ([`crate::fatbin`]: each module is assembled once per architecture, for the report
+//! and the fatbin both). Not committed; `cargo xtask gpu-bundle` builds andrea-cuda with
 //! `ANDREA_CUDA_FATBIN_DIR` pointing there, so the bundle's kernels run as compiled here
-//! instead of being JIT-compiled by the driver at start.
+//! instead of being JIT-compiled by the driver at start, and reuses the fatbins made from
+//! the same PTX.
 //!
-//! `--check` writes nothing to the repository (the fatbins go to a scratch folder, to
-//! check that they build): it fails when a committed PTX file differs from what the
-//! sources compile to (comment lines, which carry the compiler's build stamp, are
-//! ignored), when a `.cu` has no PTX or a PTX no `.cu`, or when a committed file does not
-//! assemble. Both modes fail on any register spill.
+//! `--check` writes nothing to the repository (only the fatbins under `target/`): it
+//! fails when a committed PTX file differs from what the sources compile to (comment
+//! lines, which carry the compiler's build stamp, are ignored), when a `.cu` has no PTX
+//! or a PTX no `.cu`, or when a committed file does not assemble. Both modes fail on any
+//! register spill.
 //!
 //! ptxas's registers and static shared memory per kernel and architecture go into
 //! `crates/andrea-cuda/ptx/resources.tsv` ([`RESOURCES_FILE`]), which `--check` holds to
@@ -126,55 +128,28 @@ fn compile(tc: &Toolchain, src: &Path, out: &Path) -> Result<(), String> {
 
 /// Where `build-kernels` leaves the fatbins (relative to the workspace root).
 pub const FATBIN_DIR: &str = "target/kernels-fatbin";
-/// Where `build-kernels --check` builds them (its scratch folder's `fatbin/`).
-pub const CHECK_FATBIN_DIR: &str = "target/xtask/ptx-build/fatbin";
 
-/// Packs `ptx` (compute_80) into a fatbin with machine code for every [`REPORT_ARCHS`]
-/// entry and the PTX itself.
-pub(crate) fn fatbin(tc: &Toolchain, ptx: &Path, out: &Path) -> Result<u64, String> {
-    let codes = REPORT_ARCHS
-        .iter()
-        .copied()
-        .chain([VIRTUAL_ARCH])
-        .collect::<Vec<_>>()
-        .join(",");
-    let o = Command::new(&tc.nvcc)
-        .args([
-            "-fatbin",
-            &format!("-arch={VIRTUAL_ARCH}"),
-            &format!("-code={codes}"),
-        ])
-        .arg("-o")
-        .arg(out)
-        .arg(ptx)
-        .output()
-        .map_err(|e| format!("running {}: {e}", tc.nvcc.display()))?;
-    if !o.status.success() {
-        return Err(format!(
-            "{} does not pack into a fatbin ({codes}):\n{}",
-            ptx.display(),
-            String::from_utf8_lossy(&o.stderr)
-        ));
-    }
-    std::fs::metadata(out)
-        .map(|m| m.len())
-        .map_err(|e| format!("{}: {e}", out.display()))
+/// The committed PTX modules: (name, path), one per `kernels/*.cu`.
+fn committed_modules(root: &Path, srcs: &[PathBuf]) -> Vec<(String, PathBuf)> {
+    srcs.iter()
+        .map(|src| {
+            let name = stem(src);
+            let ptx = root.join(format!("crates/andrea-cuda/ptx/{name}.ptx"));
+            (name, ptx)
+        })
+        .filter(|(_, ptx)| ptx.is_file())
+        .collect()
 }
 
-/// Packs every committed PTX into `dir/<name>.fatbin` (for `gpu-bundle`).
+/// Makes `dir/<name>.fatbin` of every committed PTX, reusing those already made from the
+/// same PTX (for `gpu-bundle`; see [`crate::fatbin`]).
 pub fn fatbins_only(root: &Path, dir: &Path) -> Result<(), String> {
     let tc = nvcc::find(root)?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let done = in_parallel(&sources(root)?, |src| {
-        let name = stem(src);
-        let ptx = root.join(format!("crates/andrea-cuda/ptx/{name}.ptx"));
-        fatbin(&tc, &ptx, &dir.join(format!("{name}.fatbin")))
-    })?;
-    done.into_iter().try_for_each(|r| r.map(|_| ()))
+    crate::fatbin::refresh(&tc, &committed_modules(root, &sources(root)?), dir)
 }
 
 /// `f` of every item, on as many threads as there are cores, results in the items' order.
-pub(crate) fn in_parallel<T: Sync, R: Send>(
+pub fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> R + Sync,
 ) -> Result<Vec<R>, String> {
@@ -209,43 +184,22 @@ pub(crate) fn in_parallel<T: Sync, R: Send>(
     Ok(done.into_iter().map(|(_, r)| r).collect())
 }
 
-fn assemble(tc: &Toolchain, ptx: &Path, arch: &str) -> Result<Vec<KernelInfo>, String> {
-    let o = Command::new(&tc.ptxas)
-        .arg(format!("-arch={arch}"))
-        .args(["-v", "-o", "/dev/null"])
-        .arg(ptx)
-        .output()
-        .map_err(|e| format!("running {}: {e}", tc.ptxas.display()))?;
-    let text =
-        String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
-    if !o.status.success() {
-        return Err(format!(
-            "{} does not assemble for {arch}:\n{text}",
-            ptx.display()
-        ));
-    }
-    Ok(parse_ptxas(&text))
-}
-
-/// What building one `.cu` found.
+/// What compiling one `.cu` found.
 #[derive(Default)]
 struct FileOutcome {
     problems: Vec<String>,
-    infos: Vec<(String, KernelInfo)>,
-    fat_bytes: u64,
     /// The committed PTX it rewrote, if any.
     wrote: Option<String>,
 }
 
-/// Compiles `src` to PTX in `tmp`, compares it with (or writes it as) the committed PTX,
-/// assembles that for each of [`REPORT_ARCHS`] and packs its fatbin. `Err` only when nvcc
-/// or the file system fails; what is wrong with the kernels goes into `problems`.
+/// Compiles `src` to PTX in `tmp` and compares it with (or writes it as) the committed
+/// PTX. `Err` only when nvcc or the file system fails; what is wrong with the kernels
+/// goes into `problems`.
 fn one_file(
     tc: &Toolchain,
     src: &Path,
     tmp: &Path,
     ptx_dir: &Path,
-    fat_dir: &Path,
     check: bool,
 ) -> Result<FileOutcome, String> {
     let mut out = FileOutcome::default();
@@ -257,13 +211,10 @@ fn one_file(
     let committed = std::fs::read_to_string(&target).ok();
     if check {
         match &committed {
-            None => {
-                out.problems.push(format!(
-                    "{}: missing (run `cargo xtask build-kernels`)",
-                    target.display()
-                ));
-                return Ok(out);
-            }
+            None => out.problems.push(format!(
+                "{}: missing (run `cargo xtask build-kernels`)",
+                target.display()
+            )),
             Some(c) if normalize(c) != normalize(&fresh) => out.problems.push(format!(
                 "{}: stale, kernels/{name}.cu compiles to different PTX (run `cargo xtask build-kernels`)",
                 target.display()
@@ -273,16 +224,6 @@ fn one_file(
     } else if committed.as_deref() != Some(fresh.as_str()) {
         std::fs::write(&target, &fresh).map_err(|e| format!("{}: {e}", target.display()))?;
         out.wrote = Some(target.display().to_string());
-    }
-    for arch in REPORT_ARCHS {
-        match assemble(tc, &target, arch) {
-            Ok(k) => out.infos.extend(k.into_iter().map(|k| (name.clone(), k))),
-            Err(e) => out.problems.push(e),
-        }
-    }
-    match fatbin(tc, &target, &fat_dir.join(format!("{name}.fatbin"))) {
-        Ok(n) => out.fat_bytes += n,
-        Err(e) => out.problems.push(e),
     }
     Ok(out)
 }
@@ -296,29 +237,23 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
     if !check {
         std::fs::create_dir_all(&ptx_dir).map_err(|e| format!("{}: {e}", ptx_dir.display()))?;
     }
-    let fat_dir = if check {
-        root.join(CHECK_FATBIN_DIR)
-    } else {
-        root.join(FATBIN_DIR)
-    };
-    std::fs::create_dir_all(&fat_dir).map_err(|e| format!("{}: {e}", fat_dir.display()))?;
+    let fat_dir = root.join(FATBIN_DIR);
     let srcs = sources(root)?;
     // nvcc's front end is single-threaded and most of the time: one file per core.
-    let done = in_parallel(&srcs, |src| {
-        one_file(&tc, src, &tmp, &ptx_dir, &fat_dir, check)
-    })?;
-    let mut fat_bytes = 0u64;
+    let done = in_parallel(&srcs, |src| one_file(&tc, src, &tmp, &ptx_dir, check))?;
     let mut problems = Vec::new();
-    let mut infos = Vec::new();
     for outcome in done {
         let o = outcome?;
         if let Some(w) = o.wrote {
             println!("wrote {w}");
         }
         problems.extend(o.problems);
-        infos.extend(o.infos);
-        fat_bytes += o.fat_bytes;
     }
+    // The committed PTX (as just written, or as checked) assembled for each architecture,
+    // and its fatbins.
+    let built = crate::fatbin::build(&tc, &committed_modules(root, &srcs), &fat_dir)?;
+    problems.extend(built.problems);
+    let (infos, fat_bytes) = (built.infos, built.bytes);
     if let Ok(entries) = std::fs::read_dir(&ptx_dir) {
         for e in entries.flatten() {
             let p = e.path();

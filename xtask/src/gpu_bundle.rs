@@ -366,7 +366,8 @@ pub fn run(root: &Path, opts: Options) -> Result<(), String> {
                 format!("{e}\n(the bundle embeds machine code built by nvcc; install it as kernels/README.md says, or pass --ptx-only)")
             })?;
         }
-        // `--check` built them in a scratch folder; the bundle's come from the committed PTX.
+        // From the committed PTX; those `build-kernels` (or its `--check`) made from the same
+        // PTX are reused.
         crate::build_kernels::fatbins_only(root, &fat_dir)?;
         Some(fat_dir.as_path())
     };

@@ -20,6 +20,7 @@ mod bench_report;
 mod build_kernels;
 mod cuda_emu;
 mod cuda_stub;
+mod fatbin;
 mod gpu_bundle;
 mod nvcc;
 mod sass;

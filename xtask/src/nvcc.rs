@@ -1,15 +1,16 @@
 //! Finding nvcc: `$NVCC`, `$CUDA_PATH/bin/nvcc`, `nvcc` on `PATH`, or the PyPI wheel layout
 //! `<site-packages>/nvidia/cu13/bin/nvcc` (`pip install nvidia-cuda-nvcc==13.0.*` and the
 //! other wheels the README lists) of the active virtual environment, of `./.venv`, or of
-//! `python3`'s site directories. `ptxas` is taken from the same folder.
+//! `python3`'s site directories. `ptxas` and `fatbinary` are taken from the same folder.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The CUDA compiler and its PTX assembler.
+/// The CUDA compiler, its PTX assembler and its fatbin packer.
 pub struct Toolchain {
     pub nvcc: PathBuf,
     pub ptxas: PathBuf,
+    pub fatbinary: PathBuf,
 }
 
 fn is_file(p: &Path) -> bool {
@@ -69,8 +70,13 @@ pub fn find(root: &Path) -> Result<Toolchain, String> {
     for nvcc in candidates {
         if is_file(&nvcc) {
             let ptxas = nvcc.with_file_name("ptxas");
-            if is_file(&ptxas) {
-                return Ok(Toolchain { nvcc, ptxas });
+            let fatbinary = nvcc.with_file_name("fatbinary");
+            if is_file(&ptxas) && is_file(&fatbinary) {
+                return Ok(Toolchain {
+                    nvcc,
+                    ptxas,
+                    fatbinary,
+                });
             }
         }
         tried.push(nvcc.display().to_string());

@@ -6,11 +6,10 @@
 //! F2FP, BRA and LDGSTS counts, so a reader sees where the issue slots go
 //! ([`crate::sass_loops`] finds the loop from the control flow).
 //!
-//! The machine code is the fatbins' (`build_kernels::fatbin`): ptxas on the committed
-//! PTX, the code `cargo xtask gpu-bundle` carries to a GPU, which runs it without a JIT.
-//! A fatbin is reused from `build-kernels` (its output folder, or `--check`'s scratch
-//! folder) when the PTX inside it is the committed PTX, else built into
-//! `target/xtask/sass-fatbin/`. `cuobjdump -sass -res-usage` disassembles it.
+//! The machine code is the fatbins' ([`crate::fatbin`]): ptxas on the committed PTX, the
+//! code `cargo xtask gpu-bundle` carries to a GPU, which runs it without a JIT. A fatbin
+//! is reused from `build-kernels` (with or without `--check`, its output folder) when the
+//! PTX inside it is the committed PTX, else built into `target/xtask/sass-fatbin/`. `cuobjdump -sass -res-usage` disassembles it.
 //!
 //! `spills` counts the local-memory loads and stores (LDL, STL) in the machine code:
 //! where ptxas puts spilled registers (and arrays it cannot keep in registers).
@@ -25,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::build_kernels::{self, CHECK_FATBIN_DIR, FATBIN_DIR};
+use crate::build_kernels::{self, FATBIN_DIR};
 use crate::sass::{self, Kernel};
 use crate::sass_loops;
 use crate::sass_thresholds::{Threshold, Thresholds, THRESHOLDS_FILE};
@@ -176,7 +175,7 @@ fn fatbin(
             ptx_path.display()
         )
     })?;
-    for dir in [FATBIN_DIR, CHECK_FATBIN_DIR, OWN_FATBIN_DIR] {
+    for dir in [FATBIN_DIR, OWN_FATBIN_DIR] {
         let f = root.join(dir).join(format!("{name}.fatbin"));
         if f.is_file() && run_tool(cuobjdump, &["-ptx"], &f).is_ok_and(|d| holds_ptx(&d, &ptx)) {
             return Ok(f);
@@ -184,9 +183,8 @@ fn fatbin(
     }
     let dir = root.join(OWN_FATBIN_DIR);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let f = dir.join(format!("{name}.fatbin"));
-    build_kernels::fatbin(tc, &ptx_path, &f)?;
-    Ok(f)
+    crate::fatbin::refresh(tc, &[(name.to_string(), ptx_path)], &dir)?;
+    Ok(dir.join(format!("{name}.fatbin")))
 }
 
 /// The rows of one kernel file, every architecture of [`ARCHS`].

@@ -73,12 +73,12 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
             Some(p) => {
                 let mut v = serde_json::to_value(&report)?;
                 v["profile"] = serde_json::to_value(&p.ops)?;
-                println!("{v}");
+                outln!("{v}")?;
             }
-            None => println!("{}", report.to_json()),
+            None => outln!("{}", report.to_json())?,
         }
     } else {
-        println!(
+        outln!(
             "{} {} on {}: {:.1} tokens/s (median {:.4} s per step of {} tokens, {} timed steps after {} warm-up)",
             report.bench,
             report.config,
@@ -88,13 +88,13 @@ pub fn run<B: Backend>(args: &BenchArgs, backend: B) -> Result<()> {
             report.tokens_per_step,
             report.steps,
             report.warmup
-        );
+        )?;
         if let Some(p) = &profile {
-            println!(
+            outln!(
                 "\nper step, over {} timed steps, each op between two synchronisations:\n{}",
                 report.steps,
                 p.table(report.steps)
-            );
+            )?;
         }
     }
     Ok(())

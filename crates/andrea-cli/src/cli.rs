@@ -408,9 +408,10 @@ pub struct EvalArgs {
     /// Checkpoint directory (a run's `latest` works).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// Token shard to evaluate on (or a shard set's directory: its val shards).
+    /// Token shard to evaluate on (or a shard set's directory: its val shards) [default:
+    /// the validation data the checkpoint's run recorded, as its path was given to `train`].
     #[arg(long)]
-    pub data: PathBuf,
+    pub data: Option<PathBuf>,
     /// Sequences per batch [default: the run's --batch-size, as its log's validation
     /// loss reads them; 8 for a model without a training state].
     #[arg(long, value_parser = crate::limits::in_range::<1, { crate::limits::MAX_BATCH }>)]
@@ -577,7 +578,6 @@ mod tests {
         "train --total-batch-tokens",
         "train --stop-at",
         "eval --checkpoint",
-        "eval --data",
         "generate --checkpoint",
         "info --config",
         "info --checkpoint",

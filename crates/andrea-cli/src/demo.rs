@@ -139,9 +139,9 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
             .with_context(|| format!("cannot write {}", config.display()))?;
     }
     let corpus = out.join("corpus");
-    eprintln!("1/4 writing a generated corpus to {}", corpus.display());
+    errln!("1/4 writing a generated corpus to {}", corpus.display());
     write_corpus(&corpus, args.corpus_bytes, 4, 1)?;
-    eprintln!("2/4 training a tokenizer ({} merges)", args.merges);
+    errln!("2/4 training a tokenizer ({} merges)", args.merges);
     let tok = out.join("tokenizer.json");
     crate::tokenizer_cmd::train(&TokenizerTrainArgs {
         inputs: vec![corpus.clone()],
@@ -150,7 +150,7 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
         min_frequency: 2,
         text_field: "text".into(),
     })?;
-    eprintln!("3/4 encoding it into token shards");
+    errln!("3/4 encoding it into token shards");
     let data = out.join("data");
     crate::prepare::run(&PrepareArgs {
         inputs: vec![corpus],
@@ -162,7 +162,7 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
         text_field: "text".into(),
         no_eot: false,
     })?;
-    eprintln!("4/4 training {} for {} steps", config.display(), args.steps);
+    errln!("4/4 training {} for {} steps", config.display(), args.steps);
     let train = TrainArgs {
         config: Some(config),
         data: Some(data),
@@ -185,7 +185,7 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
         return Ok(code);
     }
     let checkpoint = out.join("run/latest");
-    eprintln!(
+    errln!(
         "\nsamples (more with: andrea generate --checkpoint {} --prompt \"Once upon a time\"):\n",
         checkpoint.display()
     );
@@ -203,7 +203,7 @@ pub fn run<B: Backend>(args: &DemoArgs, backend: &mut dyn FnMut() -> Result<B>) 
             },
             &loaded,
         )?;
-        println!();
+        outln!()?;
     }
     Ok(0)
 }

@@ -103,7 +103,7 @@ impl Ranks {
             let grads = trainer.gradients();
             if let Some(line) = self.reducer.connect(&self.world, be, grads, self.nccl)? {
                 if self.is_root() {
-                    eprintln!("note: {line}");
+                    errln!("note: {line}");
                 }
             }
             self.connected = true;

@@ -8,7 +8,8 @@
 //! compare across tokenizers.
 
 use andrea::Backend;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
 
 use crate::checkpoint;
 use crate::cli::EvalArgs;
@@ -75,6 +76,40 @@ fn target_bytes(
     Ok(bytes)
 }
 
+/// `--data`, or else the validation data the checkpoint's run recorded (the path as it
+/// was given to `andrea train`, so relative to where the run was started).
+fn data<B: Backend>(args: &EvalArgs, loaded: &checkpoint::Loaded<B>) -> Result<PathBuf> {
+    if let Some(data) = &args.data {
+        return Ok(data.clone());
+    }
+    let dir = loaded.dir.display();
+    let Some(state) = &loaded.state else {
+        bail!(
+            "pass --data <shards>: the checkpoint {dir} has no training state, so no run \
+             recorded the data to evaluate on"
+        );
+    };
+    let Some(val) = &state.settings.val_data else {
+        bail!(
+            "pass --data <shards>: the run that wrote {dir} recorded no validation data (it \
+             trained on {} without val shards)",
+            state.settings.data.display()
+        );
+    };
+    if std::fs::metadata(val).is_err() {
+        bail!(
+            "the run that wrote {dir} validated on {}, which is not there from this directory \
+             (a relative path is relative to where the run was started): pass --data <shards>",
+            val.display()
+        );
+    }
+    errln!(
+        "note: evaluating on {}, the run's validation data",
+        val.display()
+    );
+    Ok(val.clone())
+}
+
 pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
     let loaded = checkpoint::load(&args.checkpoint, backend)?;
     let config = loaded.model.config().clone();
@@ -91,11 +126,12 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
             config.context_length,
         );
     }
+    let data = data(args, &loaded)?;
     if let Some(t) = &loaded.tokenizer {
-        crate::data::check_tokenizer(&args.data, t, "evaluation")?;
+        crate::data::check_tokenizer(&data, t, "evaluation")?;
     }
     crate::limits::check_step(&config, batch, seq)?;
-    let shards = ShardSet::open(&args.data, "val")?;
+    let shards = ShardSet::open(&data, "val")?;
     let window = batch * seq + 1;
     shards.check(config.vocab_size, window, "evaluation")?;
     let all = shards.all_windows(window, window - 1);
@@ -116,7 +152,7 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
             "the loss of {} on {} is {loss}: the model's arithmetic overflowed (its weights are \
              finite but too large, or the run that wrote it was diverging); use an earlier checkpoint",
             loaded.dir.display(),
-            args.data.display()
+            data.display()
         );
     }
     let tokens = starts.len() * (window - 1);
@@ -160,23 +196,23 @@ pub fn run<B: Backend>(args: &EvalArgs, backend: B) -> Result<()> {
             "seq_len": seq,
             "checkpoint": loaded.dir,
         });
-        println!("{obj}");
+        outln!("{obj}")?;
     } else {
         let bpb = match bits_per_byte {
             Some(b) => format!(", {b:.4} bits per byte"),
             None => String::new(),
         };
-        println!(
+        outln!(
             "loss {loss:.4} (perplexity {perplexity:.2}{bpb}) over {tokens} tokens{} in {} of {} windows of {batch}x{seq}",
             bytes.map(|b| format!(" ({b} bytes of text)")).unwrap_or_default(),
             starts.len(),
             all.len(),
-        );
+        )?;
         if let Some(line) = log {
-            println!("note: {line}");
+            outln!("note: {line}")?;
         }
         if bytes.is_none() {
-            println!("note: no bits per byte: the checkpoint has no tokenizer.json to decode the tokens with");
+            outln!("note: no bits per byte: the checkpoint has no tokenizer.json to decode the tokens with")?;
         }
     }
     Ok(())

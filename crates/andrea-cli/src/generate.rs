@@ -2,8 +2,6 @@
 //! time, printing each piece of text as soon as it is complete UTF-8, until
 //! `<|endoftext|>`, `--max-new-tokens`, or the end of the context.
 
-use std::io::Write;
-
 use andrea::{Backend, Model, Sampler};
 use andrea_tokenizer::Tokenizer;
 use anyhow::{bail, Context, Result};
@@ -132,28 +130,21 @@ pub fn print<B: Backend>(args: &GenerateArgs, loaded: &checkpoint::Loaded<B>) ->
         );
     }
     if prompt.len() + args.max_new_tokens > context + 1 {
-        eprintln!(
+        errln!(
             "note: the context holds {context} tokens; generating at most {} after the {}-token prompt",
             (context + 1).saturating_sub(prompt.len()),
             prompt.len()
         );
     }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    write!(out, "{}", args.prompt)?;
-    out.flush()?;
+    out!("{}", args.prompt)?;
     stream(
         &loaded.model,
         tokenizer,
         &prompt,
         args.max_new_tokens,
         &mut sampler,
-        |text| {
-            out.write_all(text.as_bytes())?;
-            out.flush()?;
-            Ok(())
-        },
+        |text| out!("{text}"),
     )?;
-    writeln!(out)?;
+    outln!()?;
     Ok(())
 }

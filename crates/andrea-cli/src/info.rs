@@ -65,10 +65,10 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
             "evaluation_memory_bytes": json(&eval),
             "generation_memory_bytes": json(&gen),
         });
-        println!("{obj}");
+        outln!("{obj}")?;
     } else {
-        println!("model: {}", config.name.as_deref().unwrap_or("(unnamed)"));
-        println!(
+        outln!("model: {}", config.name.as_deref().unwrap_or("(unnamed)"))?;
+        outln!(
             "shape: {} layers, d_model {}, {} heads, mlp {}, context {}, vocabulary {}",
             config.n_layer,
             config.d_model,
@@ -76,9 +76,9 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
             config.mlp_dim(),
             config.context_length,
             config.vocab_size
-        );
-        println!("parameters: {}", config.param_count());
-        println!("training FLOPs per token at seq {seq}: {:.3e}", flops);
+        )?;
+        outln!("parameters: {}", config.param_count())?;
+        outln!("training FLOPs per token at seq {seq}: {:.3e}", flops)?;
         let accum = if args.grad_accum > 1 {
             format!(
                 " x accum {} (gradients: two buffers, the step's sum and a micro-batch's)",
@@ -87,9 +87,9 @@ pub fn run<B: Backend>(args: &InfoArgs, backend: &B) -> Result<()> {
         } else {
             String::new()
         };
-        println!("training memory for batch {b}x{seq}{accum}: {plan}");
-        println!("evaluation memory (`andrea eval`) for batch {b}x{seq}: {eval}");
-        println!("generation memory (KV cache) for {b} sequences of {seq}: {gen}");
+        outln!("training memory for batch {b}x{seq}{accum}: {plan}")?;
+        outln!("evaluation memory (`andrea eval`) for batch {b}x{seq}: {eval}")?;
+        outln!("generation memory (KV cache) for {b} sequences of {seq}: {gen}")?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@
 //! | `andrea tokenizer encode/decode` | text <-> ids (`--json`) |
 //! | `andrea prepare <inputs> --tokenizer --out` | llm.c token shards (train/val) + a copy of the tokenizer |
 //! | `andrea train --config/--init/--resume` | the training run ([`train`]) |
-//! | `andrea eval --checkpoint --data` | mean loss and perplexity over every full window |
+//! | `andrea eval --checkpoint [--data]` | mean loss and perplexity over every full window (the run's val data by default) |
 //! | `andrea generate --checkpoint --prompt` | streams sampled text until `<|endoftext|>` |
 //! | `andrea info --config/--checkpoint` | parameters, FLOPs per token, training memory |
 //! | `andrea bench train\|decode --config` | tokens per second (`--json`: one object with `tokens_per_s`) |
@@ -55,6 +55,9 @@
 //!   current step, write a checkpoint and exit with status 130; only a second Ctrl-C a
 //!   second or more after the first quits without one ([`stop`]).
 //!   Every error exits with status 2 and one paragraph saying what and how to fix it.
+//! * What a command is run for goes to stdout, notes, progress and errors to stderr
+//!   ([`output`]); a closed pipe ends that stream, not the work: `andrea tokenizer encode
+//!   ... | head` stops with status 0, `andrea train 2>&1 | head` trains on.
 //! * `--backend cpu` (the default) or `--backend cuda` (GPU 0), with
 //!   `--precision fp32|tf32|bf16` for the GPU's arithmetic (default `tf32`, the CUDA
 //!   backend's `Precision::FAST`; the CPU computes in FP32 and refuses the others). The
@@ -70,6 +73,9 @@
 //!   or another command, started as one of several ranks is refused.
 //! * Checkpoints do not depend on the backend: a run trained on the GPU resumes,
 //!   evaluates or samples on the CPU and back.
+
+#[macro_use]
+mod output;
 
 mod backend;
 mod bench;
@@ -160,30 +166,14 @@ fn dispatch<B: andrea::Backend>(
 
 fn main() {
     let cli = Cli::parse();
-    if matches!(
-        cli.command,
-        Command::Tokenizer(_) | Command::Eval(_) | Command::Generate(_) | Command::Info(_)
-    ) {
-        end_quietly_at_a_closed_pipe();
-    }
     let code = match run(cli) {
         Ok(code) => code,
+        // The reader of stdout has gone (`| head`): the output is over, nothing failed.
+        Err(e) if output::is_closed(&e) => 0,
         Err(e) => {
-            eprintln!("{}", error_report(&e));
+            errln!("{}", error_report(&e));
             USAGE_ERROR
         }
     };
     std::process::exit(code);
-}
-
-/// A command whose output another program reads (`andrea tokenizer encode ... | head -1`)
-/// ends at a closed pipe as Unix tools do, by `SIGPIPE`, instead of a panic in
-/// `println!` (Rust ignores `SIGPIPE`, so a write to a closed pipe is an error). Training
-/// and preparing keep Rust's default: their work is on disk, not on stdout.
-fn end_quietly_at_a_closed_pipe() {
-    #[cfg(unix)]
-    // SAFETY: restores the default disposition of one signal before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
 }

@@ -154,9 +154,10 @@ impl Progress {
         if self.quiet {
         } else if self.bar.is_hidden() {
             if self.log_every > 0 && (m.step.is_multiple_of(self.log_every) || m.step == total) {
-                eprintln!(
+                errln!(
                     "step {}/{total} | {msg} | grad norm {:.3}",
-                    m.step, m.grad_norm
+                    m.step,
+                    m.grad_norm
                 );
             }
         } else {
@@ -168,7 +169,7 @@ impl Progress {
     pub fn println(&self, line: &str) {
         if self.quiet {
         } else if self.bar.is_hidden() {
-            eprintln!("{line}");
+            errln!("{line}");
         } else {
             self.bar.println(line);
         }

@@ -41,7 +41,7 @@ pub fn run(args: &PrepareArgs) -> Result<()> {
         }
     })?;
     for p in &set.removed {
-        eprintln!(
+        errln!(
             "removed {}, left by a prepare that did not finish",
             p.display()
         );
@@ -49,7 +49,7 @@ pub fn run(args: &PrepareArgs) -> Result<()> {
     let report = &set.shards;
     let tokens = report.train_tokens + report.val_tokens;
     let seconds = began.elapsed().as_secs_f64();
-    eprintln!(
+    errln!(
         "{} files, {} bytes -> {} train tokens in {} shards, {} val tokens in {} shards, in {} \
          ({seconds:.1} s, {:.0} tokens/s)",
         report.files,

@@ -48,7 +48,7 @@ pub fn train(args: &TokenizerTrainArgs) -> Result<()> {
     tokenizer
         .save(&args.out)
         .with_context(|| format!("cannot write {}", args.out.display()))?;
-    eprintln!(
+    errln!(
         "learned {} merges (of {} asked) from {} files, {} bytes; vocabulary {} ids -> {}",
         report.merges,
         report.requested_merges,
@@ -90,10 +90,10 @@ fn encode(args: &EncodeArgs) -> Result<()> {
         tokenizer.encode(&text)
     };
     if args.json {
-        println!("{}", serde_json::to_string(&ids)?);
+        outln!("{}", serde_json::to_string(&ids)?)?;
     } else {
         let words: Vec<String> = ids.iter().map(u32::to_string).collect();
-        println!("{}", words.join(" "));
+        outln!("{}", words.join(" "))?;
     }
     Ok(())
 }
@@ -123,9 +123,9 @@ fn decode(args: &DecodeArgs) -> Result<()> {
     let ids = parse_ids(&text)?;
     let decoded = tokenizer.decode(&ids)?;
     if args.json {
-        println!("{}", serde_json::to_string(&decoded)?);
+        outln!("{}", serde_json::to_string(&decoded)?)?;
     } else {
-        println!("{decoded}");
+        outln!("{decoded}")?;
     }
     Ok(())
 }
@@ -135,7 +135,7 @@ fn decode(args: &DecodeArgs) -> Result<()> {
 fn read_stdin(what: &str, instead: &str, fix: &str) -> Result<String> {
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
-        eprintln!("reading {what} from stdin (end with Ctrl-D), or pass {instead}");
+        errln!("reading {what} from stdin (end with Ctrl-D), or pass {instead}");
     }
     read_text(stdin.lock(), "stdin", fix)
 }

@@ -57,7 +57,7 @@ fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 fn setup<B: Backend>(args: &TrainArgs, backend: B, root: bool) -> Result<Start<B>> {
     let note = |line: String| {
         if root {
-            eprintln!("note: {line}");
+            errln!("note: {line}");
         }
     };
     if let Some(path) = &args.resume {
@@ -329,7 +329,7 @@ pub fn run<B: Backend>(args: &TrainArgs, backend: B) -> Result<i32> {
     match run_ranked(args, backend, &mut ranks) {
         Err(e) if ranks.size() > 1 => {
             let (rank, size) = (ranks.world.rank(), ranks.size());
-            eprintln!("rank {rank} of {size}: {}", crate::error_report(&e));
+            errln!("rank {rank} of {size}: {}", crate::error_report(&e));
             if !crate::dist::found_by_every_rank(&e) {
                 ranks.world.abort(crate::USAGE_ERROR)
             }
@@ -414,7 +414,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     let world = ranks.size();
     let tokens_per_step = world * settings.tokens_per_step();
     if world > 1 && root {
-        eprintln!(
+        errln!(
             "data parallel: {world} ranks, each batch {b} x seq {t} x accum {}; a step sees {} windows",
             settings.grad_accum,
             world * settings.grad_accum
@@ -422,7 +422,7 @@ fn run_ranked<B: Backend>(args: &TrainArgs, backend: B, ranks: &mut Ranks) -> Re
     }
     let say = |line: String| {
         if root {
-            eprintln!("{line}");
+            errln!("{line}");
         }
     };
     say(format!(

@@ -68,3 +68,70 @@ fn eval_reads_what_the_log_reads_and_reports_bits_per_byte() {
         "{text}"
     );
 }
+
+#[test]
+fn eval_reads_the_runs_validation_data_by_default() {
+    let tmp = prepared("50");
+    let dir = tmp.path();
+    ok(
+        dir,
+        &[TRAIN_TINY, &["--out", "run", "--steps", "2"]].concat(),
+    );
+    let given = eval_json(dir, &[]);
+    let args = ["eval", "--checkpoint", "run/latest", "--json"];
+    let out = ok(dir, &args);
+    let recorded: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(recorded["loss"], given["loss"]);
+    assert_eq!(recorded["windows"], given["windows"]);
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("evaluating on data, the run's validation data"),
+        "{note}"
+    );
+
+    // Run from elsewhere, the recorded relative path names nothing.
+    std::fs::create_dir(dir.join("elsewhere")).unwrap();
+    let from_elsewhere = ["eval", "--checkpoint", "../run/latest"];
+    fails_with(
+        &dir.join("elsewhere"),
+        &from_elsewhere,
+        "validated on data, which is not there from this directory",
+    );
+
+    // A run without validation data recorded none.
+    let no_val = [
+        &prepare_args("train-only", "data")[..],
+        &["--val-fraction", "0"],
+    ]
+    .concat();
+    ok(dir, &no_val);
+    let train = [
+        "train",
+        "--config",
+        "tiny.toml",
+        "--data",
+        "train-only",
+        "--out",
+        "run2",
+        "--steps",
+        "1",
+    ];
+    ok(dir, &train);
+    let err = fails_with(
+        dir,
+        &["eval", "--checkpoint", "run2/latest"],
+        "recorded no validation data",
+    );
+    assert!(err.contains("pass --data"), "{err}");
+
+    // A model without a training state (as transformers saves one) has no run to ask.
+    std::fs::create_dir(dir.join("bare")).unwrap();
+    for f in ["model.safetensors", "config.json", "tokenizer.json"] {
+        std::fs::copy(dir.join("run/latest").join(f), dir.join("bare").join(f)).unwrap();
+    }
+    fails_with(
+        dir,
+        &["eval", "--checkpoint", "bare"],
+        "has no training state, so no run recorded the data",
+    );
+}

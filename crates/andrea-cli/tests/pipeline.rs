@@ -45,6 +45,10 @@ fn tokenizer_prepare_train_eval_generate() {
     assert!(m[39]["val_loss"].as_f64().is_some());
     let svg = std::fs::read_to_string(dir.join("run/loss.svg")).unwrap();
     assert!(svg.contains("<polyline"));
+    assert!(
+        !dir.join("run/.lock").exists(),
+        "the run's lock file is removed at its end"
+    );
 
     let latest = dir.join("run/latest");
     for f in [

@@ -69,6 +69,7 @@ fn a_new_corpus_replaces_the_old_set_whole() {
     ]
     .concat();
     ok(dir, &many);
+    assert!(!dir.join(".data.lock").exists(), "the lock file is removed");
     let old = file_names(&dir.join("data"));
     assert!(
         old.contains(&"data_train_000005.bin".to_string()),
@@ -159,6 +160,10 @@ fn a_killed_prepare_leaves_the_old_set_and_the_next_removes_its_leftovers() {
     signal(first.id(), "KILL");
     first.wait().unwrap();
     assert_eq!(temporaries(dir).len(), 1);
+    assert!(
+        dir.join(".data.lock").exists(),
+        "a killed holder leaves its lock file"
+    );
     assert_eq!(
         bytes(dir.join("data/manifest.json")),
         manifest,
@@ -168,6 +173,10 @@ fn a_killed_prepare_leaves_the_old_set_and_the_next_removes_its_leftovers() {
     let report = stderr(&ok(dir, &prepare_args("data", "data")));
     assert!(report.contains("did not finish"), "{report}");
     assert!(temporaries(dir).is_empty(), "{:?}", file_names(dir));
+    assert!(
+        !dir.join(".data.lock").exists(),
+        "and the next one removes it"
+    );
 
     // A set whose manifest lists a shard that is not there, or not whole.
     let shard = dir.join("data/data_train_000000.bin");

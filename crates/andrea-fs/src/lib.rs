@@ -17,7 +17,8 @@
 //! The destination must not exist or be a regular file ([`check_output_file`], checked
 //! before the temporary file is made and again right before the rename): a FIFO, a
 //! device or a directory under the destination's name is never replaced. The inputs'
-//! side, [`read_regular`], reads only regular files and only up to a bound.
+//! side, [`read_regular`], reads only regular files and only up to a bound. One writer at
+//! a time: [`LockFile`].
 //!
 //! ```
 //! let dir = tempfile::tempdir()?;
@@ -28,6 +29,7 @@
 //! ```
 
 mod kind;
+mod lock;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -37,6 +39,7 @@ pub use kind::{
     check_input, check_output_dir, check_output_file, kind_name, open_regular, read_regular,
     read_regular_text,
 };
+pub use lock::{LockError, LockFile};
 
 /// Writes `bytes` to `path` atomically and durably (see the crate docs).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -6,7 +6,7 @@
 //! `manifest.json` (last) are written, so the output directory holds either the old set
 //! or the new one, never a mix of the two or a partial set: shards of an earlier corpus
 //! are never read beside a new one. A lock (`.<name>.lock` next to it, `flock`, released
-//! by the kernel however the process ends) refuses a second writer of the same directory
+//! by the kernel however the process ends, removed when released) refuses a second writer of the same directory
 //! while one runs. What a killed writer left (`.<name>.tmp-<pid>`, `.<name>.old-<pid>`
 //! of a process no longer running) is removed by the next one.
 //!
@@ -17,9 +17,10 @@
 use crate::error::{Error, Result};
 use crate::shards::{write_shards, ShardOptions, ShardReport, TokenShard};
 use crate::tokenizer::Tokenizer;
+use andrea_fs::{LockError, LockFile};
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The manifest's file name in a shard set.
@@ -238,39 +239,20 @@ fn check_replaceable(out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Held while a set is written; the kernel releases it however the process ends.
-struct Lock {
-    _file: File,
-}
-
-fn lock(parent: &Path, name: &str, out: &Path) -> Result<Lock> {
+/// Held while a set is written ([`LockFile`]: the kernel releases it however the
+/// process ends; removed when released).
+fn lock(parent: &Path, name: &str, out: &Path) -> Result<LockFile> {
     let path = parent.join(format!(".{name}.lock"));
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            return Err(Error::Invalid(format!(
-                "another `andrea prepare` (process {}) is writing the shard set {} (it holds {}): \
-                 wait for it to finish, or write into another --out",
-                holder.trim(),
-                out.display(),
-                path.display()
-            )));
-        }
-        Err(TryLockError::Error(e)) => return Err(Error::io(&path, e)),
-    }
-    file.set_len(0)
-        .and_then(|()| file.write_all(std::process::id().to_string().as_bytes()))
-        .map_err(|e| Error::io(&path, e))?;
-    Ok(Lock { _file: file })
+    LockFile::try_acquire(&path).map_err(|e| match e {
+        LockError::Held { holder } => Error::Invalid(format!(
+            "another `andrea prepare` ({}) is writing the shard set {} (it holds {}): \
+             wait for it to finish, or write into another --out",
+            holder.map_or("starting up".to_string(), |pid| format!("process {pid}")),
+            out.display(),
+            path.display()
+        )),
+        LockError::Io(e) => Error::io(&path, e),
+    })
 }
 
 /// What [`prepare_shard_set`] did.
