@@ -1,8 +1,9 @@
 //! One vector of f32 lanes, over the instruction sets andrea's intrinsics kernels use:
 //! [`F32s`] is implemented for `__m256` (AVX2 + FMA, 8 lanes) and `__m512` (AVX-512,
-//! 16 lanes), so a kernel whose copies compute the same bits is written once, generic
-//! over the width, and instantiated inside a function compiled for that instruction set
-//! (`#[target_feature]`). A NEON level would add an implementation for `float32x4_t`.
+//! 16 lanes) on x86-64 and for `float32x4_t` (NEON, 4 lanes) on aarch64, so a kernel
+//! whose copies compute the same bits is written once, generic over the width, and
+//! instantiated inside a function compiled for that instruction set
+//! (`#[target_feature]` on x86-64; NEON is baseline aarch64).
 //!
 //! The methods are the operations the kernels need, each one instruction (or, for
 //! [`F32s::pow2_split`] and [`F32s::scale_pow2`], the one way each instruction set builds
@@ -10,6 +11,9 @@
 //! run instructions the CPU must have: call them only from code compiled for `Self`'s
 //! features, where they inline to one instruction each.
 
+#[cfg(target_arch = "aarch64")]
+use std::arch::aarch64::*;
+#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
 use crate::simd::pow2_consts as q;
@@ -18,7 +22,7 @@ use crate::simd::pow2_consts as q;
 ///
 /// # Safety
 /// Every method requires the CPU features of its implementation (AVX2 + FMA for
-/// `__m256`, AVX-512 F for `__m512`).
+/// `__m256`, AVX-512 F for `__m512`, NEON for `float32x4_t`: always there).
 pub(crate) trait F32s: Copy {
     unsafe fn splat(x: f32) -> Self;
     unsafe fn add(a: Self, b: Self) -> Self;
@@ -27,9 +31,10 @@ pub(crate) trait F32s: Copy {
     unsafe fn div(a: Self, b: Self) -> Self;
     /// `a·b + c` in one rounding.
     unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
-    /// `max(a, b)` as `maxps`: `b` where either is NaN.
+    /// `max(a, b)`; where either is NaN, `b` (`maxps`) or NaN (NEON's `fmax`), NaN
+    /// either way where `b` is.
     unsafe fn max(a: Self, b: Self) -> Self;
-    /// `min(a, b)` as `minps`: `b` where either is NaN.
+    /// `min(a, b)`; NaN as [`F32s::max`].
     unsafe fn min(a: Self, b: Self) -> Self;
     /// For `z` in `[LO, HI]`: `(f, k)` with `f = z - round(z)` exact and `k` whatever
     /// [`F32s::scale_pow2`] needs to multiply by `2^round(z)`.
@@ -39,6 +44,7 @@ pub(crate) trait F32s: Copy {
     unsafe fn scale_pow2(p: Self, k: Self) -> Self;
 }
 
+#[cfg(target_arch = "x86_64")]
 impl F32s for __m256 {
     #[inline(always)]
     unsafe fn splat(x: f32) -> Self {
@@ -96,6 +102,7 @@ impl F32s for __m256 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl F32s for __m512 {
     #[inline(always)]
     unsafe fn splat(x: f32) -> Self {
@@ -146,8 +153,67 @@ impl F32s for __m512 {
     }
 }
 
+// NEON and its FMA are baseline aarch64: every CPU that runs this code has them.
+#[cfg(target_arch = "aarch64")]
+impl F32s for float32x4_t {
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        unsafe { vdupq_n_f32(x) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        unsafe { vaddq_f32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        unsafe { vsubq_f32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        unsafe { vmulq_f32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        unsafe { vdivq_f32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+        unsafe { vfmaq_f32(c, a, b) }
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        unsafe { vmaxq_f32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        unsafe { vminq_f32(a, b) }
+    }
+    /// As `__m256`'s: `k` is `t = z + MAGIC`.
+    #[inline(always)]
+    unsafe fn pow2_split(z: Self) -> (Self, Self) {
+        unsafe {
+            let magic = vdupq_n_f32(q::MAGIC);
+            let t = vaddq_f32(z, magic);
+            (vsubq_f32(z, vsubq_f32(t, magic)), t)
+        }
+    }
+    /// As `__m256`'s: `2^round(z)` built in the exponent bits.
+    #[inline(always)]
+    unsafe fn scale_pow2(p: Self, t: Self) -> Self {
+        unsafe {
+            let k = vsubq_s32(
+                vreinterpretq_s32_f32(t),
+                vdupq_n_s32(q::MAGIC.to_bits() as i32),
+            );
+            let two_k = vshlq_n_s32::<23>(vaddq_s32(k, vdupq_n_s32(127)));
+            vmulq_f32(p, vreinterpretq_f32_s32(two_k))
+        }
+    }
+}
+
 /// Mask of the first `n` lanes (all when `n >= 16`), for AVX-512's masked loads and
 /// stores.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn first16(n: usize) -> __mmask16 {
     if n >= 16 {
@@ -183,6 +249,7 @@ pub(crate) unsafe fn pow2<V: F32s, const HI: bool>(z: V) -> V {
 }
 
 /// Transposes the 8 x 8 block of `r` (row `i` in `r[i]`) in registers.
+#[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
