@@ -16,14 +16,14 @@ pub(crate) fn visible(row: usize, q_len: usize, k_len: usize, causal: Option<usi
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 thread_local! {
     /// Per-thread row buffer of the loss's kernels, grown on first use, then reused.
     static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's row buffer of at least `n` elements.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     ROW.with_borrow_mut(|b| {
         if b.len() < n {
@@ -41,7 +41,7 @@ pub(crate) fn loss_of(m2: f32, s: f32, x_t: f32) -> f32 {
 }
 
 /// The start of a row's source: `src`, which must hold `n` elements, or `dst` itself.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
     match src {
         Some(s) => {

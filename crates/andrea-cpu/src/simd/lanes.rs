@@ -211,6 +211,188 @@ impl F32s for float32x4_t {
     }
 }
 
+/// What the row kernels (softmax, the loss: `norm_softmax_loss::softmax_lanes`) need
+/// besides arithmetic: loads and stores, whole or of a row's last few lanes, and the
+/// reductions of one vector. Implemented for the widths whose row kernels share one body,
+/// `__m256` and `float32x4_t` (the AVX-512 kernels keep their own, on mask registers).
+///
+/// # Safety
+/// As [`F32s`]; the pointers are valid for the lanes each method reads or writes.
+pub(crate) trait F32Rows: F32s {
+    /// Lanes per vector.
+    const LANES: usize;
+    /// `BLOCK / LANES` vectors: one block of [`crate::simd::BLOCK`] lanes.
+    type Block: Copy + AsRef<[Self]> + AsMut<[Self]>;
+    /// Which lanes a masked access touches: the first `n` ([`F32Rows::first`]).
+    type Mask: Copy;
+    unsafe fn block(v: Self) -> Self::Block;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(p: *mut f32, v: Self);
+    /// A store that may bypass the caches (non-temporal where the instruction set has
+    /// one); `p` is aligned to the vector's size. [`F32Rows::stream_fence`] orders it.
+    unsafe fn stream(p: *mut f32, v: Self);
+    unsafe fn stream_fence();
+    /// The first `n` lanes (all when `n >= LANES`).
+    unsafe fn first(n: usize) -> Self::Mask;
+    /// The lanes of `m` from `p` (only they are read), 0 in the others.
+    unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self;
+    /// The lanes of `m` to `p` (only they are written).
+    unsafe fn store_masked(p: *mut f32, m: Self::Mask, v: Self);
+    /// `v` in the lanes of `m`, `other` in the rest.
+    unsafe fn select(m: Self::Mask, v: Self, other: Self) -> Self;
+    /// `v` in the lanes of `m`, `+0.0` in the rest.
+    unsafe fn keep(m: Self::Mask, v: Self) -> Self;
+    /// The lanes' sum as a tree, halves lane by lane (`v[i] + v[i + LANES/2]`, ...,
+    /// `v[0] + v[1]`), the last levels of [`crate::simd::sum_lanes`]'s tree.
+    unsafe fn reduce_add(v: Self) -> f32;
+    /// The largest lane (exact: any order).
+    unsafe fn reduce_max(v: Self) -> f32;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl F32Rows for __m256 {
+    const LANES: usize = 8;
+    type Block = [__m256; 4];
+    type Mask = __m256i;
+    #[inline(always)]
+    unsafe fn block(v: Self) -> Self::Block {
+        [v; 4]
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn stream(p: *mut f32, v: Self) {
+        unsafe { _mm256_stream_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn stream_fence() {
+        unsafe { _mm_sfence() }
+    }
+    /// Lanes `0..n` set, as `vmaskmovps` wants them.
+    #[inline(always)]
+    unsafe fn first(n: usize) -> Self::Mask {
+        unsafe {
+            _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(n.min(8) as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self {
+        unsafe { _mm256_maskload_ps(p, m) }
+    }
+    #[inline(always)]
+    unsafe fn store_masked(p: *mut f32, m: Self::Mask, v: Self) {
+        unsafe { _mm256_maskstore_ps(p, m, v) }
+    }
+    #[inline(always)]
+    unsafe fn select(m: Self::Mask, v: Self, other: Self) -> Self {
+        unsafe { _mm256_blendv_ps(other, v, _mm256_castsi256_ps(m)) }
+    }
+    #[inline(always)]
+    unsafe fn keep(m: Self::Mask, v: Self) -> Self {
+        unsafe { _mm256_and_ps(v, _mm256_castsi256_ps(m)) }
+    }
+    #[inline(always)]
+    unsafe fn reduce_add(v: Self) -> f32 {
+        unsafe {
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max(v: Self) -> f32 {
+        unsafe {
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)))
+        }
+    }
+}
+
+/// NEON has no masked loads and stores: a mask is the lane count, and a partial vector
+/// goes through a zero-filled array.
+#[cfg(target_arch = "aarch64")]
+impl F32Rows for float32x4_t {
+    const LANES: usize = 4;
+    type Block = [float32x4_t; 8];
+    /// The lane count and the lanes below it as all-ones.
+    type Mask = (usize, uint32x4_t);
+    #[inline(always)]
+    unsafe fn block(v: Self) -> Self::Block {
+        [v; 8]
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { vld1q_f32(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        unsafe { vst1q_f32(p, v) }
+    }
+    /// A plain store: NEON's non-temporal store (`stnp`) has no intrinsic.
+    #[inline(always)]
+    unsafe fn stream(p: *mut f32, v: Self) {
+        unsafe { vst1q_f32(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn stream_fence() {}
+    #[inline(always)]
+    unsafe fn first(n: usize) -> Self::Mask {
+        let n = n.min(4);
+        const IOTA: [u32; 4] = [0, 1, 2, 3];
+        unsafe {
+            (
+                n,
+                vcltq_u32(vld1q_u32(IOTA.as_ptr()), vdupq_n_u32(n as u32)),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self {
+        let mut a = [0.0f32; 4];
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, a.as_mut_ptr(), m.0);
+            vld1q_f32(a.as_ptr())
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_masked(p: *mut f32, m: Self::Mask, v: Self) {
+        let mut a = [0.0f32; 4];
+        unsafe {
+            vst1q_f32(a.as_mut_ptr(), v);
+            std::ptr::copy_nonoverlapping(a.as_ptr(), p, m.0);
+        }
+    }
+    #[inline(always)]
+    unsafe fn select(m: Self::Mask, v: Self, other: Self) -> Self {
+        unsafe { vbslq_f32(m.1, v, other) }
+    }
+    #[inline(always)]
+    unsafe fn keep(m: Self::Mask, v: Self) -> Self {
+        unsafe { vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v), m.1)) }
+    }
+    #[inline(always)]
+    unsafe fn reduce_add(v: Self) -> f32 {
+        unsafe {
+            let s2 = vadd_f32(vget_low_f32(v), vget_high_f32(v));
+            vget_lane_f32::<0>(s2) + vget_lane_f32::<1>(s2)
+        }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max(v: Self) -> f32 {
+        unsafe { vmaxvq_f32(v) }
+    }
+}
+
 /// Mask of the first `n` lanes (all when `n >= 16`), for AVX-512's masked loads and
 /// stores.
 #[cfg(target_arch = "x86_64")]
