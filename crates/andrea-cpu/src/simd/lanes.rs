@@ -211,9 +211,10 @@ impl F32s for float32x4_t {
     }
 }
 
-/// What the row kernels (softmax, the loss: `norm_softmax_loss::softmax_lanes`) need
-/// besides arithmetic: loads and stores, whole or of a row's last few lanes, and the
-/// reductions of one vector. Implemented for the widths whose row kernels share one body,
+/// What the kernels written once for AVX2 and NEON (the softmax and loss rows of
+/// `norm_softmax_loss::softmax_lanes`, the decode attention's weighted sum) need besides
+/// arithmetic: loads and stores, whole or of a row's last few lanes, and the reductions
+/// of one vector. Implemented for the widths whose row kernels share one body,
 /// `__m256` and `float32x4_t` (the AVX-512 kernels keep their own, on mask registers).
 ///
 /// # Safety
