@@ -7,7 +7,8 @@
 //! its heads at once:
 //!
 //! * `s_h[j] = q_h · k_{j,h}` for the `n = pos_offset + 1` visible positions (16-lane
-//!   fused dot products, `gemv::dot`);
+//!   fused dot products, `gemv::dot`, or the column form's kernels with AVX2, AVX-512
+//!   or NEON);
 //! * the causal softmax of `s_h / sqrt(D)` in place, keeping each row's base-2
 //!   log-sum-exp, by training attention's row function
 //!   (`norm_softmax_loss::causal::causal_softmax`);
@@ -156,9 +157,9 @@ pub(crate) fn attend(
 /// [`scores`]; with AVX-512, sixteen positions at a time through
 /// `gemv::avx512::sixteen_dots` (sixteen independent FMA chains and one shared reduction
 /// where the generic `gemv::dot` runs one short chain and one reduction per dot: at head
-/// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512), four at a
-/// time through `gemv::avx2::four_dots` (the generic dot vectorises badly there). The same
-/// bits either way.
+/// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512) or NEON,
+/// four at a time through `gemv::avx2::four_dots` or `gemv::neon::four_dots` (the generic
+/// dot vectorises badly there, or ends each dot in scalar adds). The same bits either way.
 pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
@@ -185,38 +186,46 @@ pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape
             // The last positions (fewer than sixteen), four at a time.
             let rest = Shape { n: n - j, ..shape };
             // SAFETY: AVX-512 F implies AVX2 and FMA here (`simd::level`).
-            unsafe { scores_by_four(q, &k[j * ks.pos..], ks, &mut s[j..], rest) };
+            let four =
+                |x: &[f32], w: [&[f32]; 4]| unsafe { crate::decode::gemv::avx2::four_dots(x, w) };
+            scores_by_four(q, &k[j * ks.pos..], ks, &mut s[j..], rest, four);
         }
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA.
-        unsafe { scores_by_four(q, k, ks, s, shape) };
-        return;
+        let four =
+            |x: &[f32], w: [&[f32]; 4]| unsafe { crate::decode::gemv::avx2::four_dots(x, w) };
+        return scores_by_four(q, k, ks, s, shape, four);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if crate::simd::has_neon() {
+        // SAFETY: the level has NEON.
+        let four =
+            |x: &[f32], w: [&[f32]; 4]| unsafe { crate::decode::gemv::neon::four_dots(x, w) };
+        return scores_by_four(q, k, ks, s, shape, four);
     }
     scores(q, k, ks, s, shape)
 }
 
-/// [`scores`] four positions at a time through `gemv::avx2::four_dots`, the last ones
-/// (fewer than four) on the generic path.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
+/// [`scores`] four positions at a time through `four_dots` (`gemv::avx2::four_dots` or
+/// `gemv::neon::four_dots`), the last ones (fewer than four) on the generic path.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn scores_by_four(
+    q: &[f32],
+    k: &[f32],
+    ks: Strides,
+    s: &mut [f32],
+    shape: Shape,
+    four_dots: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
+) {
     let Shape { n, k_len, heads, d } = shape;
     let mut j = 0;
     while j + 4 <= n {
         for h in 0..heads {
             let row = |r: usize| &k[(j + r) * ks.pos + h * ks.head..][..d];
-            // SAFETY: the CPU has AVX2 and FMA (this function's contract).
-            let dots = unsafe {
-                crate::decode::gemv::avx2::four_dots(
-                    &q[h * d..][..d],
-                    [row(0), row(1), row(2), row(3)],
-                )
-            };
+            let dots = four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)]);
             s[h * k_len + j..][..4].copy_from_slice(&dots);
         }
         j += 4;

@@ -17,7 +17,9 @@
 //!   same bits.
 //! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
-//!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
+//!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each, sixteen
+//!   rows at a time with AVX-512 (`avx512`), four with AVX2 or NEON (`avx2`, `neon`);
+//!   same bits.
 //!
 //! **The bound.** A tiny-model token (configs/tiny.toml) reads 7.47 MB of weights: 4
 //! layers × (128·384 + 128·128 + 128·512 + 512·128) floats = 3.15 MB, plus the tied
@@ -37,6 +39,8 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 pub(crate) mod band;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) mod row_registers;
 
@@ -385,7 +389,7 @@ multiversion! {
 }
 
 /// [`column_band`], sixteen rows of `W` at a time with AVX-512 where the CPU has it
-/// (`avx512` module), four at a time with AVX2 (`avx2`): the same bits.
+/// (`avx512` module), four at a time with AVX2 (`avx2`) or NEON (`neon`): the same bits.
 fn column_band_any(dots: &mut [f32], band: Band<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
@@ -396,6 +400,11 @@ fn column_band_any(dots: &mut [f32], band: Band<'_>) {
     if crate::simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA.
         return unsafe { crate::decode::gemv::avx2::column_band(dots, band) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if crate::simd::has_neon() {
+        // SAFETY: the level has NEON.
+        return unsafe { crate::decode::gemv::neon::column_band(dots, band) };
     }
     column_band(dots, band)
 }
