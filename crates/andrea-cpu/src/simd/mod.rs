@@ -158,10 +158,10 @@ pub(crate) fn level() -> Level {
             l.name() == want_lower || **l == Level::Baseline && want_lower == "baseline"
         };
         let Some(&cap) = Level::ALL.iter().find(named) else {
-            let names: Vec<_> = Level::ALL.iter().map(|l| l.name()).collect();
+            let names: Vec<_> = Level::ALL[1..].iter().map(|l| l.name()).collect();
             eprintln!(
-                "andrea-cpu: ignoring ANDREA_SIMD={want:?} (expected {}); using {}",
-                names.join(" or "),
+                "andrea-cpu: ignoring ANDREA_SIMD={want:?} (expected baseline{}); using {}",
+                names.iter().map(|n| format!(", {n}")).collect::<String>(),
                 cpu.name()
             );
             return cpu;
