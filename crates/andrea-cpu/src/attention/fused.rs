@@ -546,7 +546,7 @@ unsafe fn forward_head(
                     }
                 };
                 match width {
-                    Width::Ymm => crate::norm_softmax_loss::softmax_lanes::avx2::softmax_rows(
+                    Width::Ymm => crate::norm_softmax_loss::softmax_avx2::softmax_rows(
                         None, group, ld, vis, scale, keep,
                     ),
                     // The same bits, row by row at 16 lanes, each row zeroed past its keys
@@ -718,7 +718,7 @@ unsafe fn backward_head(
                     &mut dp[(i - i0) * ld..][..ld],
                 );
                 let exp_row = match width {
-                    Width::Ymm => crate::norm_softmax_loss::softmax_lanes::avx2::exp_shifted_row,
+                    Width::Ymm => crate::norm_softmax_loss::softmax_avx2::exp_shifted_row,
                     Width::Zmm => crate::norm_softmax_loss::softmax_avx512::exp_shifted_row,
                 };
                 exp_row(&mut prow[..n], scale * LOG2_E, lse[i]);

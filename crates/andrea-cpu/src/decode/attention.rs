@@ -42,7 +42,7 @@ use std::cell::Cell;
 use crate::buffer::SendPtr;
 use crate::norm_softmax_loss::causal::causal_softmax;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::simd::lanes::F32Rows;
+use crate::simd::lanes::F32Mem;
 use crate::simd::{multiversion, MulAdd};
 use crate::views::{HeadsPtr, Strides};
 
@@ -309,7 +309,7 @@ pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32
     weighted_sum(p, v, vs, out, shape)
 }
 
-/// [`weighted_sum_avx512`] over the width ([`F32Rows`]): per head, `out_h` in `NV`
+/// [`weighted_sum_avx512`] over the width ([`F32Mem`]): per head, `out_h` in `NV`
 /// registers of `LANES`, the same fused multiply-adds in `j` order (the generic loop's
 /// bits). Instantiated for AVX2 ([`weighted_sum_avx2`]) and NEON ([`weighted_sum_neon`]).
 ///
@@ -317,7 +317,7 @@ pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32
 /// The CPU has `V`'s instruction set, and `shape.d == NV·LANES`. (Bounds are asserted.)
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline(always)]
-unsafe fn weighted_sum_lanes<V: F32Rows, const NV: usize>(
+unsafe fn weighted_sum_lanes<V: F32Mem, const NV: usize>(
     p: &[f32],
     v: &[f32],
     vs: Strides,

@@ -42,11 +42,21 @@ pub(crate) fn causal_softmax(
         };
         return;
     }
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    if scale >= 0.0 && crate::norm_softmax_loss::softmax_lanes::native_runs() {
-        // SAFETY: the level has AVX2 and FMA, or NEON; scale >= 0; 1 <= visible <= tk.
+    #[cfg(target_arch = "x86_64")]
+    if scale >= 0.0 && simd::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA; scale >= 0; 1 <= visible <= tk.
         unsafe {
-            crate::norm_softmax_loss::softmax_lanes::native::softmax_rows(
+            crate::norm_softmax_loss::softmax_avx2::softmax_rows(None, s, tk, vis, scale, |r, l| {
+                lse[r] = l
+            })
+        };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if scale >= 0.0 && simd::has_neon() {
+        // SAFETY: the level has NEON; scale >= 0; 1 <= visible <= tk.
+        unsafe {
+            crate::norm_softmax_loss::softmax_lanes::neon::softmax_rows(
                 None,
                 s,
                 tk,
@@ -76,10 +86,15 @@ pub(crate) fn recompute(
         .then_some(crate::norm_softmax_loss::softmax_avx512::exp_shifted_row as ExpRow);
     #[cfg(target_arch = "aarch64")]
     let avx512 = None;
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(target_arch = "x86_64")]
     let row_kernel = avx512.or_else(|| {
-        use crate::norm_softmax_loss::softmax_lanes::{native, native_runs};
-        native_runs().then_some(native::exp_shifted_row as ExpRow)
+        simd::has_avx2_fma()
+            .then_some(crate::norm_softmax_loss::softmax_avx2::exp_shifted_row as ExpRow)
+    });
+    #[cfg(target_arch = "aarch64")]
+    let row_kernel = avx512.or_else(|| {
+        simd::has_neon()
+            .then_some(crate::norm_softmax_loss::softmax_lanes::neon::exp_shifted_row as ExpRow)
     });
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     if let Some(kernel) = row_kernel {

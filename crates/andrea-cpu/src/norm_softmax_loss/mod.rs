@@ -6,6 +6,8 @@ pub(crate) mod layernorm;
 pub(crate) mod rows;
 pub(crate) mod softmax;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod softmax_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod softmax_avx512;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(target_arch = "aarch64")]
 pub(crate) mod softmax_lanes;

@@ -23,7 +23,7 @@ thread_local! {
 }
 
 /// Runs `f` on this thread's row buffer of at least `n` elements.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     ROW.with_borrow_mut(|b| {
         if b.len() < n {
@@ -31,6 +31,26 @@ pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> 
         }
         f(&mut b[..n])
     })
+}
+
+/// This thread's row buffer, at least `n` long, out of its slot until
+/// [`restore_row_scratch`] puts it back: for kernels written over the width, whose work
+/// must not run in a closure of theirs (a closure outside the `#[target_feature]`
+/// function that instantiates the kernel is compiled without those features, and every
+/// intrinsic in it becomes a call).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn take_row_scratch(n: usize) -> Vec<f32> {
+    let mut b = ROW.with_borrow_mut(std::mem::take);
+    if b.len() < n {
+        b.resize(n, 0.0);
+    }
+    b
+}
+
+/// Puts back the buffer [`take_row_scratch`] took.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn restore_row_scratch(b: Vec<f32>) {
+    ROW.set(b);
 }
 
 /// The loss `ln Σ e^x - x_t` of a row from its `m2 = max·log2 e` and

@@ -1,14 +1,13 @@
-//! The softmax and softmax + cross-entropy rows written with intrinsics, once over the
-//! width ([`F32Rows`]): instantiated for AVX2 + FMA ([`avx2`], `__m256`) and NEON
-//! ([`neon`], `float32x4_t`). AVX-512 keeps its own kernels (`softmax_avx512`): their row
-//! tails use mask registers and their pass structures differ; `pow2` and the bits they
-//! must reproduce (`rows`) are shared.
+//! The softmax and softmax + cross-entropy rows on NEON, written with intrinsics over
+//! the width ([`F32Rows`]) and instantiated for `float32x4_t` ([`neon`]). They are the
+//! AVX2 kernels' (`softmax_avx2`) passes step for step, lane for lane: the same bits.
+//! x86 keeps its hand-written kernel: an AVX2 instance of this body gives its bits but
+//! not its speed.
 //!
 //! What they buy over the `multiversion!` copies (the generic block forms in `simd`):
-//! the row's tail is one masked vector rather than a zero-padded block of 32 through a
+//! the row's tail is one partial vector rather than a zero-padded block of 32 through a
 //! stack buffer; a softmax from a source reads it in its first pass instead of copying
-//! it into the row first; and the loss's gradient, from a source, is streamed to its
-//! destination once (by non-temporal stores on x86-64, see [`cross_entropy_row`]).
+//! it into the row first.
 //!
 //! **Same bits as the generic copies** with `Fused`: every element goes through the
 //! operations of [`simd::pow2`] in the same order, and sums keep the [`BLOCK`] lanes of
@@ -17,7 +16,7 @@
 
 use std::f32::consts::LOG2_E;
 
-use crate::norm_softmax_loss::rows::{loss_of, source, with_row_scratch};
+use crate::norm_softmax_loss::rows::{loss_of, restore_row_scratch, source, take_row_scratch};
 use crate::simd::lanes::{self, F32Rows};
 use crate::simd::{self, BLOCK};
 
@@ -112,11 +111,11 @@ unsafe fn exp_pass<V: F32Rows, const HI: bool>(
     unsafe {
         let (vs, vm) = (V::splat(scale2), V::splat(-m2));
         let mut acc = V::block(V::splat(0.0));
-        let mut e = acc;
         // A block of 32 per pass: 32 / LANES independent exp chains, vector j into lanes
         // LANES·j...
         let mut i = 0;
         while i + BLOCK <= n {
+            let mut e = acc;
             for (j, e) in e.as_mut().iter_mut().enumerate() {
                 *e = pow2_below::<V, HI>(V::fmadd(V::load(src.add(i + j * l)), vs, vm));
             }
@@ -245,6 +244,28 @@ unsafe fn scale_in_place<V: F32Rows>(x: *mut f32, n: usize, s: f32) {
     }
 }
 
+/// One instance's passes over a row, each a function compiled for the instance's
+/// instruction set and called, not inlined, from the row loops below (which hold no
+/// intrinsics of their own): each pass keeps the vector registers to itself, as the
+/// AVX2 kernel's do.
+///
+/// # Safety
+/// As the generic functions each method runs: [`max`], [`exp_pass_clamped`],
+/// [`scale_in_place`], [`stream_scaled`].
+trait Passes {
+    unsafe fn max(x: *const f32, n: usize) -> f32;
+    unsafe fn exp_pass(
+        src: *const f32,
+        dst: *mut f32,
+        n: usize,
+        scale2: f32,
+        m2: f32,
+        sink: Sink,
+    ) -> f32;
+    unsafe fn scale_in_place(x: *mut f32, n: usize, s: f32);
+    unsafe fn stream_scaled(src: *const f32, dst: *mut f32, n: usize, k: f32);
+}
+
 /// Rows ahead whose visible source [`softmax_rows`] prefetches.
 const PREFETCH_ROWS: usize = 2;
 
@@ -262,10 +283,10 @@ const PREFETCH_ROWS: usize = 2;
 /// next row's exponentials need only that max.
 ///
 /// # Safety
-/// The CPU has `V`'s instruction set. `scale >= 0`; `src`, if given, has `dst.len()`
+/// The CPU has `P`'s instruction set. `scale >= 0`; `src`, if given, has `dst.len()`
 /// elements; `1 <= visible(r) <= k_len` for every row (checked).
 #[inline(always)]
-unsafe fn softmax_rows<V: F32Rows>(
+unsafe fn softmax_rows<P: Passes>(
     src: Option<&[f32]>,
     dst: &mut [f32],
     k_len: usize,
@@ -292,7 +313,7 @@ unsafe fn softmax_rows<V: F32Rows>(
     // is written, and the next row's max reads a row nothing has written yet.
     unsafe {
         let mut n_next = width(0);
-        let mut m2_next = max::<V>(s, n_next) * scale2;
+        let mut m2_next = P::max(s, n_next) * scale2;
         for r in 0..rows {
             let (n, m2) = (n_next, m2_next);
             let (src_r, dst_r) = (s.add(r * k_len), d.add(r * k_len));
@@ -300,13 +321,13 @@ unsafe fn softmax_rows<V: F32Rows>(
                 let ahead = r + PREFETCH_ROWS;
                 simd::prefetch_raw(s.add(ahead * k_len), width(ahead));
             }
-            let sum = exp_pass_clamped::<V>(src_r, dst_r, n, scale2, m2, Sink::Store);
+            let sum = P::exp_pass(src_r, dst_r, n, scale2, m2, Sink::Store);
             if r + 1 < rows {
                 n_next = width(r + 1);
-                m2_next = max::<V>(s.add((r + 1) * k_len), n_next) * scale2;
+                m2_next = P::max(s.add((r + 1) * k_len), n_next) * scale2;
             }
             std::slice::from_raw_parts_mut(dst_r.add(n), k_len - n).fill(0.0);
-            scale_in_place::<V>(dst_r, n, 1.0 / sum);
+            P::scale_in_place(dst_r, n, 1.0 / sum);
             lse(r, m2 + sum.log2());
         }
     }
@@ -323,9 +344,9 @@ unsafe fn softmax_rows<V: F32Rows>(
 /// says why).
 ///
 /// # Safety
-/// The CPU has `V`'s instruction set.
+/// The CPU has `P`'s instruction set.
 #[inline(always)]
-unsafe fn cross_entropy_row<V: F32Rows>(
+unsafe fn cross_entropy_row<P: Passes>(
     src: Option<&[f32]>,
     dst: &mut [f32],
     target: usize,
@@ -340,18 +361,18 @@ unsafe fn cross_entropy_row<V: F32Rows>(
     // holds `vocab`.
     let loss = unsafe {
         let x_t = *s_ptr.add(target);
-        let m2 = max::<V>(s_ptr, vocab) * LOG2_E;
+        let m2 = P::max(s_ptr, vocab) * LOG2_E;
         let loss = if src.is_none() {
-            let sum = exp_pass_clamped::<V>(s_ptr, d, vocab, LOG2_E, m2, Sink::Store);
-            scale_in_place::<V>(d, vocab, grad_scale / sum);
+            let sum = P::exp_pass(s_ptr, d, vocab, LOG2_E, m2, Sink::Store);
+            P::scale_in_place(d, vocab, grad_scale / sum);
             loss_of(m2, sum, x_t)
         } else {
-            with_row_scratch(vocab, |buf| {
-                let sum =
-                    exp_pass_clamped::<V>(s_ptr, buf.as_mut_ptr(), vocab, LOG2_E, m2, Sink::Store);
-                stream_scaled::<V>(buf.as_ptr(), d, vocab, grad_scale / sum);
-                loss_of(m2, sum, x_t)
-            })
+            // Not `with_row_scratch`: its closure would lose this instance's features.
+            let mut buf = take_row_scratch(vocab);
+            let sum = P::exp_pass(s_ptr, buf.as_mut_ptr(), vocab, LOG2_E, m2, Sink::Store);
+            P::stream_scaled(buf.as_ptr(), d, vocab, grad_scale / sum);
+            restore_row_scratch(buf);
+            loss_of(m2, sum, x_t)
         };
         *d.add(target) -= grad_scale;
         loss
@@ -364,15 +385,15 @@ unsafe fn cross_entropy_row<V: F32Rows>(
 /// gradient (the same bits as [`cross_entropy_row`]'s loss).
 ///
 /// # Safety
-/// The CPU has `V`'s instruction set.
+/// The CPU has `P`'s instruction set.
 #[inline(always)]
-unsafe fn cross_entropy_loss_row<V: F32Rows>(x: &[f32], target: usize, vocab: usize) -> f32 {
+unsafe fn cross_entropy_loss_row<P: Passes>(x: &[f32], target: usize, vocab: usize) -> f32 {
     assert!(target < vocab && vocab <= x.len());
     let p = x.as_ptr();
     // SAFETY: `p` holds vocab elements; nothing is written.
     unsafe {
-        let m2 = max::<V>(p, vocab) * LOG2_E;
-        let sum = exp_pass_clamped::<V>(p, std::ptr::null_mut(), vocab, LOG2_E, m2, Sink::SumOnly);
+        let m2 = P::max(p, vocab) * LOG2_E;
+        let sum = P::exp_pass(p, std::ptr::null_mut(), vocab, LOG2_E, m2, Sink::SumOnly);
         loss_of(m2, sum, x[target])
     }
 }
@@ -385,6 +406,94 @@ macro_rules! instance {
         pub(crate) mod $name {
             /// The vector type of this instance.
             pub(crate) type V = $V;
+
+            /// This instance's [`super::Passes`].
+            pub(crate) struct Kernels;
+
+            impl super::Passes for Kernels {
+                #[inline(always)]
+                unsafe fn max(x: *const f32, n: usize) -> f32 {
+                    // SAFETY: the caller's.
+                    unsafe { max_pass(x, n) }
+                }
+                #[inline(always)]
+                unsafe fn exp_pass(
+                    src: *const f32,
+                    dst: *mut f32,
+                    n: usize,
+                    scale2: f32,
+                    m2: f32,
+                    sink: super::Sink,
+                ) -> f32 {
+                    // SAFETY: the caller's.
+                    unsafe { exp_pass(src, dst, n, scale2, m2, sink) }
+                }
+                #[inline(always)]
+                unsafe fn scale_in_place(x: *mut f32, n: usize, s: f32) {
+                    // SAFETY: the caller's.
+                    unsafe { scale_pass(x, n, s) }
+                }
+                #[inline(always)]
+                unsafe fn stream_scaled(src: *const f32, dst: *mut f32, n: usize, k: f32) {
+                    // SAFETY: the caller's.
+                    unsafe { stream_pass(src, dst, n, k) }
+                }
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn max_pass(x: *const f32, n: usize) -> f32 {
+                // SAFETY: the caller's.
+                unsafe { super::max::<V>(x, n) }
+            }
+
+            /// [`super::exp_pass_clamped`], its two clamps two functions.
+            #[inline(always)]
+            unsafe fn exp_pass(
+                src: *const f32,
+                dst: *mut f32,
+                n: usize,
+                scale2: f32,
+                m2: f32,
+                sink: super::Sink,
+            ) -> f32 {
+                // SAFETY: the caller's (as `exp_pass_clamped`).
+                unsafe {
+                    if m2.abs() < 16_777_216.0 {
+                        exp_pass_hi::<false>(src, dst, n, scale2, m2, sink)
+                    } else {
+                        exp_pass_hi::<true>(src, dst, n, scale2, m2, sink)
+                    }
+                }
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn exp_pass_hi<const HI: bool>(
+                src: *const f32,
+                dst: *mut f32,
+                n: usize,
+                scale2: f32,
+                m2: f32,
+                sink: super::Sink,
+            ) -> f32 {
+                // SAFETY: the caller's.
+                unsafe { super::exp_pass::<V, HI>(src, dst, n, scale2, m2, sink) }
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn scale_pass(x: *mut f32, n: usize, s: f32) {
+                // SAFETY: the caller's.
+                unsafe { super::scale_in_place::<V>(x, n, s) }
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn stream_pass(src: *const f32, dst: *mut f32, n: usize, k: f32) {
+                // SAFETY: the caller's.
+                unsafe { super::stream_scaled::<V>(src, dst, n, k) }
+            }
 
             /// [`super::exp_shifted_row`].
             #[target_feature(enable = $features)]
@@ -404,7 +513,7 @@ macro_rules! instance {
                 lse: impl FnMut(usize, f32),
             ) {
                 // SAFETY: the caller's.
-                unsafe { super::softmax_rows::<V>(src, dst, k_len, visible, scale, lse) }
+                unsafe { super::softmax_rows::<Kernels>(src, dst, k_len, visible, scale, lse) }
             }
 
             /// [`super::cross_entropy_row`].
@@ -417,7 +526,7 @@ macro_rules! instance {
                 grad_scale: f32,
             ) -> f32 {
                 // SAFETY: the caller's.
-                unsafe { super::cross_entropy_row::<V>(src, dst, target, vocab, grad_scale) }
+                unsafe { super::cross_entropy_row::<Kernels>(src, dst, target, vocab, grad_scale) }
             }
 
             /// [`super::cross_entropy_loss_row`].
@@ -428,7 +537,7 @@ macro_rules! instance {
                 vocab: usize,
             ) -> f32 {
                 // SAFETY: the caller's.
-                unsafe { super::cross_entropy_loss_row::<V>(x, target, vocab) }
+                unsafe { super::cross_entropy_loss_row::<Kernels>(x, target, vocab) }
             }
 
             /// `y = 2^x` on one vector of `x` (`LANES` elements), with or without the
@@ -436,7 +545,7 @@ macro_rules! instance {
             #[cfg(test)]
             #[target_feature(enable = $features)]
             pub(crate) unsafe fn pow2_lanes(x: &[f32], y: &mut [f32], hi: bool) {
-                use crate::simd::lanes::F32Rows;
+                use crate::simd::lanes::F32Mem;
                 assert!(x.len() == V::LANES && y.len() == V::LANES);
                 // SAFETY: the caller's; both hold one vector.
                 unsafe {
@@ -453,25 +562,6 @@ macro_rules! instance {
     };
 }
 
-/// This architecture's instance: [`avx2`] on x86-64, [`neon`] on aarch64.
-#[cfg(target_arch = "x86_64")]
-pub(crate) use avx2 as native;
-#[cfg(target_arch = "aarch64")]
-pub(crate) use neon as native;
-
-/// Whether the level has [`native`]'s instruction set (AVX2 + FMA, or NEON).
-pub(crate) fn native_runs() -> bool {
-    simd::has_avx2_fma() || simd::has_neon()
-}
-
-#[cfg(target_arch = "x86_64")]
-instance!(
-    /// The row kernels on AVX2 + FMA (the callers check [`simd::has_avx2_fma`]).
-    avx2,
-    std::arch::x86_64::__m256,
-    "avx2,fma"
-);
-#[cfg(target_arch = "aarch64")]
 instance!(
     /// The row kernels on NEON (the callers check [`simd::has_neon`]).
     neon,
@@ -484,18 +574,17 @@ mod tests {
     use super::*;
     use crate::simd::Fused;
 
-    // AVX-512's kernels are tested in their module.
-    use super::native;
+    use super::neon as native;
     use native::{cross_entropy_loss_row, cross_entropy_row, exp_shifted_row, softmax_rows};
 
     /// Lanes of the instance's vector.
-    const L: usize = <native::V as F32Rows>::LANES;
+    const L: usize = <native::V as crate::simd::lanes::F32Mem>::LANES;
 
     /// Whether the level lacks the instance's instruction set (then the test skips).
     fn skipped() -> bool {
-        let runs = native_runs();
+        let runs = simd::has_neon();
         if !runs {
-            eprintln!("SKIPPED: the level has neither AVX2 + FMA nor NEON (CPU or ANDREA_SIMD)");
+            eprintln!("SKIPPED: ANDREA_SIMD caps the level below NEON");
         }
         !runs
     }

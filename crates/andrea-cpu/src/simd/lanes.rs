@@ -211,24 +211,57 @@ impl F32s for float32x4_t {
     }
 }
 
-/// What the kernels written once for AVX2 and NEON (the softmax and loss rows of
-/// `norm_softmax_loss::softmax_lanes`, the decode attention's weighted sum) need besides
-/// arithmetic: loads and stores, whole or of a row's last few lanes, and the reductions
-/// of one vector. Implemented for the widths whose row kernels share one body,
-/// `__m256` and `float32x4_t` (the AVX-512 kernels keep their own, on mask registers).
+/// Whole-vector loads and stores, for the kernels written once for AVX2 and NEON (the
+/// decode attention's weighted sum, the row form's register blocks).
 ///
 /// # Safety
 /// As [`F32s`]; the pointers are valid for the lanes each method reads or writes.
-pub(crate) trait F32Rows: F32s {
+pub(crate) trait F32Mem: F32s {
     /// Lanes per vector.
     const LANES: usize;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(p: *mut f32, v: Self);
+}
+
+#[cfg(target_arch = "x86_64")]
+impl F32Mem for __m256 {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+impl F32Mem for float32x4_t {
+    const LANES: usize = 4;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        unsafe { vld1q_f32(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        unsafe { vst1q_f32(p, v) }
+    }
+}
+
+/// What the softmax and loss rows over the width (`norm_softmax_loss::softmax_lanes`)
+/// need besides whole vectors: a row's last few lanes, non-temporal stores and the
+/// reductions of one vector.
+///
+/// # Safety
+/// As [`F32s`]; the pointers are valid for the lanes each method reads or writes.
+#[cfg(target_arch = "aarch64")]
+pub(crate) trait F32Rows: F32Mem {
     /// `BLOCK / LANES` vectors: one block of [`crate::simd::BLOCK`] lanes.
     type Block: Copy + AsRef<[Self]> + AsMut<[Self]>;
     /// Which lanes a masked access touches: the first `n` ([`F32Rows::first`]).
     type Mask: Copy;
     unsafe fn block(v: Self) -> Self::Block;
-    unsafe fn load(p: *const f32) -> Self;
-    unsafe fn store(p: *mut f32, v: Self);
     /// A store that may bypass the caches (non-temporal where the instruction set has
     /// one); `p` is aligned to the vector's size. [`F32Rows::stream_fence`] orders it.
     unsafe fn stream(p: *mut f32, v: Self);
@@ -250,94 +283,16 @@ pub(crate) trait F32Rows: F32s {
     unsafe fn reduce_max(v: Self) -> f32;
 }
 
-#[cfg(target_arch = "x86_64")]
-impl F32Rows for __m256 {
-    const LANES: usize = 8;
-    type Block = [__m256; 4];
-    type Mask = __m256i;
-    #[inline(always)]
-    unsafe fn block(v: Self) -> Self::Block {
-        [v; 4]
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self) {
-        unsafe { _mm256_storeu_ps(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn stream(p: *mut f32, v: Self) {
-        unsafe { _mm256_stream_ps(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn stream_fence() {
-        unsafe { _mm_sfence() }
-    }
-    /// Lanes `0..n` set, as `vmaskmovps` wants them.
-    #[inline(always)]
-    unsafe fn first(n: usize) -> Self::Mask {
-        unsafe {
-            _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(n.min(8) as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            )
-        }
-    }
-    #[inline(always)]
-    unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self {
-        unsafe { _mm256_maskload_ps(p, m) }
-    }
-    #[inline(always)]
-    unsafe fn store_masked(p: *mut f32, m: Self::Mask, v: Self) {
-        unsafe { _mm256_maskstore_ps(p, m, v) }
-    }
-    #[inline(always)]
-    unsafe fn select(m: Self::Mask, v: Self, other: Self) -> Self {
-        unsafe { _mm256_blendv_ps(other, v, _mm256_castsi256_ps(m)) }
-    }
-    #[inline(always)]
-    unsafe fn keep(m: Self::Mask, v: Self) -> Self {
-        unsafe { _mm256_and_ps(v, _mm256_castsi256_ps(m)) }
-    }
-    #[inline(always)]
-    unsafe fn reduce_add(v: Self) -> f32 {
-        unsafe {
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)))
-        }
-    }
-    #[inline(always)]
-    unsafe fn reduce_max(v: Self) -> f32 {
-        unsafe {
-            let m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)))
-        }
-    }
-}
-
 /// NEON has no masked loads and stores: a mask is the lane count, and a partial vector
 /// goes through a zero-filled array.
 #[cfg(target_arch = "aarch64")]
 impl F32Rows for float32x4_t {
-    const LANES: usize = 4;
     type Block = [float32x4_t; 8];
     /// The lane count and the lanes below it as all-ones.
     type Mask = (usize, uint32x4_t);
     #[inline(always)]
     unsafe fn block(v: Self) -> Self::Block {
         [v; 8]
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        unsafe { vld1q_f32(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self) {
-        unsafe { vst1q_f32(p, v) }
     }
     /// A plain store: NEON's non-temporal store (`stnp`) has no intrinsic.
     #[inline(always)]

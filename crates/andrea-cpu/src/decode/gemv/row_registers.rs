@@ -1,5 +1,5 @@
 //! The row form's chunk for one row of `A` (`m = 1`, a decoded token) with the partial
-//! row held in registers, written once over the width ([`F32Rows`]) and instantiated for
+//! row held in registers, written once over the width ([`F32Mem`]) and instantiated for
 //! AVX2 ([`row_chunk_one_avx2`]) and NEON ([`row_chunk_one_neon`]); AVX-512 keeps its own
 //! (`avx512::row_chunk_one`).
 //!
@@ -12,14 +12,14 @@
 //! and stored every pass) on two threads or more and loses to it on one, so `gemv` takes
 //! it on two threads or more; NEON follows the same rule, unmeasured.
 
-use crate::simd::lanes::F32Rows;
+use crate::simd::lanes::F32Mem;
 
 /// See the module docs.
 ///
 /// # Safety
 /// The CPU has `V`'s instruction set. (Bounds are asserted.)
 #[inline(always)]
-unsafe fn row_chunk_one<V: F32Rows>(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
+unsafe fn row_chunk_one<V: F32Mem>(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     let (n, rows, l) = (part.len(), a.len(), V::LANES);
     assert!(rows > 0 && w.len() >= (rows - 1) * ws + n);
     let mut j0 = 0;
@@ -53,7 +53,7 @@ unsafe fn row_chunk_one<V: F32Rows>(part: &mut [f32], a: &[f32], w: &[f32], ws: 
 /// # Safety
 /// As [`row_chunk_one`], with those columns in bounds.
 #[inline(always)]
-unsafe fn row_block<V: F32Rows, const NV: usize>(
+unsafe fn row_block<V: F32Mem, const NV: usize>(
     part: &mut [f32],
     a: &[f32],
     w: &[f32],
