@@ -38,7 +38,7 @@
 //! | matrix products | `gemm` crate | andrea's AVX2 GEMM (`gemm::avx2`) | `gemm` crate | `gemm` crate (NEON) |
 //! | `matmul_gelu_backward`, `k` <= 256 | `gemm` crate | andrea's AVX2 GEMM | andrea's AVX-512 GEMM (`gemm::avx512`) | `gemm` crate |
 //! | training attention, heads a multiple of 16 | blocked path | fused, 6 x 16 tile | fused, 6 x 32 tile (heads a multiple of 32) | blocked path |
-//! | few-row products (generation) | row / column forms | + 4-row AVX2 dot products, the row form in registers (`F32Mem`) | + 16-row AVX-512 dot products | + 4-row NEON dot products, the row form in registers (`F32Mem`) |
+//! | few-row products (generation) | row / column forms | + 4-row AVX2 dot products, the row form in registers | + 16-row AVX-512 dot products | + 4-row NEON dot products, the row form in registers (`F32Mem`) |
 //! | decode attention | generic | 4-row AVX2 dots, AVX2 weighted sum (`F32Mem`) | 16-row AVX-512 dots, AVX-512 weighted sum | 4-row NEON dots, NEON weighted sum (`F32Mem`) |
 //! | softmax, softmax + cross-entropy | generic rows | AVX2 intrinsics | AVX-512 intrinsics | NEON rows (`F32Rows`), the AVX2 kernel's passes |
 //! | GELU, GELU' | generic blocks | generic blocks (FMA) | AVX-512 intrinsics (`F32s`) | NEON slices (`F32s`) |

@@ -1,5 +1,5 @@
 //! The column form of the few-rows product (`gemv` module) with AVX2 + FMA intrinsics
-//! (the row form's register kernel is `row_registers`, written once over the width),
+//! (and the row form's chunk at batch 1, [`row_chunk_one`]),
 //! four rows of `W` at a time: `dots[i, j] = x[i, :] · w[j]`, the tied output
 //! projection of a decoded token (`x · wteᵀ`), the largest product of a decode step.
 //!
@@ -34,6 +34,75 @@ const L: usize = 16;
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
     band::by_four(dots, band, |x, w| four_dots(x, w));
+}
+
+/// The row form's chunk for one row of `A` (`m = 1`, a decoded token):
+/// `part[j] += Σ_r a[r]·w[r·ws + j]` over the chunk's rows in order, with a block of the
+/// partial row held in registers (up to 12 vectors, 96 columns: the 16 `ymm` registers
+/// hold no more beside the weights and the broadcast) while the rows' pieces of that
+/// block stream past, block after block; the same fused steps in the same row order as
+/// the generic `row_chunk` (same bits). It beats the generic chunk (four rows per pass,
+/// the partial row loaded and stored every pass) on two threads or more and loses to it
+/// on one, so `gemv` takes it on two threads or more.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA. (Bounds are asserted.)
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
+    let (n, rows) = (part.len(), a.len());
+    assert!(rows > 0 && w.len() >= (rows - 1) * ws + n);
+    let mut j0 = 0;
+    // SAFETY (all calls): columns j0.. of each row and of `part` are in bounds (asserted).
+    unsafe {
+        while n - j0 >= 8 {
+            j0 += match (n - j0) / 8 {
+                12.. => row_block::<12>(part, a, w, ws, j0),
+                8.. => row_block::<8>(part, a, w, ws, j0),
+                4.. => row_block::<4>(part, a, w, ws, j0),
+                2.. => row_block::<2>(part, a, w, ws, j0),
+                _ => row_block::<1>(part, a, w, ws, j0),
+            };
+        }
+    }
+    // The last n mod 8 columns, one fused step a row.
+    for (j, p) in part.iter_mut().enumerate().skip(j0) {
+        *p = a
+            .iter()
+            .enumerate()
+            .fold(*p, |s, (r, &ar)| ar.mul_add(w[r * ws + j], s));
+    }
+}
+
+/// Columns `j0..j0 + NV·8` of [`row_chunk_one`]; returns `NV·8`.
+///
+/// # Safety
+/// As [`row_chunk_one`], with those columns in bounds.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_block<const NV: usize>(
+    part: &mut [f32],
+    a: &[f32],
+    w: &[f32],
+    ws: usize,
+    j0: usize,
+) -> usize {
+    // SAFETY: columns j0..j0 + NV·8 of `part` and of each row are in bounds (the caller's
+    // promise).
+    unsafe {
+        let p = part.as_mut_ptr().add(j0);
+        let mut acc: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(p.add(v * 8)));
+        for (r, &ar) in a.iter().enumerate() {
+            let av = _mm256_set1_ps(ar);
+            let wr = w.as_ptr().add(r * ws + j0);
+            for (v, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(av, _mm256_loadu_ps(wr.add(v * 8)), *acc);
+            }
+        }
+        for (v, acc) in acc.iter().enumerate() {
+            _mm256_storeu_ps(p.add(v * 8), *acc);
+        }
+    }
+    NV * 8
 }
 
 /// The dots of `x` with the four rows `w` (each `x.len()` long); also the decode

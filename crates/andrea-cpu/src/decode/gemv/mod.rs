@@ -13,8 +13,8 @@
 //!   partials are then added in chunk order. For one row of `A` (batch-1 decoding) and
 //!   rows of at most [`ROW_REGISTERS_MAX_N`] floats, the partial row stays in registers
 //!   instead while the chunk's rows stream past, up to 384 columns at a time with
-//!   AVX-512 (`avx512::row_chunk_one`), 96 with AVX2 or NEON (`row_registers`);
-//!   same bits.
+//!   AVX-512 (`avx512::row_chunk_one`), 96 with AVX2 (`avx2::row_chunk_one`) or NEON
+//!   (`row_registers`); same bits.
 //! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
 //!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each, sixteen
@@ -41,7 +41,7 @@ pub(crate) mod avx512;
 pub(crate) mod band;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(target_arch = "aarch64")]
 pub(crate) mod row_registers;
 
 use std::cell::Cell;
@@ -59,10 +59,10 @@ pub(crate) const CHUNK_K: usize = 64;
 /// unrolls, which keeps more loads in flight than one loop over the row (the same
 /// operations, the same bits).
 const ROW_BLOCK: usize = 64;
-/// The widest product whose row-form chunks take `avx512::row_chunk_one` or
-/// `row_registers` (the partial row in registers) at batch 1: a chunk of 64 rows of
-/// at most 512 floats is at most 128 KB, so the passes over its column blocks after the
-/// first read it from L2. That pays on the tiny model's products (n = 128 to 512,
+/// The widest product whose row-form chunks take `avx512::row_chunk_one`,
+/// `avx2::row_chunk_one` or `row_registers` (the partial row in registers) at batch 1:
+/// a chunk of 64 rows of at most 512 floats is at most 128 KB, so the passes over its
+/// column blocks after the first read it from L2. That pays on the tiny model's products (n = 128 to 512,
 /// weights in L3); ANDREA-120M's (n >= 768, from DRAM) gain nothing, so they keep the
 /// four-rows-per-pass loop.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -275,12 +275,12 @@ impl Gemv<'_> {
     }
 }
 
-/// A register kernel of the row form's chunk at batch 1 (`row_registers`), unsafe for its
-/// instruction set.
+/// A register kernel of the row form's chunk at batch 1, unsafe for its instruction set.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 type RowChunkOne = unsafe fn(&mut [f32], &[f32], &[f32], usize);
 
-/// The register kernel a batch-1 row-form chunk takes after AVX-512's (`row_registers`):
+/// The register kernel a batch-1 row-form chunk takes after AVX-512's
+/// (`avx2::row_chunk_one`, `row_registers`):
 /// with AVX2 and FMA, or NEON, on a pool of two threads or more; on one thread the
 /// generic chunk's four rows per pass are faster (measured on x86). Both give the same
 /// bits.
@@ -290,8 +290,7 @@ fn row_registers() -> Option<RowChunkOne> {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
-    let kernel =
-        crate::simd::has_avx2_fma().then_some(row_registers::row_chunk_one_avx2 as RowChunkOne);
+    let kernel = crate::simd::has_avx2_fma().then_some(avx2::row_chunk_one as RowChunkOne);
     #[cfg(target_arch = "aarch64")]
     let kernel =
         crate::simd::has_neon().then_some(row_registers::row_chunk_one_neon as RowChunkOne);
@@ -300,8 +299,8 @@ fn row_registers() -> Option<RowChunkOne> {
 
 /// `part[j] += Σ_r a[r]·w[r·ws + j]` over the rows of `w` in order (one row of `A`
 /// against `a.len()` rows of `part.len()` columns): a chunk of the row form at batch 1,
-/// in registers with AVX-512, AVX2 or NEON (`avx512::row_chunk_one`, `row_registers`),
-/// otherwise [`row_chunk`]: the same bits.
+/// in registers with AVX-512, AVX2 or NEON (`avx512::row_chunk_one`,
+/// `avx2::row_chunk_one`, `row_registers`), otherwise [`row_chunk`]: the same bits.
 pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     if a.is_empty() || part.is_empty() {
         return;
@@ -471,7 +470,7 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         if crate::simd::has_avx2_fma() {
-            kernels.push(("avx2", row_registers::row_chunk_one_avx2));
+            kernels.push(("avx2", avx2::row_chunk_one));
         }
         #[cfg(target_arch = "aarch64")]
         if crate::simd::has_neon() {

@@ -1,16 +1,16 @@
 //! The row form's chunk for one row of `A` (`m = 1`, a decoded token) with the partial
-//! row held in registers, written once over the width ([`F32Mem`]) and instantiated for
-//! AVX2 ([`row_chunk_one_avx2`]) and NEON ([`row_chunk_one_neon`]); AVX-512 keeps its own
-//! (`avx512::row_chunk_one`).
+//! row held in registers on NEON, written over the width ([`F32Mem`]) as `avx2`'s
+//! `row_chunk_one` is for AVX2 (an AVX2 instance of this body gives that kernel's bits,
+//! not its speed, so x86 keeps it); AVX-512 has its own (`avx512::row_chunk_one`).
 //!
 //! `part[j] += Σ_r a[r]·w[r·ws + j]` over the chunk's rows in order: a block of the
-//! partial row stays in registers (up to 12 AVX2 vectors, 96 columns, which the 16 `ymm`
-//! registers hold beside the weights and the broadcast; up to 24 NEON vectors, also 96
-//! columns, of NEON's 32) while the rows' pieces of that block stream past, block after
-//! block. The same fused steps in the same row order as the generic `row_chunk` (same
-//! bits). On x86 it beats the generic chunk (four rows per pass, the partial row loaded
-//! and stored every pass) on two threads or more and loses to it on one, so `gemv` takes
-//! it on two threads or more; NEON follows the same rule, unmeasured.
+//! partial row stays in registers (up to 24 vectors, 96 columns, of NEON's 32 registers,
+//! beside the weights and the broadcast) while the rows' pieces of that block stream
+//! past, block after block. The same fused steps in the same row order as the generic
+//! `row_chunk` (same bits). On x86 the AVX2 kernel beats the generic chunk (four rows per
+//! pass, the partial row loaded and stored every pass) on two threads or more and loses
+//! to it on one, so `gemv` takes it on two threads or more; NEON follows the same rule,
+//! unmeasured.
 
 use crate::simd::lanes::F32Mem;
 
@@ -27,10 +27,10 @@ unsafe fn row_chunk_one<V: F32Mem>(part: &mut [f32], a: &[f32], w: &[f32], ws: u
     // the instruction set is the caller's.
     unsafe {
         while n - j0 >= l {
-            // Blocks of at most 96 columns (`l` is a constant of each instance).
+            // Blocks of at most 96 columns.
             j0 += match (n - j0) / l {
-                24.. if l == 4 => row_block::<V, 24>(part, a, w, ws, j0),
-                16.. if l == 4 => row_block::<V, 16>(part, a, w, ws, j0),
+                24.. => row_block::<V, 24>(part, a, w, ws, j0),
+                16.. => row_block::<V, 16>(part, a, w, ws, j0),
                 12.. => row_block::<V, 12>(part, a, w, ws, j0),
                 8.. => row_block::<V, 8>(part, a, w, ws, j0),
                 4.. => row_block::<V, 4>(part, a, w, ws, j0),
@@ -78,17 +78,6 @@ unsafe fn row_block<V: F32Mem, const NV: usize>(
         }
     }
     NV * l
-}
-
-/// [`row_chunk_one`] with AVX2 + FMA.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA. (Bounds are asserted.)
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn row_chunk_one_avx2(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
-    // SAFETY: the caller's.
-    unsafe { row_chunk_one::<std::arch::x86_64::__m256>(part, a, w, ws) }
 }
 
 /// [`row_chunk_one`] with NEON.
