@@ -24,29 +24,38 @@
 //!
 //! The crate builds for baseline x86-64 (or aarch64), so its binaries run anywhere. At
 //! start it reads what the CPU supports, its *SIMD level* (`baseline`, `avx2` = AVX2 +
-//! FMA, `avx512` = AVX-512 F, VL, DQ, BW), and every job runs the one kernel written for
-//! that level. The environment variable `ANDREA_SIMD=baseline|avx2|avx512` caps the
-//! level (read once per process), to test or measure the narrower kernels on a wider CPU;
-//! `.ci/run` runs the CPU tests under each cap. [`andrea_core::MemoryOps::name`] reports
-//! the level and the kernels in use, e.g. `cpu (2 threads, avx2, gemm avx2, attention
-//! fused-avx2)`, or `cpu (8 threads, aarch64, gemm crate, attention blocked)` on ARM.
+//! FMA, `avx512` = AVX-512 F, VL, DQ, BW; on aarch64 `neon`, NEON with its fused
+//! multiply-add, which every aarch64 CPU has), and every job runs the one kernel written
+//! for that level. The environment variable `ANDREA_SIMD` caps the level (read once per
+//! process: `baseline|avx2|avx512` on x86-64, `baseline|neon` on aarch64), to test or
+//! measure the narrower kernels on a wider CPU; `.ci/run` runs the CPU tests under each
+//! x86 cap. [`andrea_core::MemoryOps::name`] reports the level and the kernels in use,
+//! e.g. `cpu (2 threads, avx2, gemm avx2, attention fused-avx2)`, or `cpu (8 threads,
+//! neon, gemm crate, attention blocked)` on ARM.
 //!
-//! | job | `baseline` | `avx2` | `avx512` | aarch64 |
+//! | job | `baseline` | `avx2` | `avx512` | `neon` (aarch64) |
 //! |---|---|---|---|---|
 //! | matrix products | `gemm` crate | andrea's AVX2 GEMM (`gemm::avx2`) | `gemm` crate | `gemm` crate (NEON) |
 //! | `matmul_gelu_backward`, `k` <= 256 | `gemm` crate | andrea's AVX2 GEMM | andrea's AVX-512 GEMM (`gemm::avx512`) | `gemm` crate |
 //! | training attention, heads a multiple of 16 | blocked path | fused, 6 x 16 tile | fused, 6 x 32 tile (heads a multiple of 32) | blocked path |
-//! | few-row products (generation) | row / column forms | + 4-row AVX2 dot products | + 16-row AVX-512 dot products | row / column forms |
-//! | softmax, softmax + cross-entropy | generic rows | AVX2 intrinsics | AVX-512 intrinsics | generic rows |
-//! | GELU, GELU' | generic blocks | generic blocks (FMA) | AVX-512 intrinsics | generic blocks |
-//! | LayerNorm, AdamW, sums, embedding | generic | generic (FMA) | generic (AVX-512 where it pays) | generic |
+//! | few-row products (generation) | row / column forms | + 4-row AVX2 dot products, the row form in registers | + 16-row AVX-512 dot products | + 4-row NEON dot products, the row form in registers (`F32Mem`) |
+//! | decode attention | generic | 4-row AVX2 dots, AVX2 weighted sum (`F32Mem`) | 16-row AVX-512 dots, AVX-512 weighted sum | 4-row NEON dots, NEON weighted sum (`F32Mem`) |
+//! | softmax, softmax + cross-entropy | generic rows | AVX2 intrinsics | AVX-512 intrinsics | NEON rows (`F32Rows`), the AVX2 kernel's passes |
+//! | GELU, GELU' | generic blocks | generic blocks (FMA) | AVX-512 intrinsics (`F32s`) | NEON slices (`F32s`) |
+//! | LayerNorm, AdamW, sums, embedding | generic | generic (FMA) | generic (AVX-512 where it pays) | generic (NEON) |
 //!
 //! "Generic" is one body that `simd::multiversion!` compiles once per level and the
-//! compiler vectorises; the intrinsics kernels are written once over the vector width
-//! where the two widths compute the same bits (`simd::lanes::F32s`, implemented for
-//! `__m256` and `__m512`; a NEON level adds an implementation for `float32x4_t`). The
-//! `gemm` crate picks its micro-kernel from the CPU, not from `ANDREA_SIMD`: that is why
-//! the AVX2 level has a GEMM of its own, so that an AVX2 measurement times AVX2 products.
+//! compiler vectorises (on aarch64 with NEON, the baseline target's vectors, and fused
+//! multiply-adds at the `neon` level); the intrinsics kernels are written once over the
+//! vector width where the widths compute the same bits (`simd::lanes::F32s`, implemented
+//! for `__m256`, `__m512` and `float32x4_t`; `F32Mem` adds the loads and stores of the
+//! kernels whose AVX2 and NEON instances share a body, `F32Rows` the partial vectors and
+//! lane sums of NEON's softmax rows). The NEON kernels give the AVX2 kernels' bits
+//! wherever both run the same operations (softmax, the loss, GELU, the decode
+//! attention, the few-row products): what differs between an x86 and an ARM run is the
+//! GEMM. The `gemm` crate
+//! picks its micro-kernel from the CPU, not from `ANDREA_SIMD`: that is why the AVX2
+//! level has a GEMM of its own, so that an AVX2 measurement times AVX2 products.
 //!
 //! ## The modules
 //!

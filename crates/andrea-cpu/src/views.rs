@@ -160,7 +160,7 @@ pub(crate) struct Strides {
 impl Strides {
     /// Floats from the first element of position 0's head 0 to the end of position
     /// `n - 1`'s head `heads - 1` (`n`, `heads` at least 1).
-    #[cfg(any(test, target_arch = "x86_64"))]
+    #[cfg(any(test, target_arch = "x86_64", target_arch = "aarch64"))]
     pub(crate) fn span(self, n: usize, heads: usize, d: usize) -> usize {
         (n - 1) * self.pos + (heads - 1) * self.head + d
     }

@@ -7,13 +7,14 @@
 //! its heads at once:
 //!
 //! * `s_h[j] = q_h · k_{j,h}` for the `n = pos_offset + 1` visible positions (16-lane
-//!   fused dot products, `gemv::dot`);
+//!   fused dot products, `gemv::dot`, or the column form's kernels with AVX2, AVX-512
+//!   or NEON);
 //! * the causal softmax of `s_h / sqrt(D)` in place, keeping each row's base-2
 //!   log-sum-exp, by training attention's row function
 //!   (`norm_softmax_loss::causal::causal_softmax`);
 //! * `out_h = Σ_j p_h[j] · v_{j,h}`, each element added in `j` order by fused
-//!   multiply-adds (with AVX2 or AVX-512, each head's output in registers while the
-//!   positions stream past).
+//!   multiply-adds (with AVX2, AVX-512 or NEON, each head's output in registers while
+//!   the positions stream past).
 //!
 //! The scores run over positions outside and heads inside: where a position's heads lie
 //! side by side, the keys are read in runs of `H·D` floats rather than `D`-float pieces at
@@ -40,6 +41,8 @@ use std::cell::Cell;
 
 use crate::buffer::SendPtr;
 use crate::norm_softmax_loss::causal::causal_softmax;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use crate::simd::lanes::F32Mem;
 use crate::simd::{multiversion, MulAdd};
 use crate::views::{HeadsPtr, Strides};
 
@@ -154,9 +157,9 @@ pub(crate) fn attend(
 /// [`scores`]; with AVX-512, sixteen positions at a time through
 /// `gemv::avx512::sixteen_dots` (sixteen independent FMA chains and one shared reduction
 /// where the generic `gemv::dot` runs one short chain and one reduction per dot: at head
-/// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512), four at a
-/// time through `gemv::avx2::four_dots` (the generic dot vectorises badly there). The same
-/// bits either way.
+/// size 32, two FMAs and four levels of shuffles); with AVX2 (and not AVX-512) or NEON,
+/// four at a time through `gemv::avx2::four_dots` or `gemv::neon::four_dots` (the generic
+/// dot vectorises badly there, or ends each dot in scalar adds). The same bits either way.
 pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
@@ -183,38 +186,46 @@ pub(crate) fn scores_any(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape
             // The last positions (fewer than sixteen), four at a time.
             let rest = Shape { n: n - j, ..shape };
             // SAFETY: AVX-512 F implies AVX2 and FMA here (`simd::level`).
-            unsafe { scores_by_four(q, &k[j * ks.pos..], ks, &mut s[j..], rest) };
+            let four =
+                |x: &[f32], w: [&[f32]; 4]| unsafe { crate::decode::gemv::avx2::four_dots(x, w) };
+            scores_by_four(q, &k[j * ks.pos..], ks, &mut s[j..], rest, four);
         }
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA.
-        unsafe { scores_by_four(q, k, ks, s, shape) };
-        return;
+        let four =
+            |x: &[f32], w: [&[f32]; 4]| unsafe { crate::decode::gemv::avx2::four_dots(x, w) };
+        return scores_by_four(q, k, ks, s, shape, four);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if crate::simd::has_neon() {
+        // SAFETY: the level has NEON.
+        let four =
+            |x: &[f32], w: [&[f32]; 4]| unsafe { crate::decode::gemv::neon::four_dots(x, w) };
+        return scores_by_four(q, k, ks, s, shape, four);
     }
     scores(q, k, ks, s, shape)
 }
 
-/// [`scores`] four positions at a time through `gemv::avx2::four_dots`, the last ones
-/// (fewer than four) on the generic path.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-unsafe fn scores_by_four(q: &[f32], k: &[f32], ks: Strides, s: &mut [f32], shape: Shape) {
+/// [`scores`] four positions at a time through `four_dots` (`gemv::avx2::four_dots` or
+/// `gemv::neon::four_dots`), the last ones (fewer than four) on the generic path.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn scores_by_four(
+    q: &[f32],
+    k: &[f32],
+    ks: Strides,
+    s: &mut [f32],
+    shape: Shape,
+    four_dots: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
+) {
     let Shape { n, k_len, heads, d } = shape;
     let mut j = 0;
     while j + 4 <= n {
         for h in 0..heads {
             let row = |r: usize| &k[(j + r) * ks.pos + h * ks.head..][..d];
-            // SAFETY: the CPU has AVX2 and FMA (this function's contract).
-            let dots = unsafe {
-                crate::decode::gemv::avx2::four_dots(
-                    &q[h * d..][..d],
-                    [row(0), row(1), row(2), row(3)],
-                )
-            };
+            let dots = four_dots(&q[h * d..][..d], [row(0), row(1), row(2), row(3)]);
             s[h * k_len + j..][..4].copy_from_slice(&dots);
         }
         j += 4;
@@ -245,8 +256,8 @@ multiversion! {
 /// head's output held in registers while the positions stream past
 /// ([`weighted_sum_avx512`]): the generic loop loads and stores the output row for every
 /// position and head, and at head size 32 spends more on the loop than on its two FMAs.
-/// With AVX2 (and not AVX-512) the same at head sizes of 8 to 96 ([`weighted_sum_avx2`]):
-/// the same bits either way.
+/// With AVX2 (and not AVX-512) the same at head sizes of 8 to 96 ([`weighted_sum_avx2`]),
+/// and with NEON ([`weighted_sum_neon`]): the same bits either way.
 pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32], shape: Shape) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() && shape.d.is_multiple_of(16) {
@@ -280,12 +291,64 @@ pub(crate) fn weighted_sum_any(p: &[f32], v: &[f32], vs: Strides, out: &mut [f32
             }
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if crate::simd::has_neon() && shape.d.is_multiple_of(4) {
+        // SAFETY (every arm): the level has NEON; the head size is NV vectors.
+        unsafe {
+            match shape.d / 4 {
+                2 => return weighted_sum_neon::<2>(p, v, vs, out, shape),
+                4 => return weighted_sum_neon::<4>(p, v, vs, out, shape),
+                8 => return weighted_sum_neon::<8>(p, v, vs, out, shape),
+                12 => return weighted_sum_neon::<12>(p, v, vs, out, shape),
+                16 => return weighted_sum_neon::<16>(p, v, vs, out, shape),
+                24 => return weighted_sum_neon::<24>(p, v, vs, out, shape),
+                _ => {}
+            }
+        }
+    }
     weighted_sum(p, v, vs, out, shape)
 }
 
-/// [`weighted_sum_avx512`] at AVX2: per head, `out_h` in `NV` registers of 8 (head sizes
-/// 8, 16, 32, 48, 64, 96: at most 12 of the 16 `ymm` beside the broadcast and the load),
-/// the same fused multiply-adds in `j` order (the generic loop's bits).
+/// [`weighted_sum_avx512`] over the width ([`F32Mem`]): per head, `out_h` in `NV`
+/// registers of `LANES`, the same fused multiply-adds in `j` order (the generic loop's
+/// bits). Instantiated for AVX2 ([`weighted_sum_avx2`]) and NEON ([`weighted_sum_neon`]).
+///
+/// # Safety
+/// The CPU has `V`'s instruction set, and `shape.d == NV·LANES`. (Bounds are asserted.)
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(always)]
+unsafe fn weighted_sum_lanes<V: F32Mem, const NV: usize>(
+    p: &[f32],
+    v: &[f32],
+    vs: Strides,
+    out: &mut [f32],
+    shape: Shape,
+) {
+    let (l, Shape { n, k_len, heads, d }) = (V::LANES, shape);
+    assert!(d == NV * l && out.len() >= heads * d);
+    assert!(n == 0 || (p.len() >= (heads - 1) * k_len + n && v.len() >= vs.span(n, heads, d)));
+    // SAFETY (whole body): the instruction set is the caller's; position j's head h is d
+    // floats at j·vs.pos + h·vs.head inside `v`, head h's d floats of `out` (asserted),
+    // and u·LANES + LANES <= d.
+    unsafe {
+        for h in 0..heads {
+            let mut acc = [V::splat(0.0); NV];
+            for (j, &pj) in p[h * k_len..][..n].iter().enumerate() {
+                let pv = V::splat(pj);
+                let row = v.as_ptr().add(j * vs.pos + h * vs.head);
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = V::fmadd(pv, V::load(row.add(u * l)), *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate() {
+                V::store(out.as_mut_ptr().add(h * d + u * l), *a);
+            }
+        }
+    }
+}
+
+/// [`weighted_sum_lanes`] on AVX2 (head sizes 8, 16, 32, 48, 64, 96: at most 12 of the
+/// 16 `ymm` beside the broadcast and the load).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA, and `shape.d == NV·8`. (Bounds are asserted.)
@@ -298,27 +361,26 @@ unsafe fn weighted_sum_avx2<const NV: usize>(
     out: &mut [f32],
     shape: Shape,
 ) {
-    use std::arch::x86_64::*;
-    let Shape { n, k_len, heads, d } = shape;
-    assert!(d == NV * 8 && out.len() >= heads * d);
-    assert!(n == 0 || (p.len() >= (heads - 1) * k_len + n && v.len() >= vs.span(n, heads, d)));
-    for h in 0..heads {
-        let mut acc = [_mm256_setzero_ps(); NV];
-        for (j, &pj) in p[h * k_len..][..n].iter().enumerate() {
-            let pv = _mm256_set1_ps(pj);
-            // SAFETY: position j's head h, d floats at j·vs.pos + h·vs.head, inside `v`
-            // (asserted).
-            let row = unsafe { v.as_ptr().add(j * vs.pos + h * vs.head) };
-            for (u, a) in acc.iter_mut().enumerate() {
-                // SAFETY: u·8 + 8 <= d floats of that row.
-                *a = _mm256_fmadd_ps(pv, unsafe { _mm256_loadu_ps(row.add(u * 8)) }, *a);
-            }
-        }
-        for (u, a) in acc.iter().enumerate() {
-            // SAFETY: head h's d floats of `out` (asserted).
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(h * d + u * 8), *a) };
-        }
-    }
+    // SAFETY: the caller's.
+    unsafe { weighted_sum_lanes::<std::arch::x86_64::__m256, NV>(p, v, vs, out, shape) }
+}
+
+/// [`weighted_sum_lanes`] on NEON (head sizes 8 to 96 in the steps of AVX2's: at most
+/// 24 of the 32 vector registers beside the broadcast and the load).
+///
+/// # Safety
+/// `shape.d == NV·4`. (Bounds are asserted.)
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn weighted_sum_neon<const NV: usize>(
+    p: &[f32],
+    v: &[f32],
+    vs: Strides,
+    out: &mut [f32],
+    shape: Shape,
+) {
+    // SAFETY: the caller's; NEON is baseline aarch64.
+    unsafe { weighted_sum_lanes::<std::arch::aarch64::float32x4_t, NV>(p, v, vs, out, shape) }
 }
 
 /// [`weighted_sum`] for a head size of `NV` vectors of 16: per head, `out_h` in `NV`
@@ -430,7 +492,7 @@ mod tests {
     }
 
     /// The weighted sum of the kernels this CPU runs (the output in registers with
-    /// AVX-512) gives the generic loop's bits, at head sizes of one to eight vectors, a
+    /// AVX-512, AVX2 or NEON) gives the generic loop's bits, at head sizes of one to eight vectors, a
     /// size the fast path does not take, and zero positions.
     #[test]
     fn weighted_sum_gives_the_bits_of_the_generic_loop() {
@@ -443,6 +505,9 @@ mod tests {
             (9, 4, 48),
             (5, 2, 20),
             (0, 2, 32),
+            (7, 2, 64),
+            (3, 1, 96),
+            (4, 3, 8),
         ] {
             for vs in layouts(n, heads, d) {
                 let k_len = n + 3;

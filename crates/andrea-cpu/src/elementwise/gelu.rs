@@ -1,14 +1,20 @@
 //! GELU and its derivative on vectors of lanes, written once over the width
 //! ([`F32s`]): the AVX2 GEMM's epilogue applies them to tiles of `C` in registers, and
-//! the AVX-512 level's `gelu` and `gelu_backward` ops run them over slices (masked
-//! tails). Each is [`simd::gelu`] / [`simd::gelu_grad`] with `Fused`, step for step, so
-//! every copy gives the bits of the `multiversion!` copies (the unit tests compare them).
+//! the AVX-512 and NEON levels' `gelu` and `gelu_backward` ops run them over slices
+//! (masked tails on AVX-512, a zero-padded vector on NEON). Each is [`simd::gelu`] /
+//! [`simd::gelu_grad`] with `Fused`, step for step, so every copy gives the bits of the
+//! `multiversion!` copies (the unit tests compare them).
 
+#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "x86_64")]
 use crate::simd::lanes::first16;
 use crate::simd::lanes::{pow2, F32s};
 use crate::simd::{self};
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use neon::{gelu_grad_slice, gelu_slice};
 
 /// `GELU(x)` on a vector: `x / (1 + 2^(x·(K1 + K3·x²)))`.
 ///
@@ -46,6 +52,7 @@ pub(crate) unsafe fn gelu_grad<V: F32s>(x: V, dy: V) -> V {
 }
 
 /// Lanes of one AVX-512 vector.
+#[cfg(target_arch = "x86_64")]
 const L: usize = 16;
 
 /// Applies `f` (AVX-512 instructions) to `x` (and `d`, when given, else `y` itself) in vectors, 4 per pass, the
@@ -53,6 +60,7 @@ const L: usize = 16;
 ///
 /// # Safety
 /// `x`, `d` (if not null) and `y` are valid for `n` elements; `d` may equal `y`.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn map2(
     x: *const f32,
@@ -104,6 +112,7 @@ unsafe fn map2(
 ///
 /// # Safety
 /// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
     let n = y.len();
@@ -123,6 +132,7 @@ pub(crate) unsafe fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
 ///
 /// # Safety
 /// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn gelu_grad_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
     let n = dx.len();
@@ -142,6 +152,88 @@ pub(crate) unsafe fn gelu_grad_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f3
     }
 }
 
+/// The NEON level's slices: four vectors of 4 lanes per pass, then single vectors, the
+/// last `n mod 4` elements as one zero-padded vector.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{gelu, gelu_grad};
+
+    /// Lanes of one NEON vector.
+    const L: usize = 4;
+
+    /// `y[i] = f(x[i], d[i])` for `i < y.len()`; `None` for `x` or `d` means `y`'s old
+    /// value.
+    fn map2(
+        x: Option<&[f32]>,
+        d: Option<&[f32]>,
+        y: &mut [f32],
+        f: impl Fn(float32x4_t, float32x4_t) -> float32x4_t,
+    ) {
+        let n = y.len();
+        assert!(x.is_none_or(|x| x.len() == n) && d.is_none_or(|d| d.len() == n));
+        let yp = y.as_mut_ptr();
+        let (xp, dp) = (
+            x.map_or(yp.cast_const(), |x| x.as_ptr()),
+            d.map_or(yp.cast_const(), |d| d.as_ptr()),
+        );
+        let mut i = 0;
+        // SAFETY (all blocks): NEON is baseline aarch64; every access is below n, and an
+        // element of `y` is read (as `x` or `d`) before it is written.
+        while i + 4 * L <= n {
+            unsafe {
+                let r: [float32x4_t; 4] = std::array::from_fn(|j| {
+                    f(vld1q_f32(xp.add(i + j * L)), vld1q_f32(dp.add(i + j * L)))
+                });
+                for (j, v) in r.into_iter().enumerate() {
+                    vst1q_f32(yp.add(i + j * L), v);
+                }
+            }
+            i += 4 * L;
+        }
+        while i + L <= n {
+            unsafe { vst1q_f32(yp.add(i), f(vld1q_f32(xp.add(i)), vld1q_f32(dp.add(i)))) };
+            i += L;
+        }
+        if i < n {
+            let r = n - i;
+            let (mut xs, mut ds) = ([0.0f32; L], [0.0f32; L]);
+            unsafe {
+                std::ptr::copy_nonoverlapping(xp.add(i), xs.as_mut_ptr(), r);
+                std::ptr::copy_nonoverlapping(dp.add(i), ds.as_mut_ptr(), r);
+                let v = f(vld1q_f32(xs.as_ptr()), vld1q_f32(ds.as_ptr()));
+                vst1q_f32(xs.as_mut_ptr(), v);
+                std::ptr::copy_nonoverlapping(xs.as_ptr(), yp.add(i), r);
+            }
+        }
+    }
+
+    /// `y = GELU(x)`; `x == None` means in place. Same bits as [`crate::simd::gelu`]
+    /// with `Fused`.
+    ///
+    /// # Safety
+    /// None (NEON is baseline aarch64); `unsafe` as the AVX-512 level's.
+    pub(crate) unsafe fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
+        map2(x, None, y, |v, _| {
+            // SAFETY: NEON is baseline aarch64.
+            unsafe { gelu::<float32x4_t>(v) }
+        })
+    }
+
+    /// `dx = dy·GELU'(x)`; `dy == None` means `dx` holds `dy`. Same bits as
+    /// [`crate::simd::gelu_grad`] with `Fused`.
+    ///
+    /// # Safety
+    /// None (NEON is baseline aarch64); `unsafe` as the AVX-512 level's.
+    pub(crate) unsafe fn gelu_grad_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
+        map2(Some(x), dy, dx, |v, d| {
+            // SAFETY: NEON is baseline aarch64.
+            unsafe { gelu_grad::<float32x4_t>(v, d) }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +243,7 @@ mod tests {
         andrea_testkit::random::Rand::new(seed as u64).vec(n, -20.0, 20.0)
     }
 
+    #[cfg(target_arch = "x86_64")]
     /// The 8-lane GELU and GELU' give [`simd::gelu`]'s and [`simd::gelu_grad`]'s bits
     /// (`Fused`), across the clamp of the exponent, for signed zeros, infinities and NaN.
     #[test]
@@ -193,23 +286,37 @@ mod tests {
         }
     }
 
-    /// The AVX-512 slices (masked tails, in place and not) give [`simd::gelu`]'s and
-    /// [`simd::gelu_grad`]'s bits (`Fused`).
+    /// The level's slices (AVX-512: masked tails; NEON: a padded last vector), in place
+    /// and not, give [`simd::gelu`]'s and [`simd::gelu_grad`]'s bits (`Fused`).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     #[test]
-    fn gelu_slices_of_16_lanes_give_the_generic_bits() {
-        if !simd::has_avx512() {
-            eprintln!("SKIPPED: this CPU has no AVX-512");
+    fn gelu_slices_of_the_level_give_the_generic_bits() {
+        if !(simd::has_avx512() || simd::has_neon()) {
+            eprintln!("SKIPPED: this CPU has no AVX-512 (or ANDREA_SIMD caps the level)");
             return;
         }
-        for n in [1usize, 15, 16, 17, 63, 64, 65, 100, 1000] {
+        for n in [1usize, 3, 4, 5, 15, 16, 17, 63, 64, 65, 100, 1000] {
             let mut x = data(n, n as u32 + 7);
             x[0] = if n > 1 { 0.0 } else { -3.0 };
+            if n >= 16 {
+                // Across the exponent's clamp, signed zeros, infinities and NaN.
+                let special = [
+                    f32::NAN,
+                    f32::INFINITY,
+                    f32::NEG_INFINITY,
+                    -0.0,
+                    1e-30,
+                    200.0,
+                ];
+                x[n - 6..].copy_from_slice(&special);
+            }
             let dy = data(n, n as u32 + 9);
+            let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
             let mut y = vec![f32::NAN; n];
             let mut yi = x.clone();
             let mut d = vec![f32::NAN; n];
             let mut di = dy.clone();
-            // SAFETY: AVX-512 checked above.
+            // SAFETY: the level (AVX-512 or NEON) checked above.
             unsafe {
                 gelu_slice(Some(&x), &mut y);
                 gelu_slice(None, &mut yi);
@@ -218,11 +325,16 @@ mod tests {
             }
             for i in 0..n {
                 let want = simd::gelu::<Fused>(x[i]);
-                assert_eq!(y[i].to_bits(), want.to_bits(), "gelu({}) n {n}", x[i]);
-                assert_eq!(yi[i].to_bits(), want.to_bits());
+                assert!(same(y[i], want), "gelu({}) n {n}: {} vs {want}", x[i], y[i]);
+                assert!(same(yi[i], want), "in place: gelu({}) n {n}", x[i]);
                 let want = dy[i] * simd::gelu_grad::<Fused>(x[i]);
-                assert_eq!(d[i].to_bits(), want.to_bits(), "gelu'({}) n {n}", x[i]);
-                assert_eq!(di[i].to_bits(), want.to_bits());
+                assert!(
+                    same(d[i], want),
+                    "gelu'({}) n {n}: {} vs {want}",
+                    x[i],
+                    d[i]
+                );
+                assert!(same(di[i], want), "in place: gelu'({}) n {n}", x[i]);
             }
         }
     }

@@ -3,7 +3,7 @@
 //! Memory-bound: each is one pass over its operands, cut into fixed-size chunks.
 
 pub(crate) mod convert;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) mod gelu;
 
 use rayon::prelude::*;
@@ -16,7 +16,7 @@ use andrea_core::{check, ElementwiseOps, Result, Tensor};
 use crate::buffer::{read, write};
 use crate::CpuBackend;
 
-// The AVX-512 copies of GELU and its backward are `gelu`'s kernels.
+// The AVX-512 and NEON copies of GELU and its backward are `gelu`'s kernels.
 multiversion! {
     fn gelu_chunk(x: &[f32], y: &mut [f32]) {
         simd::gelu_slice::<M, { simd::BLOCK }>(x, y);
@@ -74,9 +74,9 @@ multiversion! {
 
 /// `y = GELU(x)` on the calling thread (`x == None`: in place).
 pub(crate) fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if simd::has_avx512() {
-        // SAFETY: the CPU has AVX-512.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if simd::has_avx512() || simd::has_neon() {
+        // SAFETY: the CPU has AVX-512 (x86-64) or NEON (aarch64).
         return unsafe { crate::elementwise::gelu::gelu_slice(x, y) };
     }
     match x {
@@ -87,9 +87,9 @@ pub(crate) fn gelu_slice(x: Option<&[f32]>, y: &mut [f32]) {
 
 /// `dx = dy · GELU'(x)` on the calling thread (`dy == None`: `dx` holds `dy`).
 pub(crate) fn gelu_backward_slice(x: &[f32], dy: Option<&[f32]>, dx: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if simd::has_avx512() {
-        // SAFETY: the CPU has AVX-512.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if simd::has_avx512() || simd::has_neon() {
+        // SAFETY: the CPU has AVX-512 (x86-64) or NEON (aarch64).
         return unsafe { crate::elementwise::gelu::gelu_grad_slice(x, dy, dx) };
     }
     match dy {

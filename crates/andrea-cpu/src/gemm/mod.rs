@@ -77,10 +77,11 @@ impl GemmKernel {
     /// The kernel of every product at the kernels' level ([`crate::simd::level`]): the
     /// `gemm` crate at AVX-512 and below AVX2, andrea's AVX2 kernel at AVX2.
     pub(crate) fn for_level() -> Self {
-        match crate::simd::level() {
-            crate::simd::Level::Avx2 => GemmKernel::Avx2,
-            crate::simd::Level::Avx512 | crate::simd::Level::Baseline => GemmKernel::GemmCrate,
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::level() == crate::simd::Level::Avx2 {
+            return GemmKernel::Avx2;
         }
+        GemmKernel::GemmCrate
     }
 
     /// The kernel's name, as the backend's name reports it.

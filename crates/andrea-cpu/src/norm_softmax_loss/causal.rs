@@ -8,12 +8,12 @@ use std::f32::consts::LOG2_E;
 use crate::norm_softmax_loss::rows::{softmax_row_in_place, visible};
 use crate::simd::{self, multiversion};
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 /// An exponential row kernel: `(row, scale2, m2) -> Σ`, unsafe for its instruction set.
 type ExpRow = unsafe fn(&mut [f32], f32, f32) -> f32;
 
 /// Causal softmax of `s / sqrt(D)` for rows `first_row..` (rows of stride `tk`),
-/// keeping each row's log-sum-exp, in base 2 (the `softmax_avx512` or `softmax_avx2`
+/// keeping each row's log-sum-exp, in base 2 (the `softmax_avx512` or `softmax_lanes`
 /// kernel where the level has it, same bits).
 pub(crate) fn causal_softmax(
     s: &mut [f32],
@@ -25,7 +25,7 @@ pub(crate) fn causal_softmax(
     scale: f32,
 ) {
     // The intrinsics kernel for this CPU, if any (each gives the base-2 lse).
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     let vis = |r: usize| visible(first_row + r, tq, tk, Some(pos_offset));
     #[cfg(target_arch = "x86_64")]
     if scale >= 0.0 && simd::has_avx512() {
@@ -41,7 +41,9 @@ pub(crate) fn causal_softmax(
             )
         };
         return;
-    } else if scale >= 0.0 && simd::has_avx2_fma() {
+    }
+    #[cfg(target_arch = "x86_64")]
+    if scale >= 0.0 && simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA; scale >= 0; 1 <= visible <= tk.
         unsafe {
             crate::norm_softmax_loss::softmax_avx2::softmax_rows(None, s, tk, vis, scale, |r, l| {
@@ -50,12 +52,27 @@ pub(crate) fn causal_softmax(
         };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    if scale >= 0.0 && simd::has_neon() {
+        // SAFETY: the level has NEON; scale >= 0; 1 <= visible <= tk.
+        unsafe {
+            crate::norm_softmax_loss::softmax_lanes::neon::softmax_rows(
+                None,
+                s,
+                tk,
+                vis,
+                scale,
+                |r, l| lse[r] = l,
+            )
+        };
+        return;
+    }
     causal_softmax_rows(s, lse, first_row, tq, tk, pos_offset, scale)
 }
 
 /// `P = 2^(S·scale·log2 e - L)` (L in base 2) on the causal part of rows `first_row..` (stride `t`, `width`
 /// computed columns), 0 elsewhere among those columns (the intrinsics kernels where the
-/// CPU has AVX-512 or AVX2).
+/// level has AVX-512, AVX2 or NEON).
 pub(crate) fn recompute(
     p: &mut [f32],
     lse: &[f32],
@@ -65,14 +82,21 @@ pub(crate) fn recompute(
     scale: f32,
 ) {
     #[cfg(target_arch = "x86_64")]
-    let row_kernel: Option<ExpRow> = if simd::has_avx512() {
-        Some(crate::norm_softmax_loss::softmax_avx512::exp_shifted_row)
-    } else if simd::has_avx2_fma() {
-        Some(crate::norm_softmax_loss::softmax_avx2::exp_shifted_row)
-    } else {
-        None
-    };
+    let avx512 = simd::has_avx512()
+        .then_some(crate::norm_softmax_loss::softmax_avx512::exp_shifted_row as ExpRow);
+    #[cfg(target_arch = "aarch64")]
+    let avx512 = None;
     #[cfg(target_arch = "x86_64")]
+    let row_kernel = avx512.or_else(|| {
+        simd::has_avx2_fma()
+            .then_some(crate::norm_softmax_loss::softmax_avx2::exp_shifted_row as ExpRow)
+    });
+    #[cfg(target_arch = "aarch64")]
+    let row_kernel = avx512.or_else(|| {
+        simd::has_neon()
+            .then_some(crate::norm_softmax_loss::softmax_lanes::neon::exp_shifted_row as ExpRow)
+    });
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     if let Some(kernel) = row_kernel {
         for (r, (row, &l)) in p.chunks_exact_mut(t).zip(lse).enumerate() {
             let (vis, masked) = row[..width].split_at_mut(first_row + r + 1);

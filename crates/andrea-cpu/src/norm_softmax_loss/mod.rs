@@ -9,3 +9,5 @@ pub(crate) mod softmax;
 pub(crate) mod softmax_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod softmax_avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod softmax_lanes;

@@ -16,7 +16,7 @@ pub(crate) fn visible(row: usize, q_len: usize, k_len: usize, causal: Option<usi
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 thread_local! {
     /// Per-thread row buffer of the loss's kernels, grown on first use, then reused.
     static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -33,6 +33,26 @@ pub(crate) fn with_row_scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> 
     })
 }
 
+/// This thread's row buffer, at least `n` long, out of its slot until
+/// [`restore_row_scratch`] puts it back: for kernels written over the width, whose work
+/// must not run in a closure of theirs (a closure outside the `#[target_feature]`
+/// function that instantiates the kernel is compiled without those features, and every
+/// intrinsic in it becomes a call).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn take_row_scratch(n: usize) -> Vec<f32> {
+    let mut b = ROW.with_borrow_mut(std::mem::take);
+    if b.len() < n {
+        b.resize(n, 0.0);
+    }
+    b
+}
+
+/// Puts back the buffer [`take_row_scratch`] took.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn restore_row_scratch(b: Vec<f32>) {
+    ROW.set(b);
+}
+
 /// The loss `ln Σ e^x - x_t` of a row from its `m2 = max·log2 e` and
 /// `s = Σ 2^(x·log2 e - m2)`: `ln 2·(m2 + log2 s) - x_t`.
 #[inline(always)]
@@ -41,7 +61,7 @@ pub(crate) fn loss_of(m2: f32, s: f32, x_t: f32) -> f32 {
 }
 
 /// The start of a row's source: `src`, which must hold `n` elements, or `dst` itself.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) fn source(src: Option<&[f32]>, dst: &[f32], n: usize) -> *const f32 {
     match src {
         Some(s) => {

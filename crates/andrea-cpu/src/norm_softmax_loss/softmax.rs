@@ -10,6 +10,8 @@ use andrea_core::IGNORE_INDEX;
 use crate::norm_softmax_loss::rows::{
     cross_entropy_in_place_with, loss_of, softmax_row_in_place, visible,
 };
+#[cfg(target_arch = "aarch64")]
+use crate::norm_softmax_loss::softmax_lanes::neon;
 #[cfg(target_arch = "x86_64")]
 use crate::norm_softmax_loss::{softmax_avx2 as avx2, softmax_avx512 as avx512};
 use crate::par::rows_per_task;
@@ -61,6 +63,12 @@ pub(crate) fn softmax(
             if simd::has_avx2_fma() && scale >= 0.0 {
                 // SAFETY: as above, with AVX2 and FMA.
                 unsafe { avx2::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
+                return;
+            }
+            #[cfg(target_arch = "aarch64")]
+            if simd::has_neon() && scale >= 0.0 {
+                // SAFETY: as above, with NEON.
+                unsafe { neon::softmax_rows(src, y, k_len, vis, scale, |_, _| {}) };
                 return;
             }
             let ahead = |i: usize| (i + PREFETCH_ROWS) * k_len;
@@ -167,8 +175,8 @@ pub(crate) fn cross_entropy(
     }
 }
 
-/// The loss of one row (target not ignored), by the intrinsics kernels where the CPU has
-/// AVX-512 or AVX2 (same bits).
+/// The loss of one row (target not ignored), by the intrinsics kernels where the level has
+/// AVX-512, AVX2 or NEON (same bits).
 fn loss_row(row: &[f32], target: u32, vocab: usize) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if simd::has_avx512() {
@@ -179,6 +187,11 @@ fn loss_row(row: &[f32], target: u32, vocab: usize) -> f32 {
     if simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA; the caller checked target < vocab.
         return unsafe { avx2::cross_entropy_loss_row(row, target as usize, vocab) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if simd::has_neon() {
+        // SAFETY: the level has NEON; the caller checked target < vocab.
+        return unsafe { neon::cross_entropy_loss_row(row, target as usize, vocab) };
     }
     cross_entropy_loss_row(row, target, vocab)
 }
@@ -205,6 +218,11 @@ fn cross_entropy_row(
     if simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA; the caller checked target < vocab.
         return unsafe { avx2::cross_entropy_row(src, g, target as usize, vocab, grad_scale) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if simd::has_neon() {
+        // SAFETY: the level has NEON; the caller checked target < vocab.
+        return unsafe { neon::cross_entropy_row(src, g, target as usize, vocab, grad_scale) };
     }
     if let Some(src) = src {
         g.copy_from_slice(src);

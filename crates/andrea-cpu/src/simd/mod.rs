@@ -11,19 +11,26 @@
 //! the width with [`lanes::F32s`]) follow the functions here operation for operation and
 //! give the AVX2 copy's bits.
 //!
+//! On aarch64, NEON (with its fused multiply-add) is part of the baseline target, so the
+//! `neon` level needs no detection: it is the level unless `ANDREA_SIMD=baseline` caps it,
+//! and its copy of a `multiversion!` body is the target's own code with [`Fused`]. The
+//! baseline copy there (`Unfused`) is the scalar reference the NEON kernels are tested
+//! against.
+//!
 //! A level is a set of instructions every copy of a kernel may use: [`Level`] names
 //! them, [`level`] reads the CPU (and the cap) once, and a kernel's dispatch asks
-//! [`has_avx2_fma`] or [`has_avx512`]. On other architectures the level is `Baseline`
-//! and the generic copies run; a NEON level would be one more [`Level`], one more arm of
-//! [`multiversion!`] and an implementation of [`lanes::F32s`] for `float32x4_t`.
+//! [`has_avx2_fma`], [`has_avx512`] or [`has_neon`]. On other architectures the level is
+//! `Baseline` and the generic copies run.
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) mod lanes;
 
 /// Defines `fn $name(args) -> ret` whose body is compiled twice, once for the baseline
-/// target and once with `avx2,fma`, and dispatches at run time. Helpers called from the
+/// target and once with `avx2,fma` (on aarch64: once more for the `neon` level, with
+/// [`Fused`]), and dispatches at run time. Helpers called from the
 /// body should be `#[inline(always)]` so they are compiled into both copies. Inside the
-/// body, the type `M` is [`Fused`] in the AVX2 copy and [`Unfused`] in the baseline one:
+/// body, the type `M` is [`Fused`] in the AVX2 and NEON copies and [`Unfused`] in the
+/// baseline one:
 /// math helpers take it as a parameter to use fused multiply-adds where they exist.
 ///
 /// `multiversion! { avx512; fn ... }` adds a third copy with AVX-512 (F, VL, DQ, BW),
@@ -68,6 +75,18 @@ macro_rules! multiversion {
                     return unsafe { avx2($($arg),*) };
                 }
             }
+            #[cfg(target_arch = "aarch64")]
+            {
+                // NEON and FMA are baseline aarch64: the copy differs only in `M`.
+                fn neon($($arg: $ty),*) $(-> $ret)? {
+                    #[allow(dead_code)]
+                    type M = crate::simd::Fused;
+                    $body
+                }
+                if crate::simd::has_neon() {
+                    return neon($($arg),*);
+                }
+            }
             #[inline(always)]
             fn baseline($($arg: $ty),*) $(-> $ret)? {
                 #[allow(dead_code)]
@@ -84,27 +103,49 @@ pub(crate) use multiversion;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(crate) enum Level {
     Baseline,
+    #[cfg(target_arch = "x86_64")]
     Avx2,
+    #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// NEON with fused multiply-adds (baseline aarch64).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 impl Level {
+    /// Every level of this architecture, narrowest first.
+    const ALL: &[Level] = &[
+        Level::Baseline,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512,
+        #[cfg(target_arch = "aarch64")]
+        Level::Neon,
+    ];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
-            // Off x86 the baseline is the target's own (NEON on aarch64).
-            Level::Baseline if !cfg!(target_arch = "x86_64") => std::env::consts::ARCH,
+            // Elsewhere the baseline is the target's own.
+            Level::Baseline if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) => {
+                std::env::consts::ARCH
+            }
             Level::Baseline => "baseline",
+            #[cfg(target_arch = "x86_64")]
             Level::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
             Level::Avx512 => "avx512",
+            #[cfg(target_arch = "aarch64")]
+            Level::Neon => "neon",
         }
     }
 }
 
 /// The widest [`Level`] the kernels use: what the CPU has, capped by the environment
-/// variable `ANDREA_SIMD` (`baseline`, `avx2` or `avx512`) if set, read once. The cap
-/// exists to test and measure the narrower copies on a wide machine (`.ci/run` runs the
-/// conformance suite under each); it never enables what the CPU lacks. The GEMM kernels
-/// of the `gemm` crate choose their own.
+/// variable `ANDREA_SIMD` (`baseline`, `avx2` or `avx512` on x86-64; `baseline` or
+/// `neon` on aarch64) if set, read once. The cap exists to test and measure the narrower
+/// copies on a wide machine (`.ci/run` runs the conformance suite under each); it never
+/// enables what the CPU lacks. The GEMM kernels of the `gemm` crate choose their own.
 pub(crate) fn level() -> Level {
     static LEVEL: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
     *LEVEL.get_or_init(|| {
@@ -112,18 +153,18 @@ pub(crate) fn level() -> Level {
         let Ok(want) = std::env::var("ANDREA_SIMD") else {
             return cpu;
         };
-        let cap = match want.trim().to_ascii_lowercase().as_str() {
-            "baseline" => Level::Baseline,
-            "avx2" => Level::Avx2,
-            "avx512" => Level::Avx512,
-            _ => {
-                eprintln!(
-                    "andrea-cpu: ignoring ANDREA_SIMD={want:?} (expected baseline, avx2 or \
-                     avx512); using {}",
-                    cpu.name()
-                );
-                return cpu;
-            }
+        let want_lower = want.trim().to_ascii_lowercase();
+        let named = |l: &&Level| {
+            l.name() == want_lower || **l == Level::Baseline && want_lower == "baseline"
+        };
+        let Some(&cap) = Level::ALL.iter().find(named) else {
+            let names: Vec<_> = Level::ALL[1..].iter().map(|l| l.name()).collect();
+            eprintln!(
+                "andrea-cpu: ignoring ANDREA_SIMD={want:?} (expected baseline{}); using {}",
+                names.iter().map(|n| format!(", {n}")).collect::<String>(),
+                cpu.name()
+            );
+            return cpu;
         };
         cap.min(cpu)
     })
@@ -142,7 +183,11 @@ fn detected() -> Level {
             Level::Avx2
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        Level::Neon
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         Level::Baseline
     }
@@ -151,13 +196,41 @@ fn detected() -> Level {
 /// Whether the kernels may use AVX2 and FMA ([`level`]).
 #[inline]
 pub(crate) fn has_avx2_fma() -> bool {
-    level() >= Level::Avx2
+    #[cfg(target_arch = "x86_64")]
+    {
+        level() >= Level::Avx2
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Whether the kernels may use AVX-512 F, VL, DQ and BW besides AVX2 and FMA ([`level`]).
 #[inline]
 pub(crate) fn has_avx512() -> bool {
-    level() >= Level::Avx512
+    #[cfg(target_arch = "x86_64")]
+    {
+        level() >= Level::Avx512
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the kernels may use NEON's vectors and fused multiply-adds ([`level`]): on
+/// aarch64 unless `ANDREA_SIMD=baseline`.
+#[inline]
+pub(crate) fn has_neon() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    {
+        level() >= Level::Neon
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
 }
 
 /// `a·b + c`, fused where the CPU has FMA ([`Fused`]), two roundings otherwise.
@@ -165,9 +238,12 @@ pub(crate) trait MulAdd {
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
 }
 
-/// `a·b + c` in one rounding (only called from code compiled with `fma`: the AVX2 and
-/// AVX-512 copies; a NEON level will use it too).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// `a·b + c` in one rounding (only called from code compiled with `fma`: the AVX2,
+/// AVX-512 and NEON copies).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 pub(crate) struct Fused;
 /// `a·b + c` as a product and a sum.
 pub(crate) struct Unfused;

@@ -1,4 +1,5 @@
-//! The column form of the few-rows product (`gemv` module) with AVX2 + FMA intrinsics,
+//! The column form of the few-rows product (`gemv` module) with AVX2 + FMA intrinsics
+//! (and the row form's chunk at batch 1, [`row_chunk_one`]),
 //! four rows of `W` at a time: `dots[i, j] = x[i, :] · w[j]`, the tied output
 //! projection of a decoded token (`x · wteᵀ`), the largest product of a decode step.
 //!
@@ -20,12 +21,10 @@
 
 use std::arch::x86_64::*;
 
-use crate::decode::gemv::band::Band;
+use crate::decode::gemv::band::{self, Band, ROWS};
 
 /// Running sums per row of `W` (two 8-lane vectors), as in `gemv::dot`.
 const L: usize = 16;
-/// Rows of `W` per pass.
-const ROWS: usize = 4;
 
 /// `dots[i·cols + j] = x[i, :] · w[j]` for the band's `m` rows of `x` and `cols` rows
 /// of `w`; the bits of `gemv::dot::<Fused>`.
@@ -34,28 +33,7 @@ const ROWS: usize = 4;
 /// The CPU must have AVX2 and FMA. (Bounds are asserted.)
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
-    let Band {
-        x,
-        w,
-        ws,
-        m,
-        k,
-        cols,
-    } = band;
-    assert!(cols > 0 && dots.len() >= m * cols && x.len() >= m * k);
-    assert!(w.len() >= (cols - 1) * ws + k);
-    for j0 in (0..cols).step_by(ROWS) {
-        let rows = ROWS.min(cols - j0);
-        // Row r of this block; a short last block repeats its last row, whose dots are
-        // not stored.
-        let row = |r: usize| &w[(j0 + r.min(rows - 1)) * ws..][..k];
-        let block = [row(0), row(1), row(2), row(3)];
-        for i in 0..m {
-            let out = &mut dots[i * cols + j0..][..rows];
-            let d = four_dots(&x[i * k..][..k], block);
-            out.copy_from_slice(&d[..rows]);
-        }
-    }
+    band::by_four(dots, band, |x, w| four_dots(x, w));
 }
 
 /// The row form's chunk for one row of `A` (`m = 1`, a decoded token):
@@ -169,14 +147,10 @@ pub(crate) fn four_dots(x: &[f32], w: [&[f32]; ROWS]) -> [f32; ROWS] {
         _mm256_shuffle_ps::<0x88>(s2, s2), // per half: 0 2 0 2
         _mm256_shuffle_ps::<0xDD>(s2, s2), // 1 3 1 3
     );
-    let sums = _mm_unpacklo_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps::<1>(s1)); // a b c d
-                                                                                            // The tail: the last k mod 16 products of each row, a serial fused sum from 0.
-    let tail: [f32; ROWS] = std::array::from_fn(|r| {
-        x[body..]
-            .iter()
-            .zip(&w[r][body..k])
-            .fold(0.0f32, |t, (&a, &b)| a.mul_add(b, t))
-    });
+    // a b c d
+    let sums = _mm_unpacklo_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps::<1>(s1));
+    // The tail: the last k mod 16 products of each row, a serial fused sum from 0.
+    let tail = band::tails(x, w, body);
     let mut out = [0.0f32; ROWS];
     // SAFETY: `tail` and `out` hold four floats.
     unsafe {
@@ -188,52 +162,13 @@ pub(crate) fn four_dots(x: &[f32], w: [&[f32]; ROWS]) -> [f32; ROWS] {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::simd::Fused;
-
-    /// Every dot has the bits of `gemv::dot::<Fused>`, for `k` around the 16-lane body
-    /// and its tail, band widths around the four-row blocks (a short last block), one
-    /// and several rows of `x`, and `W`'s rows at a stride wider than `k`.
+    /// Every dot has the bits of `gemv::dot::<Fused>` (`band::tests::check_kernel`).
     #[test]
     fn dots_give_the_generic_bits() {
         if !crate::simd::has_avx2_fma() {
             eprintln!("SKIPPED: this CPU has no AVX2 + FMA");
             return;
         }
-        let mut r = andrea_testkit::random::Rand::new(3);
-        for k in [1usize, 15, 16, 17, 33, 128, 131] {
-            for cols in [1usize, 3, 4, 5, 8, 13] {
-                for m in [1usize, 3] {
-                    let ws = k + 5;
-                    let x = r.vec(m * k, -1.0, 1.0);
-                    let w = r.vec((cols - 1) * ws + k, -1.0, 1.0);
-                    let mut dots = vec![f32::NAN; m * cols];
-                    let band = Band {
-                        x: &x,
-                        w: &w,
-                        ws,
-                        m,
-                        k,
-                        cols,
-                    };
-                    // SAFETY: AVX2 + FMA checked above.
-                    unsafe { column_band(&mut dots, band) };
-                    for i in 0..m {
-                        for j in 0..cols {
-                            let want = crate::decode::gemv::dot::<Fused>(
-                                &x[i * k..][..k],
-                                &w[j * ws..][..k],
-                            );
-                            let got = dots[i * cols + j];
-                            assert_eq!(
-                                got.to_bits(),
-                                want.to_bits(),
-                                "k {k} cols {cols} ({i}, {j})"
-                            );
-                        }
-                    }
-                }
-            }
-        }
+        crate::decode::gemv::band::tests::check_kernel(super::column_band);
     }
 }

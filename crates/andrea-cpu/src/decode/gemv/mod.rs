@@ -13,11 +13,13 @@
 //!   partials are then added in chunk order. For one row of `A` (batch-1 decoding) and
 //!   rows of at most [`ROW_REGISTERS_MAX_N`] floats, the partial row stays in registers
 //!   instead while the chunk's rows stream past, up to 384 columns at a time with
-//!   AVX-512 (`avx512::row_chunk_one`), 96 with AVX2 (`avx2::row_chunk_one`);
-//!   same bits.
+//!   AVX-512 (`avx512::row_chunk_one`), 96 with AVX2 (`avx2::row_chunk_one`) or NEON
+//!   (`row_registers`); same bits.
 //! * **Column form** (`B = Wᵀ` with `W`'s rows contiguous: the tied output projection
 //!   `x·wteᵀ`): `C[i, j]` is the dot product of `A`'s row `i` with row `j` of `W`; tasks
-//!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each.
+//!   take bands of [`BAND_N`] rows of `W`, again one contiguous block each, sixteen
+//!   rows at a time with AVX-512 (`avx512`), four with AVX2 or NEON (`avx2`, `neon`);
+//!   same bits.
 //!
 //! **The bound.** A tiny-model token (configs/tiny.toml) reads 7.47 MB of weights: 4
 //! layers × (128·384 + 128·128 + 128·512 + 512·128) floats = 3.15 MB, plus the tied
@@ -37,6 +39,10 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 pub(crate) mod band;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod row_registers;
 
 use std::cell::Cell;
 
@@ -53,13 +59,13 @@ pub(crate) const CHUNK_K: usize = 64;
 /// unrolls, which keeps more loads in flight than one loop over the row (the same
 /// operations, the same bits).
 const ROW_BLOCK: usize = 64;
-/// The widest product whose row-form chunks take `avx512::row_chunk_one` or
-/// `avx2::row_chunk_one` (the partial row in registers) at batch 1: a chunk of 64 rows of
-/// at most 512 floats is at most 128 KB, so the passes over its column blocks after the
-/// first read it from L2. That pays on the tiny model's products (n = 128 to 512,
+/// The widest product whose row-form chunks take `avx512::row_chunk_one`,
+/// `avx2::row_chunk_one` or `row_registers` (the partial row in registers) at batch 1:
+/// a chunk of 64 rows of at most 512 floats is at most 128 KB, so the passes over its
+/// column blocks after the first read it from L2. That pays on the tiny model's products (n = 128 to 512,
 /// weights in L3); ANDREA-120M's (n >= 768, from DRAM) gain nothing, so they keep the
 /// four-rows-per-pass loop.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const ROW_REGISTERS_MAX_N: usize = 512;
 /// Columns of `C` (rows of `W`) per task in the column form.
 pub(crate) const BAND_N: usize = 32;
@@ -151,17 +157,11 @@ impl Gemv<'_> {
                         )
                     };
                 }
-                #[cfg(target_arch = "x86_64")]
-                if m == 1 && n <= ROW_REGISTERS_MAX_N && avx2_registers() {
-                    // SAFETY: the CPU has AVX2 and FMA.
-                    return unsafe {
-                        crate::decode::gemv::avx2::row_chunk_one(
-                            part,
-                            &x[k0..k0 + rows],
-                            w,
-                            self.b_rs,
-                        )
-                    };
+                #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+                if let Some(kernel) = row_registers().filter(|_| m == 1 && n <= ROW_REGISTERS_MAX_N)
+                {
+                    // SAFETY: the level has the kernel's instruction set.
+                    return unsafe { kernel(part, &x[k0..k0 + rows], w, self.b_rs) };
                 }
                 row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
             };
@@ -275,19 +275,32 @@ impl Gemv<'_> {
     }
 }
 
-/// Whether a batch-1 row-form chunk takes the AVX2 register kernel
-/// (`avx2::row_chunk_one`): with AVX2 and FMA (and not AVX-512, whose kernel comes
-/// first), on a pool of two threads or more; on one thread the generic chunk's four rows
-/// per pass are faster. Both give the same bits.
-#[cfg(target_arch = "x86_64")]
-fn avx2_registers() -> bool {
-    crate::simd::has_avx2_fma() && rayon::current_num_threads() > 1
+/// A register kernel of the row form's chunk at batch 1, unsafe for its instruction set.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+type RowChunkOne = unsafe fn(&mut [f32], &[f32], &[f32], usize);
+
+/// The register kernel a batch-1 row-form chunk takes after AVX-512's
+/// (`avx2::row_chunk_one`, `row_registers`):
+/// with AVX2 and FMA, or NEON, on a pool of two threads or more; on one thread the
+/// generic chunk's four rows per pass are faster (measured on x86). Both give the same
+/// bits.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn row_registers() -> Option<RowChunkOne> {
+    if rayon::current_num_threads() < 2 {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    let kernel = crate::simd::has_avx2_fma().then_some(avx2::row_chunk_one as RowChunkOne);
+    #[cfg(target_arch = "aarch64")]
+    let kernel =
+        crate::simd::has_neon().then_some(row_registers::row_chunk_one_neon as RowChunkOne);
+    kernel
 }
 
 /// `part[j] += Σ_r a[r]·w[r·ws + j]` over the rows of `w` in order (one row of `A`
 /// against `a.len()` rows of `part.len()` columns): a chunk of the row form at batch 1,
-/// in registers with AVX-512 or AVX2 (`avx512::row_chunk_one`,
-/// `avx2::row_chunk_one`), otherwise [`row_chunk`]: the same bits.
+/// in registers with AVX-512, AVX2 or NEON (`avx512::row_chunk_one`,
+/// `avx2::row_chunk_one`, `row_registers`), otherwise [`row_chunk`]: the same bits.
 pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
     if a.is_empty() || part.is_empty() {
         return;
@@ -298,10 +311,10 @@ pub(crate) fn row_product(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
         // SAFETY: the CPU has AVX-512 F.
         return unsafe { crate::decode::gemv::avx512::row_chunk_one(part, a, w, ws) };
     }
-    #[cfg(target_arch = "x86_64")]
-    if avx2_registers() {
-        // SAFETY: the CPU has AVX2 and FMA.
-        return unsafe { crate::decode::gemv::avx2::row_chunk_one(part, a, w, ws) };
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if let Some(kernel) = row_registers() {
+        // SAFETY: the level has the kernel's instruction set.
+        return unsafe { kernel(part, a, w, ws) };
     }
     let (rows, n) = (a.len(), part.len());
     row_chunk(part, a, rows, 0, rows, w, ws, 1, n);
@@ -375,7 +388,7 @@ multiversion! {
 }
 
 /// [`column_band`], sixteen rows of `W` at a time with AVX-512 where the CPU has it
-/// (`avx512` module), four at a time with AVX2 (`avx2`): the same bits.
+/// (`avx512` module), four at a time with AVX2 (`avx2`) or NEON (`neon`): the same bits.
 fn column_band_any(dots: &mut [f32], band: Band<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
@@ -386,6 +399,11 @@ fn column_band_any(dots: &mut [f32], band: Band<'_>) {
     if crate::simd::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA.
         return unsafe { crate::decode::gemv::avx2::column_band(dots, band) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if crate::simd::has_neon() {
+        // SAFETY: the level has NEON.
+        return unsafe { crate::decode::gemv::neon::column_band(dots, band) };
     }
     column_band(dots, band)
 }
@@ -438,23 +456,29 @@ mod tests {
         andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
     }
 
-    /// The row form for one row of `A` with the partial row in registers, AVX-512 and
-    /// AVX2 (whichever this CPU and `ANDREA_SIMD` allow), gives the bits of the generic
-    /// chunk (four rows per pass), at widths that take every block size of both and their
-    /// tails, and chunks of one, three and 64 rows.
-    #[cfg(target_arch = "x86_64")]
+    /// The row form for one row of `A` with the partial row in registers, AVX-512, AVX2
+    /// and NEON (whichever this CPU and `ANDREA_SIMD` allow), gives the bits of the
+    /// generic chunk (four rows per pass), at widths that take every block size of each
+    /// and their tails, and chunks of one, three and 64 rows.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     #[test]
     fn row_chunk_one_has_the_bits_of_the_generic_chunk() {
-        type Chunk = unsafe fn(&mut [f32], &[f32], &[f32], usize);
-        let mut kernels: Vec<(&str, Chunk)> = Vec::new();
+        let mut kernels: Vec<(&str, RowChunkOne)> = Vec::new();
+        #[cfg(target_arch = "x86_64")]
         if crate::simd::has_avx512() {
             kernels.push(("avx512", crate::decode::gemv::avx512::row_chunk_one));
         }
+        #[cfg(target_arch = "x86_64")]
         if crate::simd::has_avx2_fma() {
-            kernels.push(("avx2", crate::decode::gemv::avx2::row_chunk_one));
-        } else {
+            kernels.push(("avx2", avx2::row_chunk_one));
+        }
+        #[cfg(target_arch = "aarch64")]
+        if crate::simd::has_neon() {
+            kernels.push(("neon", row_registers::row_chunk_one_neon));
+        }
+        if kernels.is_empty() {
             // The generic chunk then runs unfused (two roundings): no bits to match.
-            eprintln!("skipped: no AVX2 + FMA here (or ANDREA_SIMD=baseline)");
+            eprintln!("SKIPPED: no AVX2 + FMA or NEON at this level (ANDREA_SIMD=baseline?)");
         }
         for (name, kernel) in kernels {
             for &n in &[
