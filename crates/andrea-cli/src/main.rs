@@ -123,13 +123,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
         }
     }
-    match backend::select(&cli.global, cli.command.backend_args())? {
+    match backend::select(&cli.global, &cli.command)? {
         // The whole command runs on a worker of the CPU thread pool, so each op starts its
         // parallel work in place instead of handing it over from `main` and waiting for a
         // wake-up (`CpuBackend::install`): 5x on a tiny model's decoding, nothing lost on
         // large steps. `select` sized the global pool; every handle on it is free.
-        backend::Selected::Cpu => andrea::DefaultBackend::new()
-            .install(move || dispatch(&cli, &mut || Ok(andrea::DefaultBackend::new()))),
+        backend::Selected::Cpu(precision) => andrea::DefaultBackend::new().install(move || {
+            dispatch(&cli, &mut || {
+                Ok(andrea::DefaultBackend::new().with_precision(precision)?)
+            })
+        }),
         // The CUDA backend stays on this thread (it holds the driver's context); its host
         // work (sampling, data loading) is serial.
         #[cfg(feature = "cuda")]

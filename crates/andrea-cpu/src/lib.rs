@@ -159,6 +159,7 @@ mod views;
 
 // The ops, by what they compute.
 mod attention;
+mod bf16_copies;
 mod decode;
 mod elementwise;
 mod embedding;
@@ -169,9 +170,34 @@ mod norm_softmax_loss;
 mod optim;
 mod reduce;
 
-use andrea_core::{Error, Result};
+use andrea_core::{Error, MatmulPrecision, Result};
 
 pub use buffer::{CpuBuffer, CpuIds};
+
+/// What this CPU has of the BF16 matrix instructions (AMX-BF16's `tdpbf16ps`,
+/// AVX512-BF16's `vdpbf16ps`), in words, for a message that refuses BF16 training:
+/// e.g. "this CPU has neither AMX-BF16 nor AVX512-BF16".
+pub fn bf16_hardware() -> String {
+    #[cfg(target_arch = "x86_64")]
+    let (amx, avx512) = (
+        // CPUID leaf 7, EDX bit 22: AMX-BF16 (its detection macro is unstable in Rust).
+        {
+            #[allow(unused_unsafe)]
+            // SAFETY: CPUID exists on every x86-64 CPU.
+            let leaf7 = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
+            leaf7.edx & (1 << 22) != 0
+        },
+        std::arch::is_x86_feature_detected!("avx512bf16"),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (amx, avx512) = (false, false);
+    match (amx, avx512) {
+        (false, false) => "this CPU has neither AMX-BF16 nor AVX512-BF16".into(),
+        (true, true) => "this CPU has AMX-BF16 and AVX512-BF16".into(),
+        (true, false) => "this CPU has AMX-BF16".into(),
+        (false, true) => "this CPU has AVX512-BF16 but not AMX-BF16".into(),
+    }
+}
 
 /// The CPU backend. Cheap to create; [`CpuBackend::with_threads`] gives it its own
 /// thread pool, [`CpuBackend::new`] uses rayon's global pool (`RAYON_NUM_THREADS` or
@@ -184,6 +210,10 @@ pub struct CpuBackend {
     attention: attention::path::AttentionPath,
     /// What the decoder stack's checks passed (`check_memo`).
     decode_checks: std::sync::Mutex<decode::check_memo::CheckMemo>,
+    /// The products' operand precision ([`CpuBackend::with_precision`]).
+    precision: MatmulPrecision,
+    /// BF16 copies of weights that products in BF16 precision read (`bf16_copies`).
+    bf16_copies: bf16_copies::Bf16Copies,
 }
 
 impl Default for CpuBackend {
@@ -200,7 +230,29 @@ impl CpuBackend {
             kernel: gemm::GemmKernel::for_level(),
             attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
+            precision: MatmulPrecision::Fp32,
+            bf16_copies: Default::default(),
         }
+    }
+
+    /// The same backend with its products' operands in `precision`: `Fp32` (the
+    /// default, the exact reference) or `Bf16` (operands rounded to BF16, nearest even,
+    /// FP32 sums; see "BF16 precision" in the crate doc). `Tf32` is a CUDA tensor-core
+    /// format and is refused.
+    pub fn with_precision(mut self, precision: MatmulPrecision) -> Result<Self> {
+        if precision == MatmulPrecision::Tf32 {
+            return Err(Error::invalid(
+                "CpuBackend::with_precision",
+                "tf32 is a CUDA tensor-core format: the CPU backend computes in fp32 or bf16",
+            ));
+        }
+        self.precision = precision;
+        Ok(self)
+    }
+
+    /// The products' operand precision.
+    pub fn precision(&self) -> MatmulPrecision {
+        self.precision
     }
 
     /// A backend with its own pool of `threads` threads (`threads >= 1`).
@@ -224,6 +276,8 @@ impl CpuBackend {
             kernel: gemm::GemmKernel::for_level(),
             attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
+            precision: MatmulPrecision::Fp32,
+            bf16_copies: Default::default(),
         })
     }
 
