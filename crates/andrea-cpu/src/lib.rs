@@ -37,6 +37,8 @@
 //! | `matmul_gelu_backward`, `k` <= 256 | `gemm` crate | andrea's AVX2 GEMM | andrea's AVX-512 GEMM (`gemm::avx512`) | `gemm` crate |
 //! | training attention, heads a multiple of 16 | blocked path | fused, 6 x 16 tile | fused, 6 x 32 tile (heads a multiple of 32) | blocked path |
 //! | few-row products (generation) | row / column forms | + 4-row AVX2 dot products | + 16-row AVX-512 dot products | row / column forms |
+//! | few-row products in BF16 (generation) | row / column forms on BF16 weights (`decode::gemv::bf16`) | the same, compiled for AVX2 + FMA | the same as `avx2` | the generic forms |
+//! | larger products in BF16 | operands rounded into copies, then the level's FP32 GEMM | the same | the same | the same |
 //! | softmax, softmax + cross-entropy | generic rows | AVX2 intrinsics | AVX-512 intrinsics | generic rows |
 //! | GELU, GELU' | generic blocks | generic blocks (FMA) | AVX-512 intrinsics | generic blocks |
 //! | LayerNorm, AdamW, sums, embedding | generic | generic (FMA) | generic (AVX-512 where it pays) | generic |
@@ -89,6 +91,31 @@
 //!   form runs sixteen rows of the embedding at a time with AVX-512 (four with AVX2):
 //!   independent FMA chains and one shared transposing reduction that keeps each dot
 //!   product's bits.
+//!
+//! ## BF16 precision
+//!
+//! [`CpuBackend::with_precision`]`(MatmulPrecision::Bf16)` gives `--precision bf16` its
+//! meaning on every backend (`andrea_core::precision`): each product's operands rounded
+//! to BF16 (nearest even), FP32 sums. What it is for on a CPU today is **decoding**,
+//! which is bound by streaming the weights: the model offers its parameters to
+//! `keep_bf16_weights` when it makes a KV cache, the backend keeps a BF16 copy
+//! (`bf16_copies`, made once, dropped by any op that writes the weights), and the
+//! few-row products (`decode::gemv::bf16`) read it, half the bytes of the FP32 weights.
+//! Widening a BF16 weight is exact and costs a zero-extending load and a shift, which the
+//! compiler vectorises on every x86-64 level (AVX2: eight weights per instruction), so
+//! this needs no BF16 instruction. A product of two BF16 values is exact in FP32, so the
+//! only rounding is the FP32 sums': every level gives the same bits, for any thread
+//! count, with or without the copy (a product whose weights have no copy rounds them as
+//! it reads them).
+//!
+//! In BF16 the decode paths that fuse a block's half into one job (`decode` module) step
+//! aside for the fine ops, whose products read the copy. A product of more rows (the
+//! prompt's prefill) rounds both operands into contiguous copies and runs the FP32 GEMM
+//! on them: the same BF16 products, at FP32 speed plus a pass over the operands. The
+//! attention's own products (`q·kᵀ`, `P·v`) stay FP32. Training in BF16 needs BF16
+//! matrix instructions (AMX's `tdpbf16ps`, AVX512-BF16's `vdpbf16ps`), for which this
+//! crate has no kernels yet: the `andrea` binary refuses `train --precision bf16` on the
+//! CPU, saying what the CPU has ([`bf16_hardware`]).
 //!
 //! ## Attention
 //!

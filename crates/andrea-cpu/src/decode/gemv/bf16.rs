@@ -18,6 +18,8 @@
 
 use andrea_core::bf16;
 
+#[cfg(target_arch = "x86_64")]
+use super::ROW_REGISTERS_MAX_N;
 use crate::simd::{multiversion, MulAdd};
 
 /// Where a product in BF16 precision reads `B`, from the element its slice starts at.
@@ -46,6 +48,57 @@ impl Operand for f32 {
     fn operand(self) -> f32 {
         crate::elementwise::convert::narrow(self).operand()
     }
+}
+
+/// [`row_chunk`], for one row of `A` on a BF16 copy with AVX2 + FMA intrinsics where the
+/// CPU has them: `avx2::row_chunk_one` on BF16 weights (the partial row in registers)
+/// up to `ROW_REGISTERS_MAX_N` columns, as in FP32, and four rows per pass beyond
+/// (`bf16_avx2::row_chunk_four`); the generic loop, which widens as it goes, does not
+/// keep up with the memory stream. The same bits.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn row_chunk_any(
+    part: &mut [f32],
+    x: &[f32],
+    k: usize,
+    k0: usize,
+    rows: usize,
+    w: Weights<'_>,
+    ws: usize,
+    m: usize,
+    n: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let (1, Weights::Copy(w), true) = (m, w, crate::simd::has_avx2_fma()) {
+        // SAFETY: the CPU has AVX2 and FMA.
+        let (part, a) = (&mut part[..n], &x[k0..k0 + rows]);
+        return unsafe {
+            if n <= ROW_REGISTERS_MAX_N {
+                super::avx2::row_chunk_one(part, a, w, ws)
+            } else {
+                super::bf16_avx2::row_chunk_four(part, a, w, ws)
+            }
+        };
+    }
+    row_chunk(part, x, k, k0, rows, w, ws, m, n)
+}
+
+/// [`column_band`], for one row of `A` on a BF16 copy with AVX2 + FMA intrinsics where
+/// the CPU has them (`bf16_avx2::column_band_one`): the same bits.
+pub(crate) fn column_band_any(
+    dots: &mut [f32],
+    x: &[f32],
+    w: Weights<'_>,
+    ws: usize,
+    m: usize,
+    k: usize,
+    cols: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let (1, Weights::Copy(w), true) = (m, w, crate::simd::has_avx2_fma()) {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { super::bf16_avx2::column_band_one(&mut dots[..cols], &x[..k], w, ws) };
+    }
+    column_band(dots, x, w, ws, m, k, cols)
 }
 
 multiversion! {
@@ -150,6 +203,73 @@ fn column_band_of<M: MulAdd, E: Operand>(
         let wj = &w[j * ws..][..k];
         for i in 0..m {
             dots[i * cols + j] = super::dot_with::<M, E>(&x[i * k..][..k], wj, E::operand);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        andrea_testkit::random::Rand::new(seed).vec(n, -1.0, 1.0)
+    }
+
+    fn to_bf16(x: &[f32]) -> Vec<bf16> {
+        x.iter().map(|&v| bf16::from_f32(v)).collect()
+    }
+
+    /// The AVX2 kernels for one row give the generic forms' bits, on widths and lengths
+    /// with and without tails; the generic forms give the same bits from the copy and
+    /// from the FP32 weights rounded as read.
+    #[test]
+    fn the_kernels_for_one_row_have_the_generic_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if !crate::simd::has_avx2_fma() {
+            eprintln!("SKIPPED bf16 AVX2 kernels: this CPU (or ANDREA_SIMD) lacks AVX2 + FMA");
+        }
+        for &(rows, n) in &[
+            (1, 7),
+            (3, 8),
+            (64, 100),
+            (64, 200),
+            (5, 769),
+            (64, 1030),
+            (3, 2304),
+        ] {
+            let (ws, k) = (n + 3, rows + 5);
+            let x: Vec<f32> = values(k, 1).iter().map(|&v| Operand::operand(v)).collect();
+            let w32 = values((rows - 1) * ws + n, 2);
+            let w16 = to_bf16(&w32);
+            let start = values(n, 3);
+            let mut want = start.clone();
+            row_chunk(&mut want, &x, k, 5, rows, Weights::Copy(&w16), ws, 1, n);
+            let mut rounded = start.clone();
+            row_chunk(&mut rounded, &x, k, 5, rows, Weights::Round(&w32), ws, 1, n);
+            let mut got = start.clone();
+            row_chunk_any(&mut got, &x, k, 5, rows, Weights::Copy(&w16), ws, 1, n);
+            assert_eq!(
+                rounded, want,
+                "row form, rows {rows} n {n}: rounded as read"
+            );
+            assert_eq!(got, want, "row form, rows {rows} n {n}");
+        }
+        for &(k, cols) in &[(5, 3), (16, 1), (47, 32), (768, 32), (130, 17)] {
+            let ws = k + 2;
+            let x: Vec<f32> = values(k, 4).iter().map(|&v| Operand::operand(v)).collect();
+            let w32 = values((cols - 1) * ws + k, 5);
+            let w16 = to_bf16(&w32);
+            let mut want = vec![0.0; cols];
+            column_band(&mut want, &x, Weights::Copy(&w16), ws, 1, k, cols);
+            let mut rounded = vec![0.0; cols];
+            column_band(&mut rounded, &x, Weights::Round(&w32), ws, 1, k, cols);
+            let mut got = vec![0.0; cols];
+            column_band_any(&mut got, &x, Weights::Copy(&w16), ws, 1, k, cols);
+            assert_eq!(
+                rounded, want,
+                "column form, k {k} cols {cols}: rounded as read"
+            );
+            assert_eq!(got, want, "column form, k {k} cols {cols}");
         }
     }
 }

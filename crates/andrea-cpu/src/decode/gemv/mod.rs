@@ -38,6 +38,8 @@ pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod band;
 pub(crate) mod bf16;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod bf16_avx2;
 
 use std::cell::Cell;
 
@@ -152,7 +154,7 @@ impl Gemv<'_> {
                 };
                 if self.bf16 {
                     let w = self.weights_bf16(w, k0 * self.b_rs);
-                    return bf16::row_chunk(part, x, k, k0, rows, w, self.b_rs, m, n);
+                    return bf16::row_chunk_any(part, x, k, k0, rows, w, self.b_rs, m, n);
                 }
                 #[cfg(target_arch = "x86_64")]
                 if m == 1 && n <= ROW_REGISTERS_MAX_N && crate::simd::has_avx512() {
@@ -216,7 +218,7 @@ impl Gemv<'_> {
                 if self.bf16 {
                     let w = self.weights_bf16(w, j0 * self.b_cs);
                     let mut dots = [0.0f32; BAND_N * MAX_ROWS];
-                    bf16::column_band(&mut dots, x, w, self.b_cs, m, k, cols);
+                    bf16::column_band_any(&mut dots, x, w, self.b_cs, m, k, cols);
                     for i in 0..m {
                         // SAFETY: columns j0..j0+cols of row i of C; bands are disjoint.
                         let c =
