@@ -57,7 +57,8 @@
 //!   Every error exits with status 2 and one paragraph saying what and how to fix it.
 //! * `--backend cpu` (the default) or `--backend cuda` (GPU 0), with
 //!   `--precision fp32|tf32|bf16` for the GPU's arithmetic (default `tf32`, the CUDA
-//!   backend's `Precision::FAST`; the CPU computes in FP32 and refuses the others). The
+//!   backend's `Precision::FAST`; the CPU computes in FP32, takes `bf16` for generation
+//!   only and refuses `tf32`). The
 //!   commands are generic over `B: Backend` ([`backend`]); on the CPU the whole command
 //!   runs on a worker of the rayon pool (`CpuBackend::install`), on the GPU on the main
 //!   thread, which owns the driver context. The GPU starts when the command needs a model
