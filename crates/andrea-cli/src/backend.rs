@@ -6,14 +6,17 @@
 
 use anyhow::{bail, Result};
 
-use crate::cli::{BackendArgs, BackendKind, GlobalArgs, PrecisionKind};
+use andrea::core::MatmulPrecision;
+
+use crate::cli::{BackendArgs, BackendKind, BenchKind, Command, GlobalArgs, PrecisionKind};
 
 /// The backend the flags ask for (checked; the CUDA backend itself starts when the
 /// command needs it, see `start_cuda`, in a build with the `cuda` feature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Selected {
-    /// `andrea::DefaultBackend`, the CPU backend on the global thread pool.
-    Cpu,
+    /// `andrea::DefaultBackend`, the CPU backend on the global thread pool, its products
+    /// in this precision (`Fp32` or `Bf16`).
+    Cpu(MatmulPrecision),
     /// `CudaBackend` on GPU 0 in this precision.
     #[cfg(feature = "cuda")]
     Cuda(andrea::cuda::Precision),
@@ -21,9 +24,9 @@ pub enum Selected {
 
 /// Checks the flags and sizes the thread pool. `--threads` sizes the pool the CPU
 /// backend and the tokenizer run on (the tokenizer also with `--backend cuda`).
-/// `command`: `--backend`/`--precision` as given after the command's name.
-pub fn select(global: &GlobalArgs, command: Option<BackendArgs>) -> Result<Selected> {
-    let flags = merge(global.backend, command.unwrap_or_default())?;
+/// `command`: the command, whose `--backend`/`--precision` are given after its name.
+pub fn select(global: &GlobalArgs, command: &Command) -> Result<Selected> {
+    let flags = merge(global.backend, command.backend_args().unwrap_or_default())?;
     // Ranks of a data-parallel run on one machine share its cores: by default each
     // takes its share (2 ranks on 8 cores: 4 threads each), not all of them.
     let share = andrea_dist::launcher_local_size()
@@ -60,15 +63,39 @@ pub fn select(global: &GlobalArgs, command: Option<BackendArgs>) -> Result<Selec
         })?;
     match flags.backend.unwrap_or(BackendKind::Cpu) {
         BackendKind::Cpu => match flags.precision {
-            None | Some(PrecisionKind::Fp32) => Ok(Selected::Cpu),
+            None | Some(PrecisionKind::Fp32) => Ok(Selected::Cpu(MatmulPrecision::Fp32)),
+            Some(PrecisionKind::Bf16) => cpu_bf16(command),
             Some(p) => bail!(
-                "--precision {}: only --backend cuda has tensor-core modes; the CPU backend \
-                 computes in FP32 (drop --precision, or pass --backend cuda)",
+                "--precision {}: TF32 is a CUDA tensor-core format; the CPU backend computes \
+                 in fp32 (the default) or, for generation, bf16 (drop --precision, pass \
+                 --precision bf16, or pass --backend cuda)",
                 precision_name(p)
             ),
         },
         BackendKind::Cuda => cuda(flags.precision),
     }
+}
+
+/// `--precision bf16` on the CPU: decoding (`generate`, `bench decode`) reads a BF16 copy
+/// of the weights, on any CPU. Training and evaluation would need BF16 matrix kernels
+/// (AMX or AVX512-BF16), which the CPU backend does not have: refused, saying what this
+/// CPU has and what to use instead.
+fn cpu_bf16(command: &Command) -> Result<Selected> {
+    let decoding = match command {
+        Command::Generate(_) => true,
+        Command::Bench(b) => matches!(b.kind, BenchKind::Decode),
+        _ => false,
+    };
+    if !decoding {
+        bail!(
+            "--precision bf16 on the CPU backend is for generation (`generate`, `bench decode`) \
+             only: training and evaluating in BF16 need BF16 matrix kernels (AMX or \
+             AVX512-BF16), which andrea's CPU backend does not have yet ({}); drop \
+             --precision (fp32, the default on the CPU), or pass --backend cuda --precision bf16",
+            andrea::cpu::bf16_hardware()
+        );
+    }
+    Ok(Selected::Cpu(MatmulPrecision::Bf16))
 }
 
 /// The flags given before the command's name and after it: each flag from where it was

@@ -83,7 +83,8 @@ pub enum PrecisionKind {
     /// Tensor cores with TF32 operands, FP32 accumulation, hardware tanh (the default).
     #[value(alias = "fast")]
     Tf32,
-    /// Tensor cores with BF16 operands, FP32 accumulation, hardware tanh.
+    /// BF16 operands, FP32 accumulation: tensor cores and the hardware tanh on CUDA; on
+    /// the CPU, `generate` and `bench decode` from a BF16 copy of the weights.
     Bf16,
 }
 

@@ -60,7 +60,8 @@
 //!   ... | head` stops with status 0, `andrea train 2>&1 | head` trains on.
 //! * `--backend cpu` (the default) or `--backend cuda` (GPU 0), with
 //!   `--precision fp32|tf32|bf16` for the GPU's arithmetic (default `tf32`, the CUDA
-//!   backend's `Precision::FAST`; the CPU computes in FP32 and refuses the others). The
+//!   backend's `Precision::FAST`; the CPU computes in FP32, takes `bf16` for generation
+//!   only and refuses `tf32`). The
 //!   commands are generic over `B: Backend` ([`backend`]); on the CPU the whole command
 //!   runs on a worker of the rayon pool (`CpuBackend::install`), on the GPU on the main
 //!   thread, which owns the driver context. The GPU starts when the command needs a model
@@ -129,13 +130,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
         }
     }
-    match backend::select(&cli.global, cli.command.backend_args())? {
+    match backend::select(&cli.global, &cli.command)? {
         // The whole command runs on a worker of the CPU thread pool, so each op starts its
         // parallel work in place instead of handing it over from `main` and waiting for a
         // wake-up (`CpuBackend::install`): 5x on a tiny model's decoding, nothing lost on
         // large steps. `select` sized the global pool; every handle on it is free.
-        backend::Selected::Cpu => andrea::DefaultBackend::new()
-            .install(move || dispatch(&cli, &mut || Ok(andrea::DefaultBackend::new()))),
+        backend::Selected::Cpu(precision) => andrea::DefaultBackend::new().install(move || {
+            dispatch(&cli, &mut || {
+                Ok(andrea::DefaultBackend::new().with_precision(precision)?)
+            })
+        }),
         // The CUDA backend stays on this thread (it holds the driver's context); its host
         // work (sampling, data loading) is serial.
         #[cfg(feature = "cuda")]

@@ -146,10 +146,22 @@ fn bad_input_gives_a_clear_error() {
         );
         assert!(err.contains("--backend cpu"), "{err}");
     }
+    // BF16 on the CPU is for generation; training says what the CPU lacks.
     fails_with(
         dir,
         &["--precision", "bf16", "info", "--config", "tiny.toml"],
-        "only --backend cuda",
+        "for generation",
+    );
+    let err = fails_with(
+        dir,
+        &[&train[..], &["--out", "r", "--precision", "bf16"]].concat(),
+        "AMX-BF16",
+    );
+    assert!(err.contains("drop --precision"), "{err}");
+    fails_with(
+        dir,
+        &["--precision", "tf32", "info", "--config", "tiny.toml"],
+        "TF32 is a CUDA tensor-core format",
     );
     fails_with(dir, &["generate", "--checkpoint", "nope"], "nope");
     std::fs::create_dir(dir.join("empty")).unwrap();

@@ -328,6 +328,7 @@ macro_rules! timed_ops {
     };
     // Not work on the device: asked of `B`, untimed.
     (@op synchronize $($sig:tt)*) => { timed_ops!(@untimed synchronize $($sig)*); };
+    (@op keep_bf16_weights $($sig:tt)*) => { timed_ops!(@untimed keep_bf16_weights $($sig)*); };
     (@op matmul_scratch_len $($sig:tt)*) => { timed_ops!(@untimed matmul_scratch_len $($sig)*); };
     (@op kv_heads_apart $($sig:tt)*) => { timed_ops!(@untimed kv_heads_apart $($sig)*); };
     (@op attention_workspace_len $($sig:tt)*) => {

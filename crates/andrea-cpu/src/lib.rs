@@ -39,6 +39,8 @@
 //! | `matmul_gelu_backward`, `k` <= 256 | `gemm` crate | andrea's AVX2 GEMM | andrea's AVX-512 GEMM (`gemm::avx512`) | `gemm` crate |
 //! | training attention, heads a multiple of 16 | blocked path | fused, 6 x 16 tile | fused, 6 x 32 tile (heads a multiple of 32) | blocked path |
 //! | few-row products (generation) | row / column forms | + 4-row AVX2 dot products, the row form in registers | + 16-row AVX-512 dot products | + 4-row NEON dot products, the row form in registers (`F32Mem`) |
+//! | few-row products in BF16 (generation) | row / column forms on BF16 weights (`decode::gemv::bf16`) | the same, compiled for AVX2 + FMA | the same as `avx2` | the generic forms |
+//! | larger products in BF16 | operands rounded into copies, then the level's FP32 GEMM | the same | the same | the same |
 //! | decode attention | generic | 4-row AVX2 dots, AVX2 weighted sum (`F32Mem`) | 16-row AVX-512 dots, AVX-512 weighted sum | 4-row NEON dots, NEON weighted sum (`F32Mem`) |
 //! | softmax, softmax + cross-entropy | generic rows | AVX2 intrinsics | AVX-512 intrinsics | NEON rows (`F32Rows`), the AVX2 kernel's passes |
 //! | GELU, GELU' | generic blocks | generic blocks (FMA) | AVX-512 intrinsics (`F32s`) | NEON slices (`F32s`) |
@@ -98,6 +100,31 @@
 //!   form runs sixteen rows of the embedding at a time with AVX-512 (four with AVX2):
 //!   independent FMA chains and one shared transposing reduction that keeps each dot
 //!   product's bits.
+//!
+//! ## BF16 precision
+//!
+//! [`CpuBackend::with_precision`]`(MatmulPrecision::Bf16)` gives `--precision bf16` its
+//! meaning on every backend (`andrea_core::precision`): each product's operands rounded
+//! to BF16 (nearest even), FP32 sums. What it is for on a CPU today is **decoding**,
+//! which is bound by streaming the weights: the model offers its parameters to
+//! `keep_bf16_weights` when it makes a KV cache, the backend keeps a BF16 copy
+//! (`bf16_copies`, made once, dropped by any op that writes the weights), and the
+//! few-row products (`decode::gemv::bf16`) read it, half the bytes of the FP32 weights.
+//! Widening a BF16 weight is exact and costs a zero-extending load and a shift, which the
+//! compiler vectorises on every x86-64 level (AVX2: eight weights per instruction), so
+//! this needs no BF16 instruction. A product of two BF16 values is exact in FP32, so the
+//! only rounding is the FP32 sums': every level gives the same bits, for any thread
+//! count, with or without the copy (a product whose weights have no copy rounds them as
+//! it reads them).
+//!
+//! In BF16 the decode paths that fuse a block's half into one job (`decode` module) step
+//! aside for the fine ops, whose products read the copy. A product of more rows (the
+//! prompt's prefill) rounds both operands into contiguous copies and runs the FP32 GEMM
+//! on them: the same BF16 products, at FP32 speed plus a pass over the operands. The
+//! attention's own products (`q·kᵀ`, `P·v`) stay FP32. Training in BF16 needs BF16
+//! matrix instructions (AMX's `tdpbf16ps`, AVX512-BF16's `vdpbf16ps`), for which this
+//! crate has no kernels yet: the `andrea` binary refuses `train --precision bf16` on the
+//! CPU, saying what the CPU has ([`bf16_hardware`]).
 //!
 //! ## Attention
 //!
@@ -168,6 +195,7 @@ mod views;
 
 // The ops, by what they compute.
 mod attention;
+mod bf16_copies;
 mod decode;
 mod elementwise;
 mod embedding;
@@ -178,9 +206,34 @@ mod norm_softmax_loss;
 mod optim;
 mod reduce;
 
-use andrea_core::{Error, Result};
+use andrea_core::{Error, MatmulPrecision, Result};
 
 pub use buffer::{CpuBuffer, CpuIds};
+
+/// What this CPU has of the BF16 matrix instructions (AMX-BF16's `tdpbf16ps`,
+/// AVX512-BF16's `vdpbf16ps`), in words, for a message that refuses BF16 training:
+/// e.g. "this CPU has neither AMX-BF16 nor AVX512-BF16".
+pub fn bf16_hardware() -> String {
+    #[cfg(target_arch = "x86_64")]
+    let (amx, avx512) = (
+        // CPUID leaf 7, EDX bit 22: AMX-BF16 (its detection macro is unstable in Rust).
+        {
+            #[allow(unused_unsafe)]
+            // SAFETY: CPUID exists on every x86-64 CPU.
+            let leaf7 = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
+            leaf7.edx & (1 << 22) != 0
+        },
+        std::arch::is_x86_feature_detected!("avx512bf16"),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (amx, avx512) = (false, false);
+    match (amx, avx512) {
+        (false, false) => "this CPU has neither AMX-BF16 nor AVX512-BF16".into(),
+        (true, true) => "this CPU has AMX-BF16 and AVX512-BF16".into(),
+        (true, false) => "this CPU has AMX-BF16".into(),
+        (false, true) => "this CPU has AVX512-BF16 but not AMX-BF16".into(),
+    }
+}
 
 /// The CPU backend. Cheap to create; [`CpuBackend::with_threads`] gives it its own
 /// thread pool, [`CpuBackend::new`] uses rayon's global pool (`RAYON_NUM_THREADS` or
@@ -193,6 +246,10 @@ pub struct CpuBackend {
     attention: attention::path::AttentionPath,
     /// What the decoder stack's checks passed (`check_memo`).
     decode_checks: std::sync::Mutex<decode::check_memo::CheckMemo>,
+    /// The products' operand precision ([`CpuBackend::with_precision`]).
+    precision: MatmulPrecision,
+    /// BF16 copies of weights that products in BF16 precision read (`bf16_copies`).
+    bf16_copies: bf16_copies::Bf16Copies,
 }
 
 impl Default for CpuBackend {
@@ -209,7 +266,29 @@ impl CpuBackend {
             kernel: gemm::GemmKernel::for_level(),
             attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
+            precision: MatmulPrecision::Fp32,
+            bf16_copies: Default::default(),
         }
+    }
+
+    /// The same backend with its products' operands in `precision`: `Fp32` (the
+    /// default, the exact reference) or `Bf16` (operands rounded to BF16, nearest even,
+    /// FP32 sums; see "BF16 precision" in the crate doc). `Tf32` is a CUDA tensor-core
+    /// format and is refused.
+    pub fn with_precision(mut self, precision: MatmulPrecision) -> Result<Self> {
+        if precision == MatmulPrecision::Tf32 {
+            return Err(Error::invalid(
+                "CpuBackend::with_precision",
+                "tf32 is a CUDA tensor-core format: the CPU backend computes in fp32 or bf16",
+            ));
+        }
+        self.precision = precision;
+        Ok(self)
+    }
+
+    /// The products' operand precision.
+    pub fn precision(&self) -> MatmulPrecision {
+        self.precision
     }
 
     /// A backend with its own pool of `threads` threads (`threads >= 1`).
@@ -233,6 +312,8 @@ impl CpuBackend {
             kernel: gemm::GemmKernel::for_level(),
             attention: attention::path::AttentionPath::DEFAULT,
             decode_checks: Default::default(),
+            precision: MatmulPrecision::Fp32,
+            bf16_copies: Default::default(),
         })
     }
 

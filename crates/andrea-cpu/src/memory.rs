@@ -12,8 +12,12 @@ impl MemoryOps for CpuBackend {
     type Bf16Buffer = CpuBuffer<bf16>;
 
     fn name(&self) -> String {
+        let precision = match self.precision {
+            andrea_core::MatmulPrecision::Bf16 => ", bf16 operands, decode from bf16 weights",
+            _ => "",
+        };
         format!(
-            "cpu ({} threads, {}, gemm {}, attention {})",
+            "cpu ({} threads, {}, gemm {}, attention {}{precision})",
             self.threads(),
             crate::simd::level().name(),
             self.kernel.effective().name(),
@@ -36,7 +40,9 @@ impl MemoryOps for CpuBackend {
     fn upload(&self, src: &[f32], dst: Tensor<'_, Self>) -> Result<()> {
         check::upload(&dst, src.len())?;
         // SAFETY: checked in bounds; `src` is host memory, not a backend buffer.
-        unsafe { write(&dst) }.copy_from_slice(src);
+        let dst = unsafe { write(&dst) };
+        self.bf16_copies.forget(dst.as_ptr(), dst.len());
+        dst.copy_from_slice(src);
         Ok(())
     }
 
@@ -55,7 +61,9 @@ impl MemoryOps for CpuBackend {
         check::download(&t, t.numel())?;
         // SAFETY: checked in bounds; no op is running on this thread's buffer, and `f`
         // gets no other view of it.
-        f(unsafe { write(&t) });
+        let t = unsafe { write(&t) };
+        self.bf16_copies.forget(t.as_ptr(), t.len());
+        f(t);
         Ok(true)
     }
 
@@ -70,6 +78,7 @@ impl MemoryOps for CpuBackend {
         check::fill(&dst)?;
         // SAFETY: checked in bounds; the only argument.
         let y = unsafe { write(&dst) };
+        self.bf16_copies.forget(y.as_ptr(), y.len());
         self.run(|| crate::elementwise::fill(y, value));
         Ok(())
     }
@@ -86,13 +95,28 @@ impl MemoryOps for CpuBackend {
         check::convert("to_f32", &src, &dst)?;
         // SAFETY: as in `to_bf16`.
         let (x, y) = unsafe { (read(&src), write(&dst)) };
+        self.bf16_copies.forget(y.as_ptr(), y.len());
         self.run(|| crate::elementwise::convert::to_f32(x, y));
+        Ok(())
+    }
+
+    /// In BF16 precision, a copy that the few-rows products (decoding) read at half the
+    /// bytes; in FP32, nothing.
+    fn keep_bf16_weights(&self, weights: Tensor<'_, Self>) -> Result<()> {
+        check::download(&weights, weights.numel())?;
+        if self.precision == andrea_core::MatmulPrecision::Bf16 {
+            // SAFETY: checked in bounds; only read.
+            let w = unsafe { read(&weights) };
+            self.run(|| self.bf16_copies.keep(w));
+        }
         Ok(())
     }
 
     fn copy(&self, src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()> {
         check::copy(&src, &dst)?;
         let (ps, pd) = (SendPtr::of(&src), SendPtr::of(&dst));
+        let extent = dst.extent();
+        self.bf16_copies.forget(pd.get(), extent.end - extent.start);
         for b in 0..src.batch {
             for i in 0..src.rows {
                 for j in 0..src.cols {

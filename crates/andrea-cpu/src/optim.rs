@@ -68,6 +68,7 @@ impl OptimOps for CpuBackend {
         check::adamw(&param, &grad, &m, &v, step)?;
         // SAFETY: checked disjoint.
         let (p, g, m, v) = unsafe { (write(&param), read(&grad), write(&m), write(&v)) };
+        self.bf16_copies.forget(p.as_ptr(), p.len());
         self.run(|| adamw(p, g, m, v, step));
         Ok(())
     }

@@ -662,6 +662,7 @@ macro_rules! compare_ops {
     (@outputs fill $dst:ident $value:ident) => { [("dst", $dst)] };
     (@outputs copy $src:ident $dst:ident) => { [("dst", span($dst.buf, $dst.extent()))] };
     (@outputs to_f32 $src:ident $dst:ident) => { [("dst", $dst)] };
+    (@outputs keep_bf16_weights $weights:ident) => { [] };
     (@outputs matmul $a:ident $b:ident $bias:ident $c:ident) => {
         [("c", span($c.buf, $c.extent()))]
     };

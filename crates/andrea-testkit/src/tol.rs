@@ -23,6 +23,20 @@ pub mod operands;
 /// f32 unit roundoff, `2⁻²⁴`.
 pub const U: f64 = 1.0 / 16_777_216.0;
 
+/// The best and second-best entries of a row of logits: (index of the best, `l₁`, `l₂`),
+/// for comparing greedy tokens where the margin `l₁ − l₂` exceeds the logits' error.
+pub fn top2(row: &[f32]) -> (usize, f32, f32) {
+    let mut best = (0, f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for (i, &l) in row.iter().enumerate() {
+        if l > best.1 {
+            best = (i, l, best.1);
+        } else if l > best.2 {
+            best.2 = l;
+        }
+    }
+    best
+}
+
 /// A tolerance `abs + rel·|want|`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tol {

@@ -52,6 +52,7 @@ macro_rules! for_each_op {
                 fn copy(src: Mat<'_, Self>, dst: Mat<'_, Self>) -> Result<()>;
                 fn to_bf16(src: Tensor<'_, Self>, dst: Bf16Tensor<'_, Self>) -> Result<()>;
                 fn to_f32(src: Bf16Tensor<'_, Self>, dst: Tensor<'_, Self>) -> Result<()>;
+                fn keep_bf16_weights(weights: Tensor<'_, Self>) -> Result<()>;
             }
             LinalgOps {
                 fn matmul(

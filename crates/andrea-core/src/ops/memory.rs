@@ -75,6 +75,17 @@ pub trait MemoryOps: Sized {
     fn to_bf16(&self, src: Tensor<'_, Self>, dst: Bf16Tensor<'_, Self>) -> Result<()>;
     /// `dst[i] = src[i]` widened to FP32 (exact). Views of equal element counts.
     fn to_f32(&self, src: Bf16Tensor<'_, Self>, dst: Tensor<'_, Self>) -> Result<()>;
+    /// Offers the backend `weights` (the model's parameters) to keep a BF16 copy of,
+    /// rounded as [`MemoryOps::to_bf16`] rounds: a backend whose products in BF16
+    /// precision read their weights from such a copy (the CPU backend's decoding, which
+    /// then streams half the bytes) makes it here; the model calls this before it
+    /// generates. The copy changes no result, only the bytes read: a product whose
+    /// weights have no current copy rounds them as it reads them. A backend drops a copy
+    /// when an op writes its weights (`upload`, `adamw`). Default: nothing to keep.
+    fn keep_bf16_weights(&self, weights: Tensor<'_, Self>) -> Result<()> {
+        check::download(&weights, weights.numel())?;
+        Ok(())
+    }
 }
 
 /// Argument checks of the memory ops.

@@ -325,8 +325,10 @@ impl AttentionOps for CpuBackend {
             |s| self.attention_workspace_len(s),
         )?;
         let rows = d.batch * d.q_len;
+        // BF16 precision takes the fine ops, whose products read the BF16 weights.
+        let fused = self.precision == andrea_core::MatmulPrecision::Fp32;
         let Some((qkv_weight, proj_weight)) =
-            crate::decode::takes(rows, &qkv_w.weight, &proj.weight)
+            crate::decode::takes(rows, &qkv_w.weight, &proj.weight).filter(|_| fused)
         else {
             return andrea_core::fused::decode_attention(
                 self, x, qkv_w, qkv, keys, values, atty, workspace, proj, out,

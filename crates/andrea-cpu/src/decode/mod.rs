@@ -48,8 +48,9 @@
 //! block's `ln_1`) are [`Row`]s: raw pointers, sliced inside a task only.
 //!
 //! Other shapes (more than one new position or sequence, a weight whose rows are not
-//! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's) take
-//! the default composition of fine ops.
+//! contiguous, weights of more than [`MAX_WEIGHTS`] floats a half: ANDREA-120M's), and
+//! BF16 precision (whose few-rows products read BF16 weights, `gemv::bf16`), take the
+//! default composition of fine ops.
 
 pub(crate) mod attention;
 pub(crate) mod check_memo;
@@ -781,7 +782,8 @@ impl andrea_core::DecodeOps for crate::CpuBackend {
         // nothing here).
         let mut ones = BLOCKS.take();
         ones.clear();
-        let mut one_job = true;
+        // BF16 precision takes the fine ops, whose products read the BF16 weights.
+        let mut one_job = self.precision == andrea_core::MatmulPrecision::Fp32;
         let checked = blocks.iter().enumerate().try_for_each(|(i, b)| {
             let d = memo.check(i, b, eps, |s| self.attention_workspace_len(s))?;
             let rows = d.batch * d.q_len;

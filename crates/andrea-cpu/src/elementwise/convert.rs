@@ -12,8 +12,8 @@ use rayon::prelude::*;
 use crate::par::MIN_TASK_ELEMS;
 
 /// `x` rounded to BF16, nearest with ties to even.
-#[inline]
-fn narrow(x: f32) -> bf16 {
+#[inline(always)]
+pub(crate) fn narrow(x: f32) -> bf16 {
     let u = x.to_bits();
     let bits = if x.is_nan() {
         (u >> 16) | 0x40

@@ -322,6 +322,10 @@ pub(crate) struct Gemm<'a> {
     gelu_out: Option<SendPtr>,
     /// If set, `c ⊙= GELU'(pre)` block by block after each block's product.
     gelu_grad_of: Option<SendPtr>,
+    /// BF16 precision: operands rounded to BF16, FP32 sums ([`Gemm::in_bf16`]).
+    bf16: bool,
+    /// A BF16 copy of `b` from its first element on, in `b`'s layout.
+    b_copy: Option<&'a [andrea_core::bf16]>,
 }
 
 impl<'a> Gemm<'a> {
@@ -348,7 +352,20 @@ impl<'a> Gemm<'a> {
             kernel,
             gelu_out: None,
             gelu_grad_of: None,
+            bf16: false,
+            b_copy: None,
         }
+    }
+
+    /// The product in BF16 precision: `a` and `b` rounded to BF16 (nearest even), FP32
+    /// sums. A few-rows product (decoding) reads `b` from `b_copy` where given (half the
+    /// bytes; `decode::gemv::bf16`); a larger one rounds both operands into contiguous
+    /// copies and runs the FP32 GEMM on them (the products of BF16 values are exact in
+    /// FP32, so this is the BF16 product with the GEMM's FP32 sums).
+    pub(crate) fn in_bf16(mut self, b_copy: Option<&'a [andrea_core::bf16]>) -> Self {
+        self.bf16 = true;
+        self.b_copy = b_copy;
+        self
     }
 
     /// Also writes `GELU(c)` into `out` (same contiguous `[m, n]` layout as `c`), one
@@ -391,10 +408,26 @@ fn matmul(g: &Gemm<'_>) {
         kernel,
         gelu_out,
         gelu_grad_of,
+        bf16,
+        b_copy,
     } = *g;
-    if d.batch == 1
-        && crate::decode::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride)
-    {
+    let few_rows = d.batch == 1
+        && crate::decode::gemv::Gemv::applies(d.m, d.n, b.row_stride, b.col_stride, c.col_stride);
+    if bf16 && !few_rows {
+        let (a16, a) = rounded(pa, a, d.m, d.k);
+        let (b16, b) = rounded(pb, b, d.k, d.n);
+        let g = Gemm {
+            pa: SendPtr(a16.as_ptr() as *mut f32),
+            pb: SendPtr(b16.as_ptr() as *mut f32),
+            a,
+            b,
+            bf16: false,
+            b_copy: None,
+            ..*g
+        };
+        return matmul(&g);
+    }
+    if few_rows {
         let v = crate::decode::gemv::Gemv {
             m: d.m,
             k: d.k,
@@ -411,6 +444,8 @@ fn matmul(g: &Gemm<'_>) {
             accumulate,
             gelu_out,
             gelu_grad_of,
+            bf16,
+            b_copy,
         };
         // SAFETY: the operands passed `check::matmul`; `gelu_out` and `gelu_grad_of` are
         // as `with_gelu_into` and `with_gelu_grad_of` promised.
@@ -681,7 +716,60 @@ fn matmul(g: &Gemm<'_>) {
     }
 }
 
+/// The `rows x cols` operand at `p` in `layout` (each of its batch entries, one where it
+/// is broadcast with batch stride 0), rounded to BF16 into a contiguous row-major copy,
+/// and the copy's layout.
+fn rounded(p: SendPtr, layout: Layout, rows: usize, cols: usize) -> (Vec<f32>, Layout) {
+    let entries = if layout.batch_stride == 0 {
+        1
+    } else {
+        layout.batch
+    };
+    let mut out = vec![0.0f32; entries * rows * cols];
+    out.par_chunks_mut(cols.max(1))
+        .enumerate()
+        .for_each(|(row, dst)| {
+            let (e, i) = (row / rows, row % rows);
+            for (j, v) in dst.iter_mut().enumerate() {
+                let at = e * layout.batch_stride + i * layout.row_stride + j * layout.col_stride;
+                // SAFETY: the operand passed `check::matmul`: every (e, i, j) is in bounds.
+                *v = andrea_core::round_bf16(unsafe { *p.get().add(at) });
+            }
+        });
+    let copy = Layout {
+        batch: layout.batch,
+        batch_stride: if entries == 1 { 0 } else { rows * cols },
+        row_stride: cols,
+        col_stride: 1,
+    };
+    (out, copy)
+}
+
 impl CpuBackend {
+    /// `g` in this backend's precision: in BF16, with the BF16 copy of its weights `w`
+    /// where one is kept (`bf16_copies`), which `copy` holds while the product runs.
+    fn in_precision<'a>(
+        &self,
+        g: Gemm<'a>,
+        copy: &'a Option<crate::bf16_copies::Bf16Weights>,
+    ) -> Gemm<'a> {
+        if self.precision == andrea_core::MatmulPrecision::Bf16 {
+            g.in_bf16(copy.as_ref().map(|c| c.slice()))
+        } else {
+            g
+        }
+    }
+
+    /// The BF16 copy of weights `w` that a product in BF16 precision reads, if kept.
+    fn bf16_copy(&self, w: &Mat<'_, Self>) -> Option<crate::bf16_copies::Bf16Weights> {
+        if self.precision != andrea_core::MatmulPrecision::Bf16 {
+            return None;
+        }
+        let extent = w.extent();
+        let start = SendPtr::of(w).get();
+        self.bf16_copies.find(start, extent.end - extent.start)
+    }
+
     /// `matmul` and `matmul_add`: `c (+)= a·b (+ bias)`.
     fn gemm(
         &self,
@@ -694,7 +782,11 @@ impl CpuBackend {
         let d = check::matmul(&a, &b, bias.as_ref(), &c)?;
         // SAFETY: checked in bounds and disjoint from `c`.
         let bias = bias.map(|t| unsafe { read(&t) });
-        let g = Gemm::new(&a, &b, bias, &c, accumulate, d, self.kernel);
+        let copy = self.bf16_copy(&b);
+        let g = self.in_precision(
+            Gemm::new(&a, &b, bias, &c, accumulate, d, self.kernel),
+            &copy,
+        );
         self.run(|| g.run());
         Ok(())
     }
@@ -741,9 +833,11 @@ impl LinalgOps for CpuBackend {
         // SAFETY: `bias` checked in bounds; `out` checked disjoint from every operand.
         let bias = unsafe { read(&bias) };
         let out_ptr = SendPtr(unsafe { write(&out) }.as_mut_ptr());
+        let copy = self.bf16_copy(&w);
         let g = unsafe {
             Gemm::new(&x, &w, Some(bias), &pre.mat(), false, d, self.kernel).with_gelu_into(out_ptr)
         };
+        let g = self.in_precision(g, &copy);
         self.run(|| g.run());
         Ok(())
     }
@@ -772,6 +866,8 @@ impl LinalgOps for CpuBackend {
             )
             .with_gelu_grad_of(pre_ptr)
         };
+        let copy = self.bf16_copy(&w);
+        let g = self.in_precision(g, &copy);
         self.run(|| g.run());
         Ok(())
     }
@@ -787,7 +883,10 @@ impl LinalgOps for CpuBackend {
         out: Tensor<'_, Self>,
     ) -> Result<()> {
         let d = check::mlp_forward(&x, &fc, &pre, &act, &proj, &out)?;
-        let Some((fc_w, proj_w)) = crate::decode::takes(d.rows, &fc.weight, &proj.weight) else {
+        let fused = self.precision == andrea_core::MatmulPrecision::Fp32;
+        let Some((fc_w, proj_w)) =
+            crate::decode::takes(d.rows, &fc.weight, &proj.weight).filter(|_| fused)
+        else {
             return fused::mlp_forward(self, x, fc, pre, act, proj, out);
         };
         // SAFETY: checked in bounds and disjoint from every other argument.

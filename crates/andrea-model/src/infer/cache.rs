@@ -178,6 +178,9 @@ impl<B: Backend> Model<B> {
             });
         }
         let be = self.backend();
+        // Generation streams the weights for every token: a backend that decodes from a
+        // BF16 copy makes it now (once: a kept copy stays until the weights change).
+        be.keep_bf16_weights(View::whole(self.buffer()))?;
         let slots = CacheSlots::new(be, cfg, batch, max_len);
         let (chunk, bc) = (slots.chunk, batch * slots.chunk);
         Ok(KvCache {

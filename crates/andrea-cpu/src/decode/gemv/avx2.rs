@@ -36,6 +36,30 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
     band::by_four(dots, band, |x, w| four_dots(x, w));
 }
 
+/// A weight element the row form reads eight at a time: `f32`, or `bf16` widened
+/// (`bf16_avx2`, BF16 precision's copy of the weights).
+pub(crate) trait Weight8: Copy {
+    /// Eight elements from `p` as FP32 (exact).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, and eight elements from `p` must be readable.
+    unsafe fn load8(p: *const Self) -> __m256;
+    /// One element as FP32 (exact).
+    fn widen(self) -> f32;
+}
+
+impl Weight8 for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller's promise.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
 /// The row form's chunk for one row of `A` (`m = 1`, a decoded token):
 /// `part[j] += Σ_r a[r]·w[r·ws + j]` over the chunk's rows in order, with a block of the
 /// partial row held in registers (up to 12 vectors, 96 columns: the 16 `ymm` registers
@@ -48,7 +72,7 @@ pub(crate) unsafe fn column_band(dots: &mut [f32], band: Band<'_>) {
 /// # Safety
 /// The CPU must have AVX2 and FMA. (Bounds are asserted.)
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: usize) {
+pub(crate) unsafe fn row_chunk_one<E: Weight8>(part: &mut [f32], a: &[f32], w: &[E], ws: usize) {
     let (n, rows) = (part.len(), a.len());
     assert!(rows > 0 && w.len() >= (rows - 1) * ws + n);
     let mut j0 = 0;
@@ -56,11 +80,11 @@ pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: u
     unsafe {
         while n - j0 >= 8 {
             j0 += match (n - j0) / 8 {
-                12.. => row_block::<12>(part, a, w, ws, j0),
-                8.. => row_block::<8>(part, a, w, ws, j0),
-                4.. => row_block::<4>(part, a, w, ws, j0),
-                2.. => row_block::<2>(part, a, w, ws, j0),
-                _ => row_block::<1>(part, a, w, ws, j0),
+                12.. => row_block::<12, E>(part, a, w, ws, j0),
+                8.. => row_block::<8, E>(part, a, w, ws, j0),
+                4.. => row_block::<4, E>(part, a, w, ws, j0),
+                2.. => row_block::<2, E>(part, a, w, ws, j0),
+                _ => row_block::<1, E>(part, a, w, ws, j0),
             };
         }
     }
@@ -69,7 +93,7 @@ pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: u
         *p = a
             .iter()
             .enumerate()
-            .fold(*p, |s, (r, &ar)| ar.mul_add(w[r * ws + j], s));
+            .fold(*p, |s, (r, &ar)| ar.mul_add(w[r * ws + j].widen(), s));
     }
 }
 
@@ -79,10 +103,10 @@ pub(crate) unsafe fn row_chunk_one(part: &mut [f32], a: &[f32], w: &[f32], ws: u
 /// As [`row_chunk_one`], with those columns in bounds.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn row_block<const NV: usize>(
+unsafe fn row_block<const NV: usize, E: Weight8>(
     part: &mut [f32],
     a: &[f32],
-    w: &[f32],
+    w: &[E],
     ws: usize,
     j0: usize,
 ) -> usize {
@@ -95,7 +119,7 @@ unsafe fn row_block<const NV: usize>(
             let av = _mm256_set1_ps(ar);
             let wr = w.as_ptr().add(r * ws + j0);
             for (v, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(av, _mm256_loadu_ps(wr.add(v * 8)), *acc);
+                *acc = _mm256_fmadd_ps(av, E::load8(wr.add(v * 8)), *acc);
             }
         }
         for (v, acc) in acc.iter().enumerate() {

@@ -39,6 +39,9 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 pub(crate) mod band;
+pub(crate) mod bf16;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod bf16_avx2;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 #[cfg(target_arch = "aarch64")]
@@ -95,6 +98,11 @@ pub(crate) struct Gemv<'a> {
     pub gelu_out: Option<SendPtr>,
     /// If set, `C ⊙= GELU'(pre)` (contiguous `[m, n]`).
     pub gelu_grad_of: Option<SendPtr>,
+    /// BF16 precision (`bf16` module): `A` rounded to BF16, and `B` read from
+    /// `b_copy`, a BF16 copy from `B`'s first element on in `B`'s layout, or else rounded
+    /// as it is read.
+    pub bf16: bool,
+    pub b_copy: Option<&'a [andrea_core::bf16]>,
 }
 
 thread_local! {
@@ -132,6 +140,11 @@ impl Gemv<'_> {
                 *xv = unsafe { *self.a.get().add(i * self.a_rs + kk * self.a_cs) };
             }
         }
+        if self.bf16 {
+            for xv in x.iter_mut() {
+                *xv = bf16::Operand::operand(*xv);
+            }
+        }
         let x = &*x;
         if row_form {
             let chunk = |(ci, part): (usize, &mut [f32])| {
@@ -145,6 +158,10 @@ impl Gemv<'_> {
                         (rows - 1) * self.b_rs + n,
                     )
                 };
+                if self.bf16 {
+                    let w = self.weights_bf16(w, k0 * self.b_rs);
+                    return bf16::row_chunk_any(part, x, k, k0, rows, w, self.b_rs, m, n);
+                }
                 #[cfg(target_arch = "x86_64")]
                 if m == 1 && n <= ROW_REGISTERS_MAX_N && crate::simd::has_avx512() {
                     // SAFETY: the CPU has AVX-512 F.
@@ -198,6 +215,18 @@ impl Gemv<'_> {
                         (cols - 1) * self.b_cs + k,
                     )
                 };
+                if self.bf16 {
+                    let w = self.weights_bf16(w, j0 * self.b_cs);
+                    let mut dots = [0.0f32; BAND_N * MAX_ROWS];
+                    bf16::column_band_any(&mut dots, x, w, self.b_cs, m, k, cols);
+                    for i in 0..m {
+                        // SAFETY: columns j0..j0+cols of row i of C; bands are disjoint.
+                        let c =
+                            unsafe { std::slice::from_raw_parts_mut(self.c_row(i).add(j0), cols) };
+                        self.finish(c, &dots[i * cols..(i + 1) * cols], i, j0);
+                    }
+                    return;
+                }
                 let band = Band {
                     x,
                     w,
@@ -228,6 +257,15 @@ impl Gemv<'_> {
             }
         }
         SCRATCH.set(scratch);
+    }
+
+    /// `w`, the FP32 weights from `B`'s element `at` on, as BF16 precision reads them:
+    /// from the copy at the same element where there is one.
+    fn weights_bf16<'w>(&'w self, w: &'w [f32], at: usize) -> bf16::Weights<'w> {
+        match self.b_copy {
+            Some(copy) => bf16::Weights::Copy(&copy[at..][..w.len()]),
+            None => bf16::Weights::Round(w),
+        }
     }
 
     fn c_row(&self, i: usize) -> *mut f32 {
@@ -425,18 +463,25 @@ multiversion! {
 /// chain), summed in a fixed tree at the end.
 #[inline(always)]
 pub(crate) fn dot<M: MulAdd>(x: &[f32], w: &[f32]) -> f32 {
+    dot_with::<M, f32>(x, w, |v| v)
+}
+
+/// [`dot`] of `x` with weights of another element type, each taken as `load(w)`
+/// (BF16 precision's widened weights, `bf16` module).
+#[inline(always)]
+pub(crate) fn dot_with<M: MulAdd, E: Copy>(x: &[f32], w: &[E], load: impl Fn(E) -> f32) -> f32 {
     const L: usize = 16;
     let mut acc = [0.0f32; L];
     let (xc, wc) = (x.chunks_exact(L), w.chunks_exact(L));
     let (xt, wt) = (xc.remainder(), wc.remainder());
     for (xs, ws) in xc.zip(wc) {
         for l in 0..L {
-            acc[l] = M::mul_add(xs[l], ws[l], acc[l]);
+            acc[l] = M::mul_add(xs[l], load(ws[l]), acc[l]);
         }
     }
     let mut tail = 0.0;
     for (&a, &b) in xt.iter().zip(wt) {
-        tail = M::mul_add(a, b, tail);
+        tail = M::mul_add(a, load(b), tail);
     }
     let mut half = L / 2;
     while half > 0 {
@@ -596,6 +641,8 @@ mod tests {
                         accumulate: acc,
                         gelu_out: gelu_on.then_some(SendPtr(out.as_mut_ptr())),
                         gelu_grad_of: None,
+                        bf16: false,
+                        b_copy: None,
                     };
                     // SAFETY: every operand is a live Vec of the sizes given.
                     unsafe { g.run() };
